@@ -1,0 +1,490 @@
+//! `Ctx`: what a rank program calls. Every call is validated and described as an [`Op`] here,
+//! then handed to the backend; the same builders serve single calls, groups and batches.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::exec::{Backend, Buf, Op};
+use crate::group::Group;
+use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use crate::reduce::ReduceOp;
+use crate::rules::{self, Aux};
+use crate::tensor::Tensor;
+
+/// A rank's handle on its world: its rank, the world size, and every communication call.
+///
+/// Calls block until this rank's part is complete and return `Err` instead of hanging when the
+/// program is wrong (see the crate docs). Roots and peers are global ranks, as in
+/// `torch.distributed`.
+pub struct Ctx {
+    rank: usize,
+    world: usize,
+    world_group: Group,
+    backend: Box<dyn Backend>,
+    /// How many groups with each member list this rank has created (see `Backend::create_group`).
+    ordinals: HashMap<Vec<usize>, u32>,
+}
+
+/// Builds validated [`Op`]s for one call site on one group.
+struct Caller<'g> {
+    rank: usize,
+    world: usize,
+    group: &'g Group,
+    site: CallSite,
+    batched: bool,
+}
+
+fn host_in<T: Element>(t: &Tensor<T>) -> Buf {
+    let (ptr, len, device) = t.raw();
+    Buf { ptr: ptr as *mut u8, len, device }
+}
+
+fn host_out<T: Element>(t: &mut Tensor<T>) -> Buf {
+    let (ptr, len, device) = t.raw_mut();
+    Buf { ptr: ptr as *mut u8, len, device }
+}
+
+impl Caller<'_> {
+    fn desc<T: Element>(
+        &self,
+        kind: OpKind,
+        peer: Option<usize>,
+        op: Option<ReduceOp>,
+        shape: &[usize],
+        dim: usize,
+    ) -> OpDesc {
+        let group = if kind.is_p2p() { GroupId::WORLD } else { self.group.id() };
+        OpDesc {
+            kind,
+            group,
+            peer,
+            op,
+            dtype: T::DTYPE,
+            shape: Shape::from_slice(shape),
+            dim,
+            site: self.site,
+        }
+    }
+
+    fn finish(&self, desc: OpDesc, input: Buf, output: Buf, aux: Aux<'_>) -> Result<Op> {
+        let members = if desc.kind.is_p2p() { &[][..] } else { self.group.members() };
+        rules::validate(&desc, self.rank, self.world, members, self.batched, aux)?;
+        Ok(Op { desc, input, output })
+    }
+
+    fn send<T: Element>(&self, t: &Tensor<T>, dst: usize) -> Result<Op> {
+        let d = self.desc::<T>(OpKind::Send, Some(dst), None, t.shape(), 0);
+        self.finish(d, host_in(t), Buf::NONE, Aux::default())
+    }
+
+    fn recv<T: Element>(&self, t: &mut Tensor<T>, src: usize) -> Result<Op> {
+        let d = self.desc::<T>(OpKind::Recv, Some(src), None, t.shape(), 0);
+        self.finish(d, Buf::NONE, host_out(t), Aux::default())
+    }
+
+    fn in_place<T: Element>(
+        &self,
+        kind: OpKind,
+        t: &mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> Result<Op> {
+        let d = self.desc::<T>(kind, root, op, t.shape(), 0);
+        let buf = host_out(t);
+        self.finish(d, buf, buf, Aux::default())
+    }
+
+    fn gather<T: Element>(
+        &self,
+        x: &Tensor<T>,
+        out: Option<&mut Tensor<T>>,
+        root: usize,
+        dim: usize,
+    ) -> Result<Op> {
+        let d = self.desc::<T>(OpKind::Gather, Some(root), None, x.shape(), dim);
+        let out_shape: Option<Shape> = out.as_ref().map(|o| Shape::from_slice(o.shape()));
+        let output = out.map(host_out).unwrap_or(Buf::NONE);
+        let aux = Aux { output: out_shape.as_deref(), root_input: None };
+        self.finish(d, host_in(x), output, aux)
+    }
+
+    fn scatter<T: Element>(
+        &self,
+        x: Option<&Tensor<T>>,
+        out: &mut Tensor<T>,
+        root: usize,
+        dim: usize,
+    ) -> Result<Op> {
+        let d = self.desc::<T>(OpKind::Scatter, Some(root), None, out.shape(), dim);
+        let aux = Aux { output: None, root_input: x.map(|x| x.shape()) };
+        let input = x.map(host_in).unwrap_or(Buf::NONE);
+        self.finish(d, input, host_out(out), aux)
+    }
+
+    /// `all_gather`, `reduce_scatter`, `all_to_all`: one input, one output, same on every member.
+    fn in_out<T: Element>(
+        &self,
+        kind: OpKind,
+        x: &Tensor<T>,
+        out: &mut Tensor<T>,
+        op: Option<ReduceOp>,
+        dim: usize,
+    ) -> Result<Op> {
+        let d = self.desc::<T>(kind, None, op, x.shape(), dim);
+        let out_shape = Shape::from_slice(out.shape());
+        let aux = Aux { output: Some(&out_shape), root_input: None };
+        self.finish(d, host_in(x), host_out(out), aux)
+    }
+
+    fn barrier(&self) -> Result<Op> {
+        let d = self.desc::<u8>(OpKind::Barrier, None, None, &[], 0);
+        self.finish(d, Buf::NONE, Buf::NONE, Aux::default())
+    }
+}
+
+/// The communication methods, written once for [`Ctx`], [`Comm`], [`Batch`] and [`BatchComm`].
+/// `$a` is how long tensors stay borrowed; `$ret` what a call returns. Each type provides
+/// `sink(site, build)`, which runs or records the op that `build` makes.
+macro_rules! comm_methods {
+    ($a:lifetime, $ret:ty) => {
+        /// Sends `tensor` to global rank `dst`. Blocking sends complete when `dst` has received
+        /// the data (rendezvous: a send never completes on buffering alone).
+        #[track_caller]
+        pub fn send<T: Element>(&mut self, tensor: &$a Tensor<T>, dst: usize) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.send(tensor, dst))
+        }
+
+        /// Receives into `tensor` from global rank `src`; the matching send must have the same
+        /// dtype and element count.
+        #[track_caller]
+        pub fn recv<T: Element>(&mut self, tensor: &$a mut Tensor<T>, src: usize) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.recv(tensor, src))
+        }
+
+        /// Copies `root`'s `tensor` into every member's `tensor` (same shape everywhere).
+        #[track_caller]
+        pub fn broadcast<T: Element>(&mut self, tensor: &$a mut Tensor<T>, root: usize) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.in_place(OpKind::Broadcast, tensor, Some(root), None))
+        }
+
+        /// Reduces every member's `tensor` with `op` into `root`'s `tensor`; the other members'
+        /// tensors are left unchanged.
+        #[track_caller]
+        pub fn reduce<T: Element>(&mut self, tensor: &$a mut Tensor<T>, root: usize, op: ReduceOp) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.in_place(OpKind::Reduce, tensor, Some(root), Some(op)))
+        }
+
+        /// Reduces every member's `tensor` with `op` and leaves the result in all of them.
+        #[track_caller]
+        pub fn all_reduce<T: Element>(&mut self, tensor: &$a mut Tensor<T>, op: ReduceOp) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.in_place(OpKind::AllReduce, tensor, None, Some(op)))
+        }
+
+        /// Concatenates every member's `input` along `dim`, in group-rank order, into `output`
+        /// on `root`. `output` is `Some` on the root (shape: `input`'s with `dim` times the
+        /// group size) and `None` elsewhere.
+        #[track_caller]
+        pub fn gather<T: Element>(
+            &mut self,
+            input: &$a Tensor<T>,
+            output: Option<&$a mut Tensor<T>>,
+            root: usize,
+            dim: usize,
+        ) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.gather(input, output, root, dim))
+        }
+
+        /// Concatenates every member's `input` along `dim`, in group-rank order, into every
+        /// member's `output` (rows for `dim = 0`, columns for `dim = 1`, …).
+        #[track_caller]
+        pub fn all_gather<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.in_out(OpKind::AllGather, input, output, None, dim))
+        }
+
+        /// Splits `root`'s `input` along `dim` into one equal part per member; member `i` gets
+        /// part `i` in `output`. `input` is `Some` on the root and `None` elsewhere.
+        #[track_caller]
+        pub fn scatter<T: Element>(
+            &mut self,
+            input: Option<&$a Tensor<T>>,
+            output: &$a mut Tensor<T>,
+            root: usize,
+            dim: usize,
+        ) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.scatter(input, output, root, dim))
+        }
+
+        /// Reduces every member's `input` with `op`, splits the result along `dim` into one
+        /// equal part per member, and leaves part `i` in member `i`'s `output`.
+        #[track_caller]
+        pub fn reduce_scatter<T: Element>(
+            &mut self,
+            input: &$a Tensor<T>,
+            output: &$a mut Tensor<T>,
+            op: ReduceOp,
+            dim: usize,
+        ) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.in_out(OpKind::ReduceScatter, input, output, Some(op), dim))
+        }
+
+        /// Splits every member's `input` along `dim` into one part per member; part `j` of
+        /// member `i` becomes part `i` of member `j`'s `output` (same shape as `input`).
+        #[track_caller]
+        pub fn all_to_all<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.in_out(OpKind::AllToAll, input, output, None, dim))
+        }
+
+        /// Waits until every member has reached this barrier.
+        #[track_caller]
+        pub fn barrier(&mut self) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.barrier())
+        }
+    };
+}
+
+impl Ctx {
+    /// A context for `rank` of `world` ranks on `backend`.
+    pub fn new(rank: usize, world: usize, backend: Box<dyn Backend>) -> Self {
+        let world_group = Group::new(GroupId::WORLD, (0..world).collect::<Vec<_>>().into());
+        Ctx { rank, world, world_group, backend, ordinals: HashMap::new() }
+    }
+
+    /// This rank (0-based).
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks in the world.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The group of all ranks.
+    pub fn world_group(&self) -> &Group {
+        &self.world_group
+    }
+
+    /// The backend's name (`"local"`, `"mpi"`, `"nccl"`).
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// A tensor of `shape` filled with `value`, on this rank's device.
+    pub fn full<T: Element>(&self, shape: impl AsRef<[usize]>, value: T) -> Result<Tensor<T>> {
+        Tensor::full(shape, value)
+    }
+
+    /// A tensor of `shape` filled with zeros, on this rank's device.
+    pub fn zeros<T: Element>(&self, shape: impl AsRef<[usize]>) -> Result<Tensor<T>> {
+        Tensor::zeros(shape)
+    }
+
+    /// A tensor of `shape` holding `data` (row-major), on this rank's device.
+    pub fn tensor<T: Element>(&self, shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Tensor<T>> {
+        Tensor::from_vec(shape, data)
+    }
+
+    /// Creates a communicator of the given global ranks (any order; duplicates are an error).
+    ///
+    /// Unlike torch, creating a group does not communicate: members that create groups with
+    /// the same members in the same order get the same communicator. Non-members may create
+    /// the handle too, but not use it.
+    #[track_caller]
+    pub fn new_group(&mut self, members: impl AsRef<[usize]>) -> Result<Group> {
+        let site = CallSite::caller();
+        let mut sorted = members.as_ref().to_vec();
+        sorted.sort_unstable();
+        let invalid = |reason: String| Error::InvalidGroup {
+            site,
+            rank: self.rank,
+            members: members.as_ref().to_vec(),
+            reason,
+        };
+        if sorted.is_empty() {
+            return Err(invalid("a group needs at least one member".into()));
+        }
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(invalid(format!("rank {} is listed twice", w[0])));
+        }
+        if let Some(&bad) = sorted.iter().find(|&&r| r >= self.world) {
+            return Err(Error::RankOutOfRange {
+                site,
+                rank: self.rank,
+                role: "group member",
+                value: bad,
+                world: self.world,
+            });
+        }
+        let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
+        let id = self.backend.create_group(&sorted, *ordinal)?;
+        *ordinal += 1;
+        Ok(Group::new(id, Arc::from(sorted)))
+    }
+
+    /// Splits the world into disjoint groups (every rank in exactly one part, like
+    /// `MPI_Comm_split` with static colors) and returns the part holding this rank.
+    #[track_caller]
+    pub fn split(&mut self, parts: &[&[usize]]) -> Result<Group> {
+        let site = CallSite::caller();
+        let mut seen = vec![false; self.world];
+        for part in parts {
+            for &r in *part {
+                if r < self.world && std::mem::replace(&mut seen[r], true) {
+                    return Err(Error::InvalidGroup {
+                        site,
+                        rank: self.rank,
+                        members: part.to_vec(),
+                        reason: format!("rank {r} appears in more than one part of the split"),
+                    });
+                }
+            }
+        }
+        if let Some(missing) = seen.iter().position(|s| !s) {
+            return Err(Error::InvalidGroup {
+                site,
+                rank: self.rank,
+                members: parts.iter().flat_map(|p| p.iter().copied()).collect(),
+                reason: format!("rank {missing} is in no part; a split must cover every rank"),
+            });
+        }
+        let mut mine = None;
+        for part in parts {
+            let g = self.new_group(part)?;
+            if g.contains(self.rank) {
+                mine = Some(g);
+            }
+        }
+        mine.ok_or_else(|| Error::InvalidGroup {
+            site,
+            rank: self.rank,
+            members: Vec::new(),
+            reason: "the split has no parts".into(),
+        })
+    }
+
+    /// Collectives on `group` instead of the world: `ctx.group(&g).all_reduce(&mut t, op)`.
+    pub fn group<'c>(&'c mut self, group: &'c Group) -> Comm<'c> {
+        Comm { ctx: self, group }
+    }
+
+    /// Starts a batch: ops recorded on it are posted together by [`Batch::run`] and complete
+    /// together (≈ `batch_isend_irecv`, `ncclGroupStart/End`). Same-kind collectives in a batch
+    /// are fused into one synchronisation.
+    pub fn batch<'a>(&mut self) -> Batch<'_, 'a> {
+        Batch { ctx: self, ops: Vec::new(), error: None, _borrows: PhantomData }
+    }
+
+    fn caller<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Caller<'g> {
+        Caller { rank: self.rank, world: self.world, group, site, batched }
+    }
+
+    fn run_one(
+        &mut self,
+        group: Option<&Group>,
+        site: CallSite,
+        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+    ) -> Result<()> {
+        let group = group.unwrap_or(&self.world_group);
+        let mut op = build(&self.caller(group, site, false))?;
+        self.backend.execute(std::slice::from_mut(&mut op))
+    }
+
+    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> Result<()> {
+        self.run_one(None, site, build)
+    }
+
+    comm_methods!('_, Result<()>);
+}
+
+/// Collectives on one group: see [`Ctx::group`].
+pub struct Comm<'c> {
+    ctx: &'c mut Ctx,
+    group: &'c Group,
+}
+
+impl Comm<'_> {
+    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> Result<()> {
+        self.ctx.run_one(Some(self.group), site, build)
+    }
+
+    comm_methods!('_, Result<()>);
+}
+
+/// Ops posted together: see [`Ctx::batch`]. Tensors stay borrowed until the batch is run or
+/// dropped. A mistake in any recorded call is reported by [`Batch::run`], before anything is
+/// posted.
+#[must_use = "a batch does nothing until `run()` is called"]
+pub struct Batch<'c, 'a> {
+    ctx: &'c mut Ctx,
+    ops: Vec<Op>,
+    error: Option<Error>,
+    _borrows: PhantomData<&'a mut ()>,
+}
+
+impl<'c, 'a> Batch<'c, 'a> {
+    fn record(
+        &mut self,
+        group: Option<&Group>,
+        site: CallSite,
+        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+    ) -> &mut Self {
+        if self.error.is_none() {
+            let group = group.unwrap_or(&self.ctx.world_group);
+            match build(&self.ctx.caller(group, site, true)) {
+                Ok(op) => self.ops.push(op),
+                Err(e) => self.error = Some(e),
+            }
+        }
+        self
+    }
+
+    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> &mut Self {
+        self.record(None, site, build)
+    }
+
+    comm_methods!('a, &mut Self);
+
+    /// Collectives on `group` within this batch.
+    pub fn group<'b>(&'b mut self, group: &'b Group) -> BatchComm<'b, 'c, 'a> {
+        BatchComm { batch: self, group }
+    }
+
+    /// Number of ops recorded.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no op was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Posts every recorded op and waits until all have completed on this rank.
+    pub fn run(mut self) -> Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        self.ctx.backend.execute(&mut self.ops)
+    }
+}
+
+/// Collectives on one group within a batch: see [`Batch::group`].
+pub struct BatchComm<'b, 'c, 'a> {
+    batch: &'b mut Batch<'c, 'a>,
+    group: &'b Group,
+}
+
+impl<'a> BatchComm<'_, '_, 'a> {
+    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> &mut Self {
+        self.batch.record(Some(self.group), site, build);
+        self
+    }
+
+    comm_methods!('a, &mut Self);
+}

@@ -1,0 +1,402 @@
+//! Errors: what went wrong, at which call site, on which ranks, and what to do about it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::element::DType;
+use crate::model::{CallSite, OpKind, RanksFmt, ShapeFmt};
+use crate::reduce::ReduceOp;
+
+/// `Result` with rankwise's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in rankwise.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A world must have at least one rank.
+    #[error("invalid world size {world}: a world needs at least one rank")]
+    InvalidWorld {
+        /// The requested size.
+        world: usize,
+    },
+
+    /// A peer, root or group member is not a rank of the world.
+    #[error(
+        "{site}: rank {rank} names {role} {value}, but the world has {world} rank(s) \
+         (0..={max}); use a rank below {world}",
+        max = world.saturating_sub(1)
+    )]
+    RankOutOfRange {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// `"peer"`, `"root"` or `"group member"`.
+        role: &'static str,
+        /// The offending value.
+        value: usize,
+        /// World size.
+        world: usize,
+    },
+
+    /// A rank called a collective on a group it does not belong to.
+    #[error(
+        "{site}: rank {rank} calls {kind} on group [{members}], which it is not a member of; \
+         only members may use a group (guard the call with `group.contains(ctx.rank())`)",
+        members = RanksFmt(members)
+    )]
+    NotAMember {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        kind: OpKind,
+        /// The group's members.
+        members: Vec<usize>,
+    },
+
+    /// The root of a rooted collective is not a member of the group.
+    #[error(
+        "{site}: rank {rank} calls {kind} with root {root}, which is not a member of group \
+         [{members}]; pick a root among the members",
+        members = RanksFmt(members)
+    )]
+    RootNotInGroup {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        kind: OpKind,
+        /// The root given.
+        root: usize,
+        /// The group's members.
+        members: Vec<usize>,
+    },
+
+    /// A group was declared with duplicate, out-of-range or no members.
+    #[error("{site}: rank {rank}: invalid group {members:?}: {reason}")]
+    InvalidGroup {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The members given.
+        members: Vec<usize>,
+        /// What is wrong with them.
+        reason: String,
+    },
+
+    /// A buffer has the wrong shape for the call (checked locally, before communicating).
+    #[error("{site}: rank {rank}: {kind}: {detail}")]
+    BadShape {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The call.
+        kind: OpKind,
+        /// Expected and actual shapes, in words.
+        detail: String,
+    },
+
+    /// A split dimension is not divisible by the number of members.
+    #[error(
+        "{site}: rank {rank}: {kind} splits dim {dim} (size {size}) into {parts} equal parts, \
+         but {size} is not divisible by {parts}; make dim {dim} a multiple of {parts}"
+    )]
+    NotDivisible {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        kind: OpKind,
+        /// The split dimension.
+        dim: usize,
+        /// Its extent.
+        size: usize,
+        /// Number of members.
+        parts: usize,
+    },
+
+    /// A split/concatenation dimension the tensor does not have.
+    #[error(
+        "{site}: rank {rank}: {kind} along dim {dim}, but the tensor {shape} has {ndim} \
+         dimension(s); use a dim below {ndim}",
+        shape = ShapeFmt(shape),
+        ndim = shape.len()
+    )]
+    DimOutOfRange {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The collective.
+        kind: OpKind,
+        /// The dim given.
+        dim: usize,
+        /// The tensor's shape.
+        shape: Vec<usize>,
+    },
+
+    /// A reduce op that is not defined for the element type (bitwise on floats).
+    #[error(
+        "{site}: rank {rank}: reduce op {op} is not defined for {dtype}; bitwise ops need an \
+         integer dtype (use Sum, Prod, Min, Max, Avg or PreMulSum for floats)"
+    )]
+    OpNotSupported {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The op.
+        op: ReduceOp,
+        /// The element type.
+        dtype: DType,
+    },
+
+    /// A blocking send or receive to the calling rank itself, which could never complete.
+    #[error(
+        "{site}: rank {rank} calls {kind} with itself as the peer outside a batch; a blocking \
+         self-{kind} waits for itself forever. Put the send and the recv in one `ctx.batch()`"
+    )]
+    SelfP2p {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// Send or recv.
+        kind: OpKind,
+    },
+
+    /// A send and its matching receive disagree on element count or type.
+    #[error(
+        "rank {src} sends {send_what} at {send_site}, but the matching recv on rank {dst} \
+         expects {recv_what} at {recv_site}; the k-th send from one rank to another meets the \
+         k-th recv, and both need the same dtype and element count"
+    )]
+    P2pMismatch {
+        /// Sender.
+        src: usize,
+        /// Receiver.
+        dst: usize,
+        /// Sender's call site.
+        send_site: CallSite,
+        /// Receiver's call site.
+        recv_site: CallSite,
+        /// What the sender sends (`f32[4]`).
+        send_what: String,
+        /// What the receiver expects.
+        recv_what: String,
+    },
+
+    /// Members of a group reached the same collective step with different calls.
+    #[error(
+        "collective mismatch on group [{members}], step {step}: rank {rank_a} calls {what_a} at \
+         {site_a}, but rank {rank_b} calls {what_b} at {site_b}; every member must make the same \
+         collective calls in the same order",
+        members = RanksFmt(members)
+    )]
+    CollectiveMismatch {
+        /// The group's members.
+        members: Vec<usize>,
+        /// 0-based index of the collective on that group.
+        step: u64,
+        /// One rank.
+        rank_a: usize,
+        /// Its call.
+        what_a: String,
+        /// Its site.
+        site_a: CallSite,
+        /// The other rank.
+        rank_b: usize,
+        /// Its call.
+        what_b: String,
+        /// Its site.
+        site_b: CallSite,
+    },
+
+    /// Every live rank is blocked and none can make progress.
+    #[error("{0}")]
+    Deadlock(DeadlockReport),
+
+    /// A rank this one was waiting on failed, panicked or exited.
+    #[error(
+        "{}rank {rank} cannot finish: rank {peer} {reason}",
+        site.map(|s| format!("{s}: ")).unwrap_or_default()
+    )]
+    PeerFailed {
+        /// The rank reporting.
+        rank: usize,
+        /// The rank that failed.
+        peer: usize,
+        /// What happened to it.
+        reason: PeerFailure,
+        /// Where this rank was waiting, if it was.
+        site: Option<CallSite>,
+    },
+
+    /// A rank's function panicked.
+    #[error("rank {rank} panicked: {message}")]
+    Panicked {
+        /// The rank.
+        rank: usize,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+
+    /// A communication call waited longer than the configured timeout.
+    #[error(
+        "{site}: rank {rank} waited {after:?} in {what} for rank(s) {peers} and gave up \
+         (timeout set with `Options::timeout`)",
+        peers = RanksFmt(waiting_for)
+    )]
+    Timeout {
+        /// The rank.
+        rank: usize,
+        /// Its call site.
+        site: CallSite,
+        /// The call.
+        what: String,
+        /// Whom it waited for.
+        waiting_for: Vec<usize>,
+        /// How long it waited.
+        after: Duration,
+    },
+
+    /// An error raised by the user's code on one rank (as reported by `spawn`).
+    #[error("rank {rank}: {source}")]
+    Rank {
+        /// The rank whose function returned the error.
+        rank: usize,
+        /// The error.
+        source: Box<Error>,
+    },
+
+    /// Tensor data does not fit its shape, or a shape is too large.
+    #[error("{0}")]
+    Tensor(String),
+
+    /// The tensor lives on a device and must be copied to the host first.
+    #[error("tensor is on {0}, not on the host; copy it with `to_vec()` first")]
+    NotOnHost(String),
+
+    /// The backend cannot run this (missing library, unsupported op, …).
+    #[error("backend {backend}: {detail}")]
+    Backend {
+        /// Which backend.
+        backend: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+
+    /// An error from the user's own code, carried through rankwise.
+    #[error(transparent)]
+    User(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl Error {
+    /// Wraps any error from the user's code.
+    pub fn user(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::User(Arc::new(e))
+    }
+
+    /// Whether this error only echoes another rank's failure (so `spawn` looks further for the
+    /// root cause).
+    pub fn is_echo(&self) -> bool {
+        matches!(self, Error::PeerFailed { .. })
+    }
+
+    /// Whether the error describes the whole world, naming every rank involved, rather than
+    /// one rank's problem.
+    pub(crate) fn is_world_level(&self) -> bool {
+        matches!(
+            self,
+            Error::Deadlock(_)
+                | Error::CollectiveMismatch { .. }
+                | Error::P2pMismatch { .. }
+                | Error::Panicked { .. }
+                | Error::Rank { .. }
+        )
+    }
+}
+
+/// What happened to a peer that others were waiting on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerFailure {
+    /// It panicked (the message, if any).
+    Panicked(String),
+    /// Its function returned an error (rendered).
+    Errored(String),
+    /// Its function returned `Ok` without making the call others were waiting for.
+    Exited,
+}
+
+impl fmt::Display for PeerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerFailure::Panicked(m) => write!(f, "panicked: {m}"),
+            PeerFailure::Errored(m) => write!(f, "failed: {m}"),
+            PeerFailure::Exited => write!(
+                f,
+                "returned without making the matching call (a skipped collective or an \
+                 unmatched send/recv)"
+            ),
+        }
+    }
+}
+
+/// Every blocked rank's call and whom it waits for, at the moment no rank could progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadlockReport {
+    /// One entry per blocked rank, in rank order.
+    pub waits: Vec<RankWait>,
+}
+
+/// One blocked rank in a [`DeadlockReport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankWait {
+    /// The blocked rank.
+    pub rank: usize,
+    /// The call it is blocked in.
+    pub site: CallSite,
+    /// The call, described (`send(to 1, f32[2])`).
+    pub what: String,
+    /// The ranks whose action it needs.
+    pub waiting_for: Vec<usize>,
+}
+
+impl fmt::Display for DeadlockReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "deadlock: every unfinished rank is blocked and none can make progress")?;
+        for w in &self.waits {
+            write!(
+                f,
+                "\n  rank {} waits in {} at {} for rank(s) {}",
+                w.rank,
+                w.what,
+                w.site,
+                RanksFmt(&w.waiting_for)
+            )?;
+        }
+        write!(
+            f,
+            "\n  help: a blocking send waits for the matching recv; order the calls so that \
+             one side receives first, or issue both in one `ctx.batch()`"
+        )
+    }
+}
+
+impl Error {
+    /// Whether the message already names the rank it happened on.
+    pub(crate) fn names_rank(&self) -> bool {
+        !matches!(
+            self,
+            Error::User(_) | Error::Tensor(_) | Error::NotOnHost(_) | Error::Backend { .. } | Error::InvalidWorld { .. }
+        )
+    }
+}

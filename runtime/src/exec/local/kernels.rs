@@ -1,0 +1,316 @@
+//! Data movement for one member's share of one collective step.
+//!
+//! Every member reads its peers' buffers in place and writes a region no other member writes:
+//! its own output (all_gather, scatter, reduce_scatter, all_to_all, broadcast), its own part of
+//! the root's output (gather), or the slice of every output it owns (all_reduce, reduce). That
+//! disjointness is what makes the lock-free data path sound.
+
+use smallvec::SmallVec;
+
+use crate::element::Element;
+use crate::exec::Op;
+use crate::model::OpKind;
+use crate::reduce::Reducer;
+use crate::rules::rows;
+use crate::with_dtype;
+
+/// Entries below this many bytes are reduced whole by one member (chosen round-robin by step)
+/// rather than sliced: slicing tiny tensors costs more in bookkeeping than it saves.
+const SLICE_MIN_BYTES: usize = 8 * 1024;
+
+/// One collective step as seen by member `me` of `n`: every member's op, in member order.
+pub(crate) struct Step<'a> {
+    pub me: usize,
+    pub seq: u64,
+    pub ops: &'a [&'a Op],
+}
+
+impl Step<'_> {
+    fn n(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn mine(&self) -> &Op {
+        self.ops[self.me]
+    }
+
+    /// Member index of the root (validated to be a member before posting).
+    fn root(&self, members: &[usize]) -> usize {
+        let root = self.mine().desc.peer.unwrap_or(0);
+        members.binary_search(&root).unwrap_or(0)
+    }
+}
+
+/// Performs member `step.me`'s share of the step.
+///
+/// # Safety
+/// Every op in `step.ops` must be a validated op of the same collective step (their
+/// descriptions agree), posted by a member that stays blocked in this step until every member
+/// has finished its share, so that all buffers are live and sized as their shapes say.
+pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
+    let desc = &step.mine().desc;
+    let es = desc.dtype.size();
+    let n = step.n();
+    let me = step.me;
+    match desc.kind {
+        OpKind::Barrier | OpKind::Send | OpKind::Recv => {}
+        OpKind::Broadcast => {
+            let root = step.root(members);
+            if me != root {
+                let bytes = desc.numel() * es;
+                // SAFETY: the root's buffer and ours hold `numel` elements (agreed shape), are
+                // distinct tensors, and only we write ours during the step.
+                unsafe { copy_rows(step.mine().output.ptr, 0, step.ops[root].input.ptr, 0, 1, bytes) };
+            }
+        }
+        OpKind::AllReduce | OpKind::Reduce => {
+            let numel = desc.numel();
+            let Some((lo, hi)) = owned_range(numel, es, n, me, step.seq) else { return };
+            // SAFETY (pointer offsets): `lo < numel`, inside every member's buffer.
+            let dsts: SmallVec<[*mut u8; 8]> = if desc.kind == OpKind::AllReduce {
+                step.ops.iter().map(|o| unsafe { o.output.ptr.add(lo * es) }).collect()
+            } else {
+                let root = step.ops[step.root(members)];
+                SmallVec::from_slice(&[unsafe { root.output.ptr.add(lo * es) }])
+            };
+            let srcs: SmallVec<[*const u8; 8]> =
+                step.ops.iter().map(|o| o.input.ptr as *const u8).collect();
+            let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
+            with_dtype!(desc.dtype, T => {
+                let r = Reducer::<T>::new(op, n);
+                // SAFETY: [lo, hi) is within every member's buffer and owned by us alone.
+                unsafe { reduce_strided::<T>(&r, &srcs, 0, lo, &dsts, 0, 1, hi - lo) }
+            })
+        }
+        OpKind::ReduceScatter => {
+            let (outer, row) = rows(&desc.shape, desc.dim);
+            let chunk = row / n;
+            let srcs: SmallVec<[*const u8; 8]> =
+                step.ops.iter().map(|o| o.input.ptr as *const u8).collect();
+            let dst = [step.mine().output.ptr];
+            let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
+            with_dtype!(desc.dtype, T => {
+                let r = Reducer::<T>::new(op, n);
+                // SAFETY: inputs are [outer, row] on every member, our output [outer, chunk];
+                // column block `me` of the inputs is read only, and our output is ours.
+                unsafe { reduce_strided::<T>(&r, &srcs, row, me * chunk, &dst, chunk, outer, chunk) }
+            })
+        }
+        OpKind::AllGather => {
+            let (outer, inner) = rows(&desc.shape, desc.dim);
+            for (j, src) in step.ops.iter().enumerate() {
+                // SAFETY: our output is [outer, n*inner]; member j's input is [outer, inner].
+                unsafe {
+                    copy_rows(
+                        step.mine().output.ptr.add(j * inner * es),
+                        n * inner * es,
+                        src.input.ptr,
+                        inner * es,
+                        outer,
+                        inner * es,
+                    )
+                }
+            }
+        }
+        OpKind::Gather => {
+            let (outer, inner) = rows(&desc.shape, desc.dim);
+            let root = step.ops[step.root(members)];
+            // SAFETY: the root's output is [outer, n*inner]; we write only column block `me`.
+            unsafe {
+                copy_rows(
+                    root.output.ptr.add(me * inner * es),
+                    n * inner * es,
+                    step.mine().input.ptr,
+                    inner * es,
+                    outer,
+                    inner * es,
+                )
+            }
+        }
+        OpKind::Scatter => {
+            let (outer, inner) = rows(&desc.shape, desc.dim);
+            let root = step.ops[step.root(members)];
+            // SAFETY: the root's input is [outer, n*inner]; our output is [outer, inner].
+            unsafe {
+                copy_rows(
+                    step.mine().output.ptr,
+                    inner * es,
+                    root.input.ptr.add(me * inner * es),
+                    n * inner * es,
+                    outer,
+                    inner * es,
+                )
+            }
+        }
+        OpKind::AllToAll => {
+            let (outer, row) = rows(&desc.shape, desc.dim);
+            let chunk = row / n;
+            for (j, src) in step.ops.iter().enumerate() {
+                // SAFETY: inputs and our output are [outer, row]; we read column block `me` of
+                // member j's input and write column block j of our own output.
+                unsafe {
+                    copy_rows(
+                        step.mine().output.ptr.add(j * chunk * es),
+                        row * es,
+                        src.input.ptr.add(me * chunk * es),
+                        row * es,
+                        outer,
+                        chunk * es,
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// The element range member `me` reduces: a 64-byte-aligned slice of a large tensor, or all of
+/// a small one for the member chosen by `seq`.
+fn owned_range(numel: usize, es: usize, n: usize, me: usize, seq: u64) -> Option<(usize, usize)> {
+    if numel == 0 {
+        return None;
+    }
+    if numel * es < SLICE_MIN_BYTES {
+        return (seq % n as u64 == me as u64).then_some((0, numel));
+    }
+    let align = (64 / es).max(1);
+    let per = numel.div_ceil(n).div_ceil(align) * align;
+    let lo = (me * per).min(numel);
+    let hi = ((me + 1) * per).min(numel);
+    (lo < hi).then_some((lo, hi))
+}
+
+/// Copies `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows
+/// `dst_pitch` apart) — the host counterpart of `cuMemcpy2D`.
+///
+/// # Safety
+/// Both regions must be valid for the given geometry and must not overlap.
+pub(crate) unsafe fn copy_rows(
+    dst: *mut u8,
+    dst_pitch: usize,
+    src: *const u8,
+    src_pitch: usize,
+    rows: usize,
+    width: usize,
+) {
+    if width == 0 || rows == 0 {
+        return;
+    }
+    if rows == 1 || (dst_pitch == width && src_pitch == width) {
+        // SAFETY: contiguous case of the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, rows * width) };
+        return;
+    }
+    for r in 0..rows {
+        // SAFETY: row r of each region, per the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(r * src_pitch), dst.add(r * dst_pitch), width) };
+    }
+}
+
+/// For each of `rows` rows: `dst[row][..width] = reduce_j src_j[row][col..col + width]`, with
+/// source rows `src_pitch` elements apart and destination rows `dst_pitch` apart.
+///
+/// Works through cache-sized blocks so that each destination byte is written once and each
+/// source byte read once — the memory-traffic floor.
+///
+/// # Safety
+/// Every source must be valid for reads and every destination for writes over the geometry;
+/// no other thread may write the destination ranges, and a destination may alias a source only
+/// at the same element positions (in-place all_reduce).
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_strided<T: Element>(
+    r: &Reducer<T>,
+    srcs: &[*const u8],
+    src_pitch: usize,
+    col: usize,
+    dsts: &[*mut u8],
+    dst_pitch: usize,
+    rows: usize,
+    width: usize,
+) {
+    if width <= 64 {
+        unsafe { reduce_blocks::<T, 64>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
+    } else {
+        unsafe { reduce_blocks::<T, 2048>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn reduce_blocks<T: Element, const B: usize>(
+    r: &Reducer<T>,
+    srcs: &[*const u8],
+    src_pitch: usize,
+    col: usize,
+    dsts: &[*mut u8],
+    dst_pitch: usize,
+    rows: usize,
+    width: usize,
+) {
+    let mut acc = [T::default(); B];
+    for row in 0..rows {
+        let mut start = 0;
+        while start < width {
+            let m = (width - start).min(B);
+            let acc = &mut acc[..m];
+            let at = row * src_pitch + col + start;
+            for (j, &s) in srcs.iter().enumerate() {
+                // SAFETY: within source j's buffer per the contract; the slice is dropped
+                // before any destination (which may alias it) is written.
+                let x = unsafe { std::slice::from_raw_parts((s as *const T).add(at), m) };
+                if j == 0 {
+                    r.init(acc, x);
+                } else {
+                    r.combine(acc, x);
+                }
+            }
+            r.finish(acc);
+            let to = row * dst_pitch + start;
+            for &d in dsts {
+                // SAFETY: within destination d per the contract, written only by us.
+                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), (d as *mut T).add(to), m) };
+            }
+            start += m;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_ranges_partition_large_tensors() {
+        for n in 1..=8 {
+            for numel in [4096usize, 5000, 100_003] {
+                let mut covered = 0;
+                let mut next = 0;
+                for me in 0..n {
+                    if let Some((lo, hi)) = owned_range(numel, 4, n, me, 0) {
+                        assert_eq!(lo, next);
+                        assert_eq!(lo % 16, 0);
+                        covered += hi - lo;
+                        next = hi;
+                    }
+                }
+                assert_eq!(covered, numel, "n={n} numel={numel}");
+            }
+        }
+    }
+
+    #[test]
+    fn small_tensors_have_one_owner_per_step() {
+        for seq in 0..5u64 {
+            let owners: Vec<_> = (0..3).filter(|&me| owned_range(10, 4, 3, me, seq).is_some()).collect();
+            assert_eq!(owners, vec![(seq % 3) as usize]);
+        }
+        assert_eq!(owned_range(0, 4, 3, 0, 0), None);
+    }
+
+    #[test]
+    fn strided_copy_moves_columns() {
+        // Copy a [3, 2] block into columns 2..4 of a [3, 4] matrix.
+        let src: Vec<u8> = (0..6).collect();
+        let mut dst = vec![9u8; 12];
+        unsafe { copy_rows(dst.as_mut_ptr().add(2), 4, src.as_ptr(), 2, 3, 2) };
+        assert_eq!(dst, [9, 9, 0, 1, 9, 9, 2, 3, 9, 9, 4, 5]);
+    }
+}

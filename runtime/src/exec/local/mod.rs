@@ -1,0 +1,493 @@
+//! The in-process backend: one thread per rank, sharing memory.
+//!
+//! # Protocol
+//!
+//! A rank runs a batch in three moves:
+//!
+//! 1. **Post.** Its ops are grouped by target — a communicator, or the channel to one peer —
+//!    and each run is published through atomics: `base` and `entries` (a pointer to the ops,
+//!    which stay in this rank's frame), then `posted` with `Release`. Receives are not
+//!    published: the receiver pulls.
+//! 2. **Progress.** Repeatedly, for every run: a collective step whose members have all posted
+//!    is checked for agreement (every member compares every member's description, so nobody
+//!    touches a buffer sized by a disagreeing peer) and this member does its share
+//!    (`kernels::run_share`), reading peers' buffers in place and writing a region only it
+//!    writes, then bumps its `done`. A receive whose send is posted copies straight from the
+//!    sender's tensor and bumps the channel's `copied`.
+//! 3. **Complete.** The batch is done when every member's `done` covers its steps and every
+//!    send has been copied. Only then may the rank return, so its buffers outlive every peer's
+//!    access: a peer reads a posted op only while the step it belongs to is unfinished, and the
+//!    poster cannot finish it without that peer.
+//!
+//! Waiting spins, then yields, then parks (see `world`); a rank that publishes progress wakes
+//! only the ranks that could need it. Every live rank asleep is a deadlock, reported with each
+//! rank's call site. Disagreeing descriptions, size mismatches, failed or exited peers and
+//! timeouts stop the world with an error instead of a hang.
+
+mod kernels;
+mod world;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use crate::error::{Error, PeerFailure, RankWait, Result};
+use crate::exec::{Backend, Op};
+use crate::model::{GroupId, OpKind};
+
+use kernels::{Step, copy_rows};
+pub(crate) use world::{Abort, Shared};
+use world::GroupState;
+
+/// Spin iterations before yielding, when every rank has a core.
+const SPINS: u32 = 4_000;
+/// Spin iterations before yielding, when ranks outnumber cores.
+const SPINS_OVERSUBSCRIBED: u32 = 64;
+/// How long a rank with nothing to do keeps yielding before it parks. Waking a parked thread
+/// costs tens of microseconds; a collective's peers usually arrive well within this.
+const YIELD_FOR: Duration = Duration::from_micros(300);
+
+/// The local backend's handle for one rank.
+pub struct LocalBackend {
+    shared: Arc<Shared>,
+    rank: usize,
+    /// Communicators this rank has used, by id.
+    groups: Vec<Option<Arc<GroupState>>>,
+    /// Collective steps posted so far, per communicator id.
+    steps: Vec<u64>,
+    /// Messages posted to each peer, and received from each peer.
+    sent: Vec<u64>,
+    received: Vec<u64>,
+}
+
+/// Where a run of ops goes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Target {
+    Coll(GroupId),
+    Send(usize),
+    Recv(usize),
+}
+
+fn target(op: &Op) -> Target {
+    match op.desc.kind {
+        OpKind::Send => Target::Send(op.desc.peer.unwrap_or(0)),
+        OpKind::Recv => Target::Recv(op.desc.peer.unwrap_or(0)),
+        _ => Target::Coll(op.desc.group),
+    }
+}
+
+/// A maximal run of a batch's ops with one target, and this rank's progress through it.
+struct Run {
+    target: Target,
+    /// Index of the first op in the (sorted) batch.
+    start: usize,
+    len: usize,
+    /// Sequence number (step or message index) of the first op.
+    base: u64,
+    /// Next step to process (collectives, receives).
+    next: u64,
+    /// Member index of this rank (collectives).
+    me: usize,
+    group: Option<Arc<GroupState>>,
+    complete: bool,
+}
+
+impl Run {
+    fn end(&self) -> u64 {
+        self.base + self.len as u64
+    }
+}
+
+/// Result of one pass over a batch.
+#[derive(Default)]
+struct Pass {
+    progressed: bool,
+    complete: bool,
+    /// The first run still waiting: its op index and the ranks it waits for.
+    blocked: Option<(usize, SmallVec<[usize; 8]>)>,
+}
+
+impl LocalBackend {
+    pub(crate) fn new(shared: Arc<Shared>, rank: usize) -> Self {
+        let world = shared.world;
+        LocalBackend {
+            shared,
+            rank,
+            groups: Vec::new(),
+            steps: Vec::new(),
+            sent: vec![0; world],
+            received: vec![0; world],
+        }
+    }
+
+    fn group_state(&mut self, id: GroupId) -> Result<Arc<GroupState>> {
+        let i = id.0 as usize;
+        if self.groups.len() <= i {
+            self.groups.resize(i + 1, None);
+            self.steps.resize(i + 1, 0);
+        }
+        if self.groups[i].is_none() {
+            self.groups[i] = self.shared.group(id);
+        }
+        self.groups[i].clone().ok_or_else(|| Error::Backend {
+            backend: "local",
+            detail: format!("group id {} was not created in this world", id.0),
+        })
+    }
+
+    /// Splits the (sorted) batch into runs and publishes them.
+    fn post(&mut self, ops: &[Op]) -> Result<SmallVec<[Run; 4]>> {
+        let mut runs: SmallVec<[Run; 4]> = SmallVec::new();
+        let mut i = 0;
+        while i < ops.len() {
+            let t = target(&ops[i]);
+            let len = ops[i..].iter().take_while(|o| target(o) == t).count();
+            let (base, me, group) = match t {
+                Target::Coll(id) => {
+                    let g = self.group_state(id)?;
+                    let me = g.members.binary_search(&self.rank).map_err(|_| Error::Backend {
+                        backend: "local",
+                        detail: format!("rank {} posted to a group it is not in", self.rank),
+                    })?;
+                    let base = self.steps[id.0 as usize];
+                    self.steps[id.0 as usize] += len as u64;
+                    (base, me, Some(g))
+                }
+                Target::Send(dst) => {
+                    let base = self.sent[dst];
+                    self.sent[dst] += len as u64;
+                    (base, 0, None)
+                }
+                Target::Recv(src) => {
+                    let base = self.received[src];
+                    self.received[src] += len as u64;
+                    (base, 0, None)
+                }
+            };
+            runs.push(Run { target: t, start: i, len, base, next: base, me, group, complete: false });
+            i += len;
+        }
+        let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
+        for run in &runs {
+            // Peers only ever read through this pointer.
+            let entries = ops[run.start..].as_ptr().cast_mut();
+            match run.target {
+                Target::Coll(_) => {
+                    let g = run.group.as_ref().expect("collective runs carry their group");
+                    let slot = &g.slots[run.me];
+                    slot.base.store(run.base, Ordering::Relaxed);
+                    slot.entries.store(entries, Ordering::Relaxed);
+                    slot.posted.store(run.end(), Ordering::Release);
+                    woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+                }
+                Target::Send(dst) => {
+                    let chan = self.shared.chan(self.rank, dst);
+                    chan.base.store(run.base, Ordering::Relaxed);
+                    chan.entries.store(entries, Ordering::Relaxed);
+                    chan.posted.store(run.end(), Ordering::Release);
+                    woken.push(dst);
+                }
+                Target::Recv(_) => {}
+            }
+        }
+        self.shared.wake(woken);
+        Ok(runs)
+    }
+
+    /// One pass over every unfinished run: do whatever work is possible.
+    fn pass(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
+        if !self.shared.enter(self.rank) {
+            let site = runs.iter().find(|r| !r.complete).map(|r| ops[r.start].desc.site);
+            return Err(self.shared.abort_error(self.rank, site));
+        }
+        let result = self.pass_inner(runs, ops);
+        self.shared.leave(self.rank);
+        result
+    }
+
+    fn pass_inner(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
+        let mut pass = Pass::default();
+        let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
+        for run in runs.iter_mut().filter(|r| !r.complete) {
+            let waiting = match run.target {
+                Target::Coll(_) => self.progress_coll(run, ops, &mut pass, &mut woken)?,
+                Target::Send(dst) => {
+                    let copied = self.shared.chan(self.rank, dst).copied.0.load(Ordering::Acquire);
+                    if copied >= run.end() {
+                        run.complete = true;
+                        None
+                    } else {
+                        Some((run.start + (copied.max(run.base) - run.base) as usize, SmallVec::from_slice(&[dst])))
+                    }
+                }
+                Target::Recv(src) => self.progress_recv(run, src, ops, &mut pass, &mut woken)?,
+            };
+            if pass.blocked.is_none() {
+                pass.blocked = waiting;
+            }
+        }
+        pass.complete = runs.iter().all(|r| r.complete);
+        if !woken.is_empty() {
+            self.shared.wake(woken);
+        }
+        Ok(pass)
+    }
+
+    fn progress_coll(
+        &self,
+        run: &mut Run,
+        ops: &[Op],
+        pass: &mut Pass,
+        woken: &mut SmallVec<[usize; 8]>,
+    ) -> Result<Option<(usize, SmallVec<[usize; 8]>)>> {
+        let g = run.group.as_ref().expect("collective runs carry their group");
+        while run.next < run.end() {
+            let k = run.next;
+            let idx = run.start + (k - run.base) as usize;
+            let missing: SmallVec<[usize; 8]> = g
+                .slots
+                .iter()
+                .zip(g.members.iter())
+                .filter(|(s, _)| s.posted.load(Ordering::Acquire) <= k)
+                .map(|(_, &r)| r)
+                .collect();
+            if !missing.is_empty() {
+                return Ok(Some((idx, missing)));
+            }
+            let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(g.members.len());
+            for (j, slot) in g.slots.iter().enumerate() {
+                if j == run.me {
+                    entries.push(&ops[idx]);
+                    continue;
+                }
+                let base = slot.base.load(Ordering::Relaxed);
+                let ptr = slot.entries.load(Ordering::Relaxed);
+                // SAFETY: member j has posted step k (Acquire above) and cannot complete it —
+                // nor repost its slot — before we bump our `done` past k, so `ptr` points to
+                // its live ops for steps base.. and step k is among them.
+                entries.push(unsafe { &*ptr.add((k - base) as usize) });
+            }
+            self.check_agreement(&entries, &g.members, k)?;
+            // SAFETY: all members posted agreeing, validated ops for step k and stay in it until
+            // every member (us included) marks it done.
+            unsafe { kernels::run_share(&Step { me: run.me, seq: k, ops: &entries }, &g.members) };
+            g.slots[run.me].done.store(k + 1, Ordering::Release);
+            woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+            pass.progressed = true;
+            run.next += 1;
+        }
+        let behind: SmallVec<[usize; 8]> = g
+            .slots
+            .iter()
+            .zip(g.members.iter())
+            .filter(|(s, _)| s.done.load(Ordering::Acquire) < run.end())
+            .map(|(_, &r)| r)
+            .collect();
+        if behind.is_empty() {
+            run.complete = true;
+            Ok(None)
+        } else {
+            Ok(Some((run.start + run.len - 1, behind)))
+        }
+    }
+
+    /// Every member checks all members against member 0, so all of them stop on the same,
+    /// deterministic report before touching a buffer.
+    fn check_agreement(&self, entries: &[&Op], members: &[usize], step: u64) -> Result<()> {
+        let first = &entries[0].desc;
+        if let Some(j) = entries.iter().position(|e| !e.desc.agrees_with(first)) {
+            let other = &entries[j].desc;
+            let err = Error::CollectiveMismatch {
+                members: members.to_vec(),
+                step,
+                rank_a: members[0],
+                what_a: first.summary(),
+                site_a: first.site,
+                rank_b: members[j],
+                what_b: other.summary(),
+                site_b: other.site,
+            };
+            self.shared.abort(Abort::Error(err.clone()));
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    fn progress_recv(
+        &self,
+        run: &mut Run,
+        src: usize,
+        ops: &[Op],
+        pass: &mut Pass,
+        woken: &mut SmallVec<[usize; 8]>,
+    ) -> Result<Option<(usize, SmallVec<[usize; 8]>)>> {
+        let chan = self.shared.chan(src, self.rank);
+        while run.next < run.end() {
+            let k = run.next;
+            let idx = run.start + (k - run.base) as usize;
+            if chan.posted.load(Ordering::Acquire) <= k {
+                return Ok(Some((idx, SmallVec::from_slice(&[src]))));
+            }
+            let base = chan.base.load(Ordering::Relaxed);
+            // SAFETY: the sender posted message k (Acquire above) and its send cannot complete
+            // before we bump `copied` past k, so the op and its tensor are live.
+            let send = unsafe { &*chan.entries.load(Ordering::Relaxed).add((k - base) as usize) };
+            let recv = &ops[idx];
+            if send.desc.dtype != recv.desc.dtype || send.input.len != recv.output.len {
+                let err = Error::P2pMismatch {
+                    src,
+                    dst: self.rank,
+                    send_site: send.desc.site,
+                    recv_site: recv.desc.site,
+                    send_what: format!("{}[{}]", send.desc.dtype, send.input.len),
+                    recv_what: format!("{}[{}]", recv.desc.dtype, recv.output.len),
+                };
+                self.shared.abort(Abort::Error(err.clone()));
+                return Err(err);
+            }
+            let bytes = recv.output.len * recv.desc.dtype.size();
+            // SAFETY: same dtype and length; the sender's tensor is live (above) and only read,
+            // ours is exclusively borrowed by this call. A self-send in a batch reads one tensor
+            // and writes another, distinct borrow.
+            unsafe { copy_rows(recv.output.ptr, 0, send.input.ptr, 0, 1, bytes) };
+            chan.copied.0.store(k + 1, Ordering::Release);
+            woken.push(src);
+            pass.progressed = true;
+            run.next += 1;
+        }
+        run.complete = true;
+        Ok(None)
+    }
+
+    /// Drives the posted runs to completion, spinning, yielding and finally parking.
+    fn wait(&self, runs: &mut [Run], ops: &[Op]) -> Result<()> {
+        let started = Instant::now();
+        let deadline = self.shared.timeout.map(|t| started + t);
+        let spins = if self.shared.oversubscribed { SPINS_OVERSUBSCRIBED } else { SPINS };
+        let mut idle: u32 = 0;
+        let mut idle_since: Option<Instant> = None;
+        let mut announced = false;
+        loop {
+            if self.shared.is_aborted() {
+                if announced {
+                    self.shared.withdraw(self.rank);
+                }
+                let site = runs.iter().find(|r| !r.complete).map(|r| ops[r.start].desc.site);
+                return Err(self.shared.abort_error(self.rank, site));
+            }
+            let pass = self.pass(runs, ops)?;
+            if pass.complete || pass.progressed {
+                if announced {
+                    self.shared.withdraw(self.rank);
+                    announced = false;
+                }
+                if pass.complete {
+                    return Ok(());
+                }
+                idle = 0;
+                idle_since = None;
+                continue;
+            }
+            let (op_idx, waiting_for) = pass.blocked.unwrap_or((0, SmallVec::new()));
+            // A peer that has returned will never post what we wait for.
+            if let Some(&gone) = waiting_for.iter().find(|&&r| self.shared.has_exited(r)) {
+                // Re-check once: its last posts happened before it marked itself exited.
+                let again = self.pass(runs, ops)?;
+                if !(again.progressed || again.complete) {
+                    if announced {
+                        self.shared.withdraw(self.rank);
+                    }
+                    return Err(Error::PeerFailed {
+                        rank: self.rank,
+                        peer: gone,
+                        reason: PeerFailure::Exited,
+                        site: Some(ops[op_idx].desc.site),
+                    });
+                }
+                continue;
+            }
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Err(self.timed_out(&ops[op_idx], waiting_for.to_vec(), started, announced));
+                }
+            }
+            idle = idle.saturating_add(1);
+            if idle < spins {
+                std::hint::spin_loop();
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < YIELD_FOR {
+                std::thread::yield_now();
+                continue;
+            }
+            if !announced {
+                let desc = &ops[op_idx].desc;
+                let wait = RankWait {
+                    rank: self.rank,
+                    site: desc.site,
+                    what: desc.summary(),
+                    waiting_for: waiting_for.to_vec(),
+                };
+                self.shared.announce(self.rank, wait);
+                announced = true;
+                continue; // look for work once more before sleeping
+            }
+            announced = false;
+            if self.shared.sleep(self.rank, deadline).is_err() {
+                return Err(self.timed_out(&ops[op_idx], waiting_for.to_vec(), started, false));
+            }
+            idle = 0;
+            idle_since = None;
+        }
+    }
+
+    fn timed_out(&self, op: &Op, waiting_for: Vec<usize>, started: Instant, announced: bool) -> Error {
+        if announced {
+            self.shared.withdraw(self.rank);
+        }
+        let err = Error::Timeout {
+            rank: self.rank,
+            site: op.desc.site,
+            what: op.desc.summary(),
+            waiting_for,
+            after: started.elapsed(),
+        };
+        self.shared.abort(Abort::Failed { peer: self.rank, reason: PeerFailure::Errored(err.to_string()) });
+        err
+    }
+}
+
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn create_group(&mut self, members: &[usize], ordinal: u32) -> Result<GroupId> {
+        Ok(self.shared.group_id(members, ordinal))
+    }
+
+    fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
+        if self.shared.is_aborted() {
+            let site = ops.first().map(|o| o.desc.site);
+            return Err(self.shared.abort_error(self.rank, site));
+        }
+        if ops.len() > 1 {
+            // Stable: order within one communicator or channel is the user's order.
+            ops.sort_by_key(target);
+        }
+        let mut runs = self.post(ops)?;
+        let result = self.wait(&mut runs, ops);
+        if let Err(e) = &result {
+            // Peers may be reading our posted ops right now. Stop the world (a no-op if it is
+            // already stopping) so no new access starts, and wait out the ones under way before
+            // our buffers can be freed.
+            let reason = PeerFailure::Errored(e.to_string());
+            self.shared.abort(Abort::Failed { peer: self.rank, reason });
+            self.shared.quiesce(self.rank);
+        }
+        result
+    }
+}

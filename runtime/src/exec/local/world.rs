@@ -1,0 +1,309 @@
+//! State shared by the ranks of one in-process world, and the slow path that parks, wakes and
+//! detects deadlocks.
+//!
+//! The data path is lock-free: ranks publish the ops they post through per-member and
+//! per-channel atomics (see `engine`). The single mutex here is taken only by a rank that has
+//! found nothing to do for a while and is about to sleep, by ranks waking such sleepers, and at
+//! exit — never to move data.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::error::{DeadlockReport, Error, PeerFailure, RankWait};
+use crate::exec::Op;
+use crate::model::{CallSite, GroupId};
+
+/// A rank's published run of collective ops on one communicator.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct CollSlot {
+    /// One past the last step this member has posted (Release; readers Acquire).
+    pub posted: AtomicU64,
+    /// The step of `entries[0]`.
+    pub base: AtomicU64,
+    /// The member's ops for steps `base..posted`, in its own stack/heap frame.
+    pub entries: AtomicPtr<Op>,
+    /// Number of steps whose share this member has finished (Release; readers Acquire).
+    pub done: AtomicU64,
+}
+
+/// A communicator: its members and one slot per member.
+pub(crate) struct GroupState {
+    pub members: Box<[usize]>,
+    pub slots: Box<[CollSlot]>,
+}
+
+/// The sender's side of the ordered channel `src → dst`.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct Chan {
+    pub posted: AtomicU64,
+    pub base: AtomicU64,
+    pub entries: AtomicPtr<Op>,
+    /// Messages delivered: written by the receiver after copying (its own cache line).
+    pub copied: PaddedU64,
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct PaddedU64(pub AtomicU64);
+
+#[repr(align(128))]
+#[derive(Default)]
+struct PaddedBool(AtomicBool);
+
+/// Why the world stopped early. The first cause wins; every rank reports it.
+#[derive(Debug, Clone)]
+pub(crate) enum Abort {
+    /// A rank failed; the others report `PeerFailed`.
+    Failed { peer: usize, reason: PeerFailure },
+    /// A world-level error every rank returns as is (deadlock, mismatch).
+    Error(Error),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Park {
+    Running,
+    /// Announced it will sleep; has not yet re-checked for work.
+    Announced,
+    /// Re-checked after announcing and found nothing; waiting to be woken.
+    Sleeping,
+}
+
+struct Ctl {
+    park: Vec<Park>,
+    waits: Vec<Option<RankWait>>,
+}
+
+/// Everything the ranks of one world share.
+pub(crate) struct Shared {
+    pub world: usize,
+    pub timeout: Option<Duration>,
+    /// Whether there are more ranks than cores (then waiting ranks yield early).
+    pub oversubscribed: bool,
+    chans: Box<[Chan]>,
+    groups: RwLock<Vec<Arc<GroupState>>>,
+    registry: Mutex<HashMap<(Vec<usize>, u32), GroupId>>,
+    exited: Box<[AtomicBool]>,
+    /// Set while a rank is inside a progress pass (and may touch peers' buffers).
+    busy: Box<[PaddedBool]>,
+    aborted: AtomicBool,
+    abort: OnceLock<Abort>,
+    /// Ranks announced or sleeping; wakers skip the mutex while it is zero.
+    parked: AtomicUsize,
+    ctl: Mutex<Ctl>,
+    cvs: Box<[Condvar]>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing panics while holding these locks; if something did, the state is still valid.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn new(world: usize, timeout: Option<Duration>) -> Arc<Self> {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let world_group = Arc::new(GroupState {
+            members: (0..world).collect(),
+            slots: (0..world).map(|_| CollSlot::default()).collect(),
+        });
+        let mut registry = HashMap::new();
+        registry.insert(((0..world).collect(), u32::MAX), GroupId::WORLD);
+        Arc::new(Shared {
+            world,
+            timeout,
+            oversubscribed: world > cores,
+            chans: (0..world * world).map(|_| Chan::default()).collect(),
+            groups: RwLock::new(vec![world_group]),
+            registry: Mutex::new(registry),
+            exited: (0..world).map(|_| AtomicBool::new(false)).collect(),
+            busy: (0..world).map(|_| PaddedBool::default()).collect(),
+            aborted: AtomicBool::new(false),
+            abort: OnceLock::new(),
+            parked: AtomicUsize::new(0),
+            ctl: Mutex::new(Ctl {
+                park: vec![Park::Running; world],
+                waits: vec![None; world],
+            }),
+            cvs: (0..world).map(|_| Condvar::new()).collect(),
+        })
+    }
+
+    pub fn chan(&self, src: usize, dst: usize) -> &Chan {
+        &self.chans[src * self.world + dst]
+    }
+
+    pub fn group_id(&self, members: &[usize], ordinal: u32) -> GroupId {
+        let mut reg = lock(&self.registry);
+        if let Some(&id) = reg.get(&(members.to_vec(), ordinal)) {
+            return id;
+        }
+        let mut groups = self.groups.write().unwrap_or_else(PoisonError::into_inner);
+        let id = GroupId(groups.len() as u32);
+        groups.push(Arc::new(GroupState {
+            members: members.into(),
+            slots: members.iter().map(|_| CollSlot::default()).collect(),
+        }));
+        reg.insert((members.to_vec(), ordinal), id);
+        id
+    }
+
+    pub fn group(&self, id: GroupId) -> Option<Arc<GroupState>> {
+        let groups = self.groups.read().unwrap_or_else(PoisonError::into_inner);
+        groups.get(id.0 as usize).cloned()
+    }
+
+    /// Marks `rank` as possibly touching peers' buffers; `false` if the world is stopping,
+    /// in which case it must not touch them.
+    ///
+    /// `SeqCst` on both sides (here and in [`Shared::abort`] + [`Shared::quiesce`]): either
+    /// this check sees the abort, or the quiescing rank sees us busy and waits for us.
+    pub fn enter(&self, rank: usize) -> bool {
+        self.busy[rank].0.store(true, Ordering::SeqCst);
+        if self.aborted.load(Ordering::SeqCst) {
+            self.busy[rank].0.store(false, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
+    /// Ends what [`Shared::enter`] began.
+    pub fn leave(&self, rank: usize) {
+        self.busy[rank].0.store(false, Ordering::Release);
+    }
+
+    /// After an abort: waits until no other rank is inside a progress pass, so that buffers
+    /// `rank` posted can no longer be read or written by anyone.
+    pub fn quiesce(&self, rank: usize) {
+        for (r, b) in self.busy.iter().enumerate() {
+            while r != rank && b.0.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    pub fn has_exited(&self, rank: usize) -> bool {
+        self.exited[rank].load(Ordering::Acquire)
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    /// The error rank `rank` (waiting at `site`) reports for the abort.
+    pub fn abort_error(&self, rank: usize, site: Option<CallSite>) -> Error {
+        match self.abort.get() {
+            Some(Abort::Failed { peer, reason }) => {
+                Error::PeerFailed { rank, peer: *peer, reason: reason.clone(), site }
+            }
+            Some(Abort::Error(e)) => e.clone(),
+            None => Error::Backend { backend: "local", detail: "world aborted".into() },
+        }
+    }
+
+    /// The first abort cause, if any.
+    pub fn abort_cause(&self) -> Option<&Abort> {
+        self.abort.get()
+    }
+
+    /// Stops the world: every waiting rank wakes and returns the error for `cause` (unless an
+    /// earlier cause won).
+    pub fn abort(&self, cause: Abort) {
+        let _ = self.abort.set(cause);
+        self.aborted.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Marks `rank` as finished (its function returned) and wakes everyone so that ranks
+    /// waiting on it notice.
+    pub fn exit(&self, rank: usize) {
+        self.exited[rank].store(true, Ordering::Release);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let mut ctl = lock(&self.ctl);
+        for r in 0..self.world {
+            self.unpark(&mut ctl, r);
+        }
+    }
+
+    fn unpark(&self, ctl: &mut Ctl, r: usize) {
+        if ctl.park[r] != Park::Running {
+            ctl.park[r] = Park::Running;
+            self.parked.fetch_sub(1, Ordering::SeqCst);
+            self.cvs[r].notify_one();
+        }
+    }
+
+    /// Called after publishing progress that `targets` may be waiting for.
+    pub fn wake(&self, targets: impl IntoIterator<Item = usize>) {
+        // Pairs with the fence in `announce`: either the sleeper's re-check sees our progress,
+        // or we see its announcement here.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.parked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut ctl = lock(&self.ctl);
+        for r in targets {
+            self.unpark(&mut ctl, r);
+        }
+    }
+
+    /// First half of going to sleep: announce it (with what we wait for). The caller must then
+    /// look for work once more before calling [`Shared::sleep`].
+    pub fn announce(&self, rank: usize, wait: RankWait) {
+        {
+            let mut ctl = lock(&self.ctl);
+            if ctl.park[rank] == Park::Running {
+                self.parked.fetch_add(1, Ordering::SeqCst);
+            }
+            ctl.park[rank] = Park::Announced;
+            ctl.waits[rank] = Some(wait);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Withdraws an announcement after finding work.
+    pub fn withdraw(&self, rank: usize) {
+        let mut ctl = lock(&self.ctl);
+        self.unpark(&mut ctl, rank);
+    }
+
+    /// Second half: sleep until woken. If every unfinished rank is asleep, nobody can wake
+    /// anybody: that is a deadlock, reported to all. Returns `Err` after `deadline`.
+    pub fn sleep(&self, rank: usize, deadline: Option<Instant>) -> Result<(), ()> {
+        let mut ctl = lock(&self.ctl);
+        if ctl.park[rank] != Park::Announced {
+            return Ok(()); // woken between the announcement and now
+        }
+        ctl.park[rank] = Park::Sleeping;
+        let all_asleep = (0..self.world).all(|r| ctl.park[r] == Park::Sleeping || self.has_exited(r));
+        if all_asleep {
+            let waits = (0..self.world).filter_map(|r| ctl.waits[r].clone()).collect();
+            drop(ctl);
+            self.abort(Abort::Error(Error::Deadlock(DeadlockReport { waits })));
+            return Ok(());
+        }
+        while ctl.park[rank] == Park::Sleeping {
+            ctl = match deadline {
+                None => self.cvs[rank].wait(ctl).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        self.unpark(&mut ctl, rank);
+                        return Err(());
+                    }
+                    self.cvs[rank]
+                        .wait_timeout(ctl, d - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,72 @@
+//! Execution backends behind one trait.
+//!
+//! A [`Ctx`](crate::Ctx) validates each call, describes it as an [`Op`] (an
+//! [`OpDesc`](crate::model::OpDesc) plus raw buffers), and hands batches of ops to its backend.
+//! Backends move the bytes; they never see `Tensor` or user types.
+
+use crate::error::Result;
+use crate::model::{GroupId, OpDesc};
+use crate::tensor::Device;
+
+#[cfg(feature = "local")]
+pub mod local;
+
+/// A raw view of a tensor's storage, as a backend sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Buf {
+    /// First byte. Null when the op has no such buffer on this rank.
+    pub ptr: *mut u8,
+    /// Length in elements.
+    pub len: usize,
+    /// Where the bytes live.
+    pub device: Device,
+}
+
+impl Buf {
+    /// No buffer (e.g. the output of `gather` on a non-root rank).
+    pub const NONE: Buf = Buf { ptr: std::ptr::null_mut(), len: 0, device: Device::Host };
+
+    /// Whether this is [`Buf::NONE`].
+    pub fn is_none(&self) -> bool {
+        self.ptr.is_null()
+    }
+}
+
+/// One validated communication call: what it is, and the buffers it reads and writes.
+///
+/// `input` is read, `output` is written; in-place calls (`broadcast`, `reduce`, `all_reduce`)
+/// set both to the same buffer. The buffers stay borrowed by the caller (through the `Ctx` or
+/// `Batch` method that built the op) until the backend returns.
+#[derive(Debug)]
+pub struct Op {
+    /// The call as data.
+    pub desc: OpDesc,
+    /// Buffer read by this rank's part of the call.
+    pub input: Buf,
+    /// Buffer written by this rank's part of the call.
+    pub output: Buf,
+}
+
+// SAFETY: an `Op` is only created by `Ctx`/`Batch` methods from live `&Tensor`/`&mut Tensor`
+// borrows that outlast the backend call, and backends touch the buffers only during that call.
+// The pointers are plain addresses; sharing them between rank threads is what the local
+// backend's protocol (see `exec::local`) is built to make sound.
+unsafe impl Send for Op {}
+// SAFETY: see `Send`; shared access to an `Op` only reads its fields.
+unsafe impl Sync for Op {}
+
+/// What every backend provides to a [`Ctx`](crate::Ctx).
+pub trait Backend: Send {
+    /// Short name for messages (`"local"`, `"mpi"`, `"nccl"`).
+    fn name(&self) -> &'static str;
+
+    /// Registers the communicator for a sorted, validated member list, the `ordinal`-th group
+    /// with exactly these members that this rank creates. Members that create the same groups in
+    /// the same order get the same id.
+    fn create_group(&mut self, members: &[usize], ordinal: u32) -> Result<GroupId>;
+
+    /// Runs a batch of validated ops (a single call is a batch of one) and returns when all of
+    /// them have completed on this rank. Ops on different communicators or peers may complete in
+    /// any order; ops on one communicator or one peer pair run in the order given.
+    fn execute(&mut self, ops: &mut [Op]) -> Result<()>;
+}

@@ -1,0 +1,152 @@
+//! `spawn`: run a rank program on one thread per rank (≈ `torch.multiprocessing.spawn`).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ctx::Ctx;
+use crate::error::{Error, PeerFailure, Result};
+use crate::exec::local::{Abort, LocalBackend, Shared};
+
+/// Settings for [`spawn_with`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Options {
+    /// Give up on any single communication call after this long (off by default: deadlocks,
+    /// mismatches and failed peers are detected without one).
+    pub timeout: Option<Duration>,
+}
+
+impl Options {
+    /// Sets [`Options::timeout`].
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+}
+
+/// Runs `f` on `world` threads, one per rank, and returns each rank's value in rank order.
+///
+/// If any rank fails, returns the root cause: the first rank's panic or error (ranks that only
+/// failed because of it are not reported), a deadlock with every rank's blocking call, or a
+/// collective mismatch naming both call sites. No thread outlives the call.
+pub fn spawn<T, F>(world: usize, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    spawn_with(world, Options::default(), f)
+}
+
+/// [`spawn`] with [`Options`].
+pub fn spawn_with<T, F>(world: usize, options: Options, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    let (results, shared) = run_ranks(world, &options, &f)?;
+    if results.iter().all(Result::is_ok) {
+        return Ok(results.into_iter().filter_map(Result::ok).collect());
+    }
+    Err(root_cause(results, shared.abort_cause()))
+}
+
+/// Like [`spawn_with`], but returns every rank's own result (echoes included), for callers that
+/// want to see how each rank ended. The outer `Err` is for an invalid world or a thread that
+/// could not be started.
+pub fn spawn_each<T, F>(world: usize, options: Options, f: F) -> Result<Vec<Result<T>>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    Ok(run_ranks(world, &options, &f)?.0)
+}
+
+type RankResults<T> = (Vec<Result<T>>, Arc<Shared>);
+
+fn run_ranks<T, F>(world: usize, options: &Options, f: &F) -> Result<RankResults<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    if world == 0 {
+        return Err(Error::InvalidWorld { world });
+    }
+    let shared = Shared::new(world, options.timeout);
+    let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
+        let mut handles = Vec::with_capacity(world);
+        for rank in 0..world {
+            let rank_shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("rank-{rank}"))
+                .spawn_scoped(scope, move || run_rank(rank, world, rank_shared, f));
+            match handle {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // Ranks already started would wait for this one forever: stop them.
+                    let detail = format!("could not start a thread for rank {rank}: {e}");
+                    let reason = PeerFailure::Errored(detail.clone());
+                    shared.abort(Abort::Failed { peer: rank, reason });
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(Error::Backend { backend: "local", detail });
+                }
+            }
+        }
+        Ok(handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| {
+                // `run_rank` catches the user's panics; a panic here is rankwise's own bug.
+                h.join().unwrap_or_else(|p| Err(Error::Panicked { rank, message: panic_message(&*p) }))
+            })
+            .collect())
+    })?;
+    Ok((results, shared))
+}
+
+fn run_rank<T, F>(rank: usize, world: usize, shared: Arc<Shared>, f: &F) -> Result<T>
+where
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    let backend = LocalBackend::new(Arc::clone(&shared), rank);
+    let mut ctx = Ctx::new(rank, world, Box::new(backend));
+    let result = match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+        Ok(r) => r,
+        Err(payload) => {
+            let message = panic_message(&*payload);
+            shared.abort(Abort::Failed { peer: rank, reason: PeerFailure::Panicked(message.clone()) });
+            Err(Error::Panicked { rank, message })
+        }
+    };
+    if let Err(e) = &result {
+        shared.abort(Abort::Failed { peer: rank, reason: PeerFailure::Errored(e.to_string()) });
+    }
+    shared.exit(rank);
+    result
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
+    }
+}
+
+/// The error that explains the others: the abort's first cause if there is one.
+fn root_cause<T>(results: Vec<Result<T>>, cause: Option<&Abort>) -> Error {
+    let mut errors: Vec<(usize, Error)> =
+        results.into_iter().enumerate().filter_map(|(r, res)| res.err().map(|e| (r, e))).collect();
+    let pick = match cause {
+        Some(Abort::Error(e)) => return e.clone(),
+        Some(Abort::Failed { peer, .. }) => errors.iter().position(|(r, _)| r == peer),
+        None => None,
+    };
+    let idx = pick.or_else(|| errors.iter().position(|(_, e)| !e.is_echo())).unwrap_or(0);
+    let (rank, err) = errors.swap_remove(idx);
+    if err.is_world_level() || err.names_rank() { err } else { Error::Rank { rank, source: Box::new(err) } }
+}

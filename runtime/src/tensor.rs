@@ -1,0 +1,350 @@
+//! `Tensor<T>`: a shape and contiguous row-major storage.
+//!
+//! Storage is an enum so that device memory (for the NCCL backend) is one more variant, not a
+//! second tensor type: communication code asks for raw buffers and the [`Device`] they live on.
+
+use std::fmt;
+
+use crate::element::{DType, Element};
+use crate::error::{Error, Result};
+use crate::model::{Shape, ShapeFmt};
+
+/// Where a tensor's data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Device {
+    /// Ordinary host memory.
+    Host,
+    /// Memory of CUDA device `n` (NCCL backend).
+    Cuda(u32),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Host => write!(f, "host"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+#[derive(Clone, PartialEq)]
+enum Storage<T> {
+    Host(Vec<T>),
+}
+
+/// A dense, row-major tensor of `T`.
+#[derive(Clone, PartialEq)]
+pub struct Tensor<T: Element> {
+    shape: Shape,
+    storage: Storage<T>,
+}
+
+/// Number of elements of `shape`, or an error if it overflows `usize`.
+pub(crate) fn checked_numel(shape: &[usize]) -> Result<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
+        Error::Tensor(format!("shape {} has more elements than fit in memory", ShapeFmt(shape)))
+    })
+}
+
+impl<T: Element> Tensor<T> {
+    /// A tensor of `shape` holding `data` in row-major order.
+    pub fn from_vec(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Self> {
+        let shape = shape.as_ref();
+        let numel = checked_numel(shape)?;
+        if numel != data.len() {
+            return Err(Error::Tensor(format!(
+                "shape {} holds {numel} element(s) but {} were given",
+                ShapeFmt(shape),
+                data.len()
+            )));
+        }
+        Ok(Tensor { shape: Shape::from_slice(shape), storage: Storage::Host(data) })
+    }
+
+    /// A tensor of `shape` with every element `value`.
+    pub fn full(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
+        let shape = shape.as_ref();
+        let numel = checked_numel(shape)?;
+        Tensor::from_vec(shape, vec![value; numel])
+    }
+
+    /// A tensor of `shape` filled with zeros.
+    pub fn zeros(shape: impl AsRef<[usize]>) -> Result<Self> {
+        Tensor::full(shape, T::default())
+    }
+
+    /// A tensor whose element at multi-index `idx` is `f(idx)`.
+    pub fn from_fn(shape: impl AsRef<[usize]>, mut f: impl FnMut(&[usize]) -> T) -> Result<Self> {
+        let shape = shape.as_ref();
+        let numel = checked_numel(shape)?;
+        let mut data = Vec::with_capacity(numel);
+        let mut idx = vec![0usize; shape.len()];
+        for _ in 0..numel {
+            data.push(f(&idx));
+            for d in (0..shape.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Tensor::from_vec(shape, data)
+    }
+
+    /// The extent of each dimension.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        match &self.storage {
+            Storage::Host(v) => v.len(),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        T::DTYPE
+    }
+
+    /// Where the data lives.
+    pub fn device(&self) -> Device {
+        match &self.storage {
+            Storage::Host(_) => Device::Host,
+        }
+    }
+
+    /// The elements in row-major order (host tensors only).
+    pub fn as_slice(&self) -> Result<&[T]> {
+        match &self.storage {
+            Storage::Host(v) => Ok(v),
+        }
+    }
+
+    /// The elements in row-major order, mutably (host tensors only).
+    pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        match &mut self.storage {
+            Storage::Host(v) => Ok(v),
+        }
+    }
+
+    /// A copy of the elements in row-major order, wherever they live.
+    pub fn to_vec(&self) -> Vec<T> {
+        match &self.storage {
+            Storage::Host(v) => v.clone(),
+        }
+    }
+
+    /// The elements in row-major order, wherever they live.
+    pub fn into_vec(self) -> Vec<T> {
+        match self.storage {
+            Storage::Host(v) => v,
+        }
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill(&mut self, value: T) {
+        match &mut self.storage {
+            Storage::Host(v) => v.fill(value),
+        }
+    }
+
+    /// The same data with another shape of the same element count.
+    pub fn reshape(mut self, shape: impl AsRef<[usize]>) -> Result<Self> {
+        let shape = shape.as_ref();
+        if checked_numel(shape)? != self.numel() {
+            return Err(Error::Tensor(format!(
+                "cannot reshape {} ({} elements) to {}",
+                ShapeFmt(&self.shape),
+                self.numel(),
+                ShapeFmt(shape)
+            )));
+        }
+        self.shape = Shape::from_slice(shape);
+        Ok(self)
+    }
+
+    /// The buffer the backends move data through: base pointer, element count and device.
+    pub(crate) fn raw(&self) -> (*const T, usize, Device) {
+        match &self.storage {
+            Storage::Host(v) => (v.as_ptr(), v.len(), Device::Host),
+        }
+    }
+
+    /// Mutable counterpart of [`Tensor::raw`].
+    pub(crate) fn raw_mut(&mut self) -> (*mut T, usize, Device) {
+        match &mut self.storage {
+            Storage::Host(v) => (v.as_mut_ptr(), v.len(), Device::Host),
+        }
+    }
+}
+
+impl<T: Element> From<Vec<T>> for Tensor<T> {
+    /// A one-dimensional tensor.
+    fn from(v: Vec<T>) -> Self {
+        Tensor { shape: Shape::from_slice(&[v.len()]), storage: Storage::Host(v) }
+    }
+}
+
+impl<T: Element> From<Tensor<T>> for Vec<T> {
+    fn from(t: Tensor<T>) -> Self {
+        t.into_vec()
+    }
+}
+
+#[cfg(feature = "ndarray")]
+mod nd {
+    use super::*;
+    use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+
+    impl<T: Element, S: Data<Elem = T>, D: Dimension> From<&ArrayBase<S, D>> for Tensor<T> {
+        /// Copies the array in logical (row-major) order, whatever its memory layout.
+        fn from(a: &ArrayBase<S, D>) -> Self {
+            Tensor {
+                shape: Shape::from_slice(a.shape()),
+                storage: Storage::Host(a.iter().copied().collect()),
+            }
+        }
+    }
+
+    impl<T: Element> Tensor<T> {
+        /// The tensor as an `ndarray` array of dynamic dimension.
+        pub fn to_ndarray(&self) -> ArrayD<T> {
+            ArrayD::from_shape_vec(IxDyn(&self.shape), self.to_vec())
+                .expect("a tensor's element count always matches its shape")
+        }
+    }
+
+    impl<T: Element> From<Tensor<T>> for ArrayD<T> {
+        fn from(t: Tensor<T>) -> Self {
+            let shape = t.shape.clone();
+            ArrayD::from_shape_vec(IxDyn(&shape), t.into_vec())
+                .expect("a tensor's element count always matches its shape")
+        }
+    }
+}
+
+impl<T: Element> fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor<{}>{} on {} ", T::DTYPE, ShapeFmt(&self.shape), self.device())?;
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl<T: Element> fmt::Display for Tensor<T> {
+    /// Prints like NumPy's `repr` of the array: nested brackets, right-aligned columns, and
+    /// integral floats as `3.`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let data = self.to_vec();
+        let cells = align_cells(data.iter().map(|&x| format_element(x)).collect());
+        let width = cells.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+        write_nested(f, &self.shape, &cells, width, 0)
+    }
+}
+
+fn format_element<T: Element>(x: T) -> String {
+    if T::DTYPE.is_float() {
+        let v = x.to_f64();
+        if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
+            format!("{v:.0}.")
+        } else {
+            format!("{v}")
+        }
+    } else {
+        format!("{:?}", x)
+    }
+}
+
+/// Aligns cells on their decimal point, as NumPy does: integer parts padded on the left,
+/// fractional parts on the right.
+fn align_cells(cells: Vec<String>) -> Vec<String> {
+    let split = |c: &str| -> (usize, usize) {
+        match c.find('.') {
+            Some(p) => (p, c.len() - p),
+            None => (c.len(), 0),
+        }
+    };
+    let int_w = cells.iter().map(|c| split(c).0).max().unwrap_or(0);
+    let frac_w = cells.iter().map(|c| split(c).1).max().unwrap_or(0);
+    cells
+        .into_iter()
+        .map(|c| {
+            let (i, fr) = split(&c);
+            format!("{}{c}{}", " ".repeat(int_w - i), " ".repeat(frac_w - fr))
+        })
+        .collect()
+}
+
+fn write_nested(
+    f: &mut fmt::Formatter<'_>,
+    shape: &[usize],
+    cells: &[String],
+    width: usize,
+    depth: usize,
+) -> fmt::Result {
+    let Some((&n, rest)) = shape.split_first() else {
+        return write!(f, "{:>width$}", cells.first().map(String::as_str).unwrap_or(""));
+    };
+    let stride: usize = rest.iter().product();
+    write!(f, "[")?;
+    for i in 0..n {
+        if i > 0 {
+            if rest.is_empty() {
+                write!(f, " ")?;
+            } else {
+                // NumPy separates sub-arrays with one newline per remaining dimension.
+                for _ in 0..rest.len() {
+                    writeln!(f)?;
+                }
+                write!(f, "{:indent$}", "", indent = depth + 1)?;
+            }
+        }
+        write_nested(f, rest, &cells[i * stride..(i + 1) * stride], width, depth + 1)?;
+    }
+    write!(f, "]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_check_sizes() {
+        assert!(Tensor::from_vec([2, 3], vec![0f32; 5]).is_err());
+        assert!(Tensor::<u8>::zeros([usize::MAX, 2]).is_err());
+        let t = Tensor::from_fn([2, 3], |i| (i[0] * 10 + i[1]) as i32).unwrap();
+        assert_eq!(t.as_slice().unwrap(), &[0, 1, 2, 10, 11, 12]);
+        assert!(t.clone().reshape([4]).is_err());
+        assert_eq!(t.reshape([3, 2]).unwrap().shape(), &[3, 2]);
+    }
+
+    #[test]
+    fn displays_like_numpy() {
+        let t = Tensor::from_fn([5, 2], |i| (i[1] * 10 + 1) as f32 - 1.0).unwrap();
+        let expect = "[[ 0. 10.]\n [ 0. 10.]\n [ 0. 10.]\n [ 0. 10.]\n [ 0. 10.]]";
+        assert_eq!(t.to_string(), expect);
+        let v = Tensor::from(vec![1.0f32, 2.0]);
+        assert_eq!(v.to_string(), "[1. 2.]");
+        let x = Tensor::from(vec![0.5f64, 2.0]);
+        assert_eq!(x.to_string(), "[0.5 2. ]");
+    }
+
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn ndarray_round_trip_respects_layout() {
+        let a = ndarray::arr2(&[[1i64, 2, 3], [4, 5, 6]]);
+        let t = Tensor::from(&a.t());
+        assert_eq!(t.shape(), &[3, 2]);
+        assert_eq!(t.as_slice().unwrap(), &[1, 4, 2, 5, 3, 6]);
+        let back: ndarray::ArrayD<i64> = t.into();
+        assert_eq!(back, a.t().into_dyn());
+    }
+}
