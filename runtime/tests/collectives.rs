@@ -1,0 +1,315 @@
+//! Every collective × dtype × reduce op × dim, worlds 1..=8, on the world, on odd ranks and on a
+//! split into halves; roots other than 0; odd and empty shapes. Each result is compared, bit for
+//! bit, with the sequential reference in `common`.
+
+mod common;
+
+use common::{concat, data, reduce, split, with_dim};
+use rankwise_runtime::{Ctx, DType, Element, Group, ReduceOp, Result, Tensor, spawn, with_dtype};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    AllReduce,
+    Reduce,
+    Broadcast,
+    AllGather,
+    Gather,
+    Scatter,
+    ReduceScatter,
+    AllToAll,
+    Barrier,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum GroupSpec {
+    World,
+    Odd,
+    Halves,
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    kind: Kind,
+    group: GroupSpec,
+    base: [usize; 3],
+    dim: usize,
+    op: ReduceOp,
+    /// Index of the root among the members (taken modulo the group size).
+    root_pick: usize,
+}
+
+fn members(spec: GroupSpec, world: usize, rank: usize) -> Option<Vec<usize>> {
+    match spec {
+        GroupSpec::World => Some((0..world).collect()),
+        GroupSpec::Odd => (rank % 2 == 1).then(|| (1..world).step_by(2).collect()),
+        GroupSpec::Halves => {
+            let h = world / 2;
+            Some(if rank < h { (0..h).collect() } else { (h..world).collect() })
+        }
+    }
+}
+
+fn cases(dtype: DType, world: usize) -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut specs = vec![GroupSpec::World];
+    if world >= 2 {
+        specs.extend([GroupSpec::Odd, GroupSpec::Halves]);
+    }
+    let ops: Vec<ReduceOp> = ReduceOp::ALL.into_iter().filter(|op| op.supports(dtype)).collect();
+    for group in specs {
+        let shapes: &[[usize; 3]] =
+            if group == GroupSpec::World { &[[3, 5, 2], [1, 1, 1], [0, 2, 3]] } else { &[[3, 5, 2]] };
+        for &base in shapes {
+            let mut push = |kind, dim, op, root_pick| {
+                out.push(Case { kind, group, base, dim, op, root_pick });
+            };
+            for (i, &op) in ops.iter().enumerate() {
+                push(Kind::AllReduce, 0, op, 0);
+                push(Kind::Reduce, 0, op, i + 1);
+                for dim in 0..3 {
+                    push(Kind::ReduceScatter, dim, op, 0);
+                }
+            }
+            for dim in 0..3 {
+                push(Kind::AllGather, dim, ReduceOp::Sum, 0);
+                push(Kind::Gather, dim, ReduceOp::Sum, dim + 1);
+                push(Kind::Scatter, dim, ReduceOp::Sum, dim + 2);
+                push(Kind::AllToAll, dim, ReduceOp::Sum, 0);
+            }
+            push(Kind::Broadcast, 0, ReduceOp::Sum, 3);
+            push(Kind::Barrier, 0, ReduceOp::Sum, 0);
+        }
+    }
+    out
+}
+
+/// Shape of each member's input for `case` over `n` members.
+fn input_shape(case: &Case, n: usize) -> Vec<usize> {
+    match case.kind {
+        Kind::ReduceScatter | Kind::AllToAll | Kind::Scatter => with_dim(&case.base, case.dim, |d| d * n),
+        _ => case.base.to_vec(),
+    }
+}
+
+/// Runs one case on this rank and returns what it ends up holding.
+fn run_case<T: Element>(ctx: &mut Ctx, c: usize, case: &Case, world_group: &Group, g: &Group) -> Result<Vec<T>> {
+    let rank = ctx.rank();
+    let n = g.size();
+    let root = g.members()[case.root_pick % n];
+    let in_shape = input_shape(case, n);
+    let mut x = Tensor::from_vec(&in_shape, data::<T>(rank, c, in_shape.iter().product()))?;
+    // Alternate between the world methods on `Ctx` and the same methods on a group handle.
+    let direct = g == world_group && c % 2 == 0;
+    macro_rules! call {
+        ($($m:tt)*) => {
+            if direct { ctx.$($m)* } else { ctx.group(g).$($m)* }
+        };
+    }
+    let base = case.base;
+    Ok(match case.kind {
+        Kind::AllReduce => {
+            call!(all_reduce(&mut x, case.op))?;
+            x.into_vec()
+        }
+        Kind::Reduce => {
+            call!(reduce(&mut x, root, case.op))?;
+            x.into_vec()
+        }
+        Kind::Broadcast => {
+            call!(broadcast(&mut x, root))?;
+            x.into_vec()
+        }
+        Kind::AllGather => {
+            let mut out = Tensor::zeros(with_dim(&base, case.dim, |d| d * n))?;
+            call!(all_gather(&x, &mut out, case.dim))?;
+            out.into_vec()
+        }
+        Kind::Gather => {
+            let mut out = Tensor::zeros(with_dim(&base, case.dim, |d| d * n))?;
+            let is_root = rank == root;
+            call!(gather(&x, is_root.then_some(&mut out), root, case.dim))?;
+            if is_root { out.into_vec() } else { Vec::new() }
+        }
+        Kind::Scatter => {
+            let mut out = Tensor::zeros(base)?;
+            call!(scatter((rank == root).then_some(&x), &mut out, root, case.dim))?;
+            out.into_vec()
+        }
+        Kind::ReduceScatter => {
+            let mut out = Tensor::zeros(base)?;
+            call!(reduce_scatter(&x, &mut out, case.op, case.dim))?;
+            out.into_vec()
+        }
+        Kind::AllToAll => {
+            let mut out = Tensor::zeros(&in_shape)?;
+            call!(all_to_all(&x, &mut out, case.dim))?;
+            out.into_vec()
+        }
+        Kind::Barrier => {
+            call!(barrier())?;
+            Vec::new()
+        }
+    })
+}
+
+/// What `rank` should hold after `case`, from the reference.
+fn expected<T: Element>(c: usize, case: &Case, world: usize, rank: usize) -> Option<Vec<T>> {
+    let m = members(case.group, world, rank)?;
+    let n = m.len();
+    let i = m.iter().position(|&r| r == rank).unwrap();
+    let root_i = case.root_pick % n;
+    let in_shape = input_shape(case, n);
+    let numel: usize = in_shape.iter().product();
+    let xs: Vec<Vec<T>> = m.iter().map(|&r| data::<T>(r, c, numel)).collect();
+    Some(match case.kind {
+        Kind::AllReduce => reduce(&xs, case.op),
+        Kind::Reduce => if i == root_i { reduce(&xs, case.op) } else { xs[i].clone() },
+        Kind::Broadcast => xs[root_i].clone(),
+        Kind::AllGather => concat(&xs, &case.base, case.dim),
+        Kind::Gather => if i == root_i { concat(&xs, &case.base, case.dim) } else { Vec::new() },
+        Kind::Scatter => split(&xs[root_i], &in_shape, case.dim, n).swap_remove(i),
+        Kind::ReduceScatter => split(&reduce(&xs, case.op), &in_shape, case.dim, n).swap_remove(i),
+        Kind::AllToAll => {
+            let parts: Vec<Vec<T>> =
+                xs.iter().map(|x| split(x, &in_shape, case.dim, n).swap_remove(i)).collect();
+            concat(&parts, &case.base, case.dim)
+        }
+        Kind::Barrier => Vec::new(),
+    })
+}
+
+fn check_dtype<T: Element>() {
+    for world in 1..=8 {
+        let cases = cases(T::DTYPE, world);
+        let got = spawn(world, |ctx| {
+            let world_group = ctx.world_group().clone();
+            let odd: Vec<usize> = (1..world).step_by(2).collect();
+            let odd_group = if world >= 2 { Some(ctx.new_group(&odd)?) } else { None };
+            let h = world / 2;
+            let halves = if world >= 2 { Some(ctx.split(&[&(0..h).collect::<Vec<_>>(), &(h..world).collect::<Vec<_>>()])?) } else { None };
+            let mut outs = Vec::with_capacity(cases.len());
+            for (c, case) in cases.iter().enumerate() {
+                let g = match case.group {
+                    GroupSpec::World => &world_group,
+                    GroupSpec::Odd => match &odd_group {
+                        Some(g) if g.contains(ctx.rank()) => g,
+                        _ => {
+                            outs.push(None);
+                            continue;
+                        }
+                    },
+                    GroupSpec::Halves => halves.as_ref().expect("halves exist for world >= 2"),
+                };
+                outs.push(Some(run_case::<T>(ctx, c, case, &world_group, g)?));
+            }
+            Ok(outs)
+        })
+        .unwrap_or_else(|e| panic!("{} world {world}: {e}", T::DTYPE));
+        for (rank, outs) in got.iter().enumerate() {
+            for (c, case) in cases.iter().enumerate() {
+                let want = expected::<T>(c, case, world, rank);
+                assert_eq!(outs[c], want, "{} world {world} rank {rank} case {c}: {case:?}", T::DTYPE);
+            }
+        }
+    }
+}
+
+macro_rules! per_dtype {
+    ($($name:ident => $d:ident),*) => {$(
+        #[test]
+        fn $name() {
+            with_dtype!(DType::$d, T => check_dtype::<T>())
+        }
+    )*};
+}
+
+per_dtype!(
+    every_collective_f32 => F32, every_collective_f64 => F64, every_collective_f16 => F16,
+    every_collective_bf16 => BF16, every_collective_i8 => I8, every_collective_u8 => U8,
+    every_collective_i32 => I32, every_collective_u32 => U32, every_collective_i64 => I64,
+    every_collective_u64 => U64
+);
+
+/// Point-to-point: a ring shift in a batch (world 1 sends to itself), and an ordered blocking
+/// exchange (even ranks send first) for every dtype's size class.
+#[test]
+fn ring_shift_and_ordered_exchange() {
+    for world in 1..=8 {
+        let got = spawn(world, |ctx| {
+            let (r, w) = (ctx.rank(), ctx.world());
+            let x = Tensor::from_vec([3], data::<i64>(r, 0, 3))?;
+            let mut y = Tensor::<i64>::zeros([3])?;
+            let mut b = ctx.batch();
+            b.send(&x, (r + 1) % w).recv(&mut y, (r + w - 1) % w);
+            b.run()?;
+            let mut z = Tensor::<f16>::zeros([2, 2])?;
+            if w >= 2 {
+                let peer = r ^ 1;
+                let mine = Tensor::from_vec([2, 2], data::<f16>(r, 1, 4))?;
+                if peer < w {
+                    if r % 2 == 0 {
+                        ctx.send(&mine, peer)?;
+                        ctx.recv(&mut z, peer)?;
+                    } else {
+                        ctx.recv(&mut z, peer)?;
+                        ctx.send(&mine, peer)?;
+                    }
+                }
+            }
+            Ok((y.into_vec(), z.into_vec()))
+        })
+        .unwrap();
+        for (r, (y, z)) in got.iter().enumerate() {
+            assert_eq!(y, &data::<i64>((r + world - 1) % world, 0, 3), "world {world} rank {r}");
+            let peer = r ^ 1;
+            if world >= 2 && peer < world {
+                assert_eq!(z, &data::<f16>(peer, 1, 4));
+            } else {
+                assert_eq!(z, &vec![f16::ZERO; 4]);
+            }
+        }
+    }
+}
+
+use rankwise_runtime::f16;
+
+/// A batch mixing p2p with several collectives on two communicators; the same-kind collectives
+/// fuse into one synchronisation, and each must still produce its own result.
+#[test]
+fn mixed_batches() {
+    for world in 2..=8 {
+        let got = spawn(world, |ctx| {
+            let r = ctx.rank();
+            let w = ctx.world();
+            let evens: Vec<usize> = (0..w).step_by(2).collect();
+            let g = ctx.new_group(&evens)?;
+            let mut a: Vec<Tensor<f32>> =
+                (0..5).map(|k| Tensor::full([k + 1], (r * 10 + k) as f32)).collect::<Result<_>>()?;
+            let mut e = Tensor::full([2], r as i32)?;
+            let x = Tensor::full([1], r as u8)?;
+            let mut y = Tensor::<u8>::zeros([1])?;
+            let mut b = ctx.batch();
+            for t in a.iter_mut() {
+                b.all_reduce(t, ReduceOp::Sum);
+            }
+            b.send(&x, (r + 1) % w).recv(&mut y, (r + w - 1) % w);
+            if g.contains(r) {
+                b.group(&g).all_reduce(&mut e, ReduceOp::Max);
+            }
+            b.run()?;
+            Ok((a.into_iter().map(Tensor::into_vec).collect::<Vec<_>>(), e.into_vec(), y.into_vec()))
+        })
+        .unwrap();
+        let rank_sum: usize = (0..world).sum();
+        for (r, (a, e, y)) in got.iter().enumerate() {
+            for (k, t) in a.iter().enumerate() {
+                let want = (rank_sum * 10 + k * world) as f32;
+                assert_eq!(t, &vec![want; k + 1], "world {world} rank {r} tensor {k}");
+            }
+            let max_even = ((world - 1) / 2 * 2) as i32;
+            let want_e = if r % 2 == 0 { max_even } else { r as i32 };
+            assert_eq!(e, &vec![want_e; 2]);
+            assert_eq!(y, &vec![((r + world - 1) % world) as u8]);
+        }
+    }
+}
