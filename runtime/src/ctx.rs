@@ -39,12 +39,20 @@ struct Caller<'g> {
 
 fn host_in<T: Element>(t: &Tensor<T>) -> Buf {
     let (ptr, len, device) = t.raw();
-    Buf { ptr: ptr as *mut u8, len, device }
+    Buf {
+        ptr: ptr as *mut u8,
+        len,
+        device,
+    }
 }
 
 fn host_out<T: Element>(t: &mut Tensor<T>) -> Buf {
     let (ptr, len, device) = t.raw_mut();
-    Buf { ptr: ptr as *mut u8, len, device }
+    Buf {
+        ptr: ptr as *mut u8,
+        len,
+        device,
+    }
 }
 
 impl Caller<'_> {
@@ -56,7 +64,11 @@ impl Caller<'_> {
         shape: &[usize],
         dim: usize,
     ) -> OpDesc {
-        let group = if kind.is_p2p() { GroupId::WORLD } else { self.group.id() };
+        let group = if kind.is_p2p() {
+            GroupId::WORLD
+        } else {
+            self.group.id()
+        };
         OpDesc {
             kind,
             group,
@@ -70,9 +82,17 @@ impl Caller<'_> {
     }
 
     fn finish(&self, desc: OpDesc, input: Buf, output: Buf, aux: Aux<'_>) -> Result<Op> {
-        let members = if desc.kind.is_p2p() { &[][..] } else { self.group.members() };
+        let members = if desc.kind.is_p2p() {
+            &[][..]
+        } else {
+            self.group.members()
+        };
         rules::validate(&desc, self.rank, self.world, members, self.batched, aux)?;
-        Ok(Op { desc, input, output })
+        Ok(Op {
+            desc,
+            input,
+            output,
+        })
     }
 
     fn send<T: Element>(&self, t: &Tensor<T>, dst: usize) -> Result<Op> {
@@ -107,7 +127,10 @@ impl Caller<'_> {
         let d = self.desc::<T>(OpKind::Gather, Some(root), None, x.shape(), dim);
         let out_shape: Option<Shape> = out.as_ref().map(|o| Shape::from_slice(o.shape()));
         let output = out.map(host_out).unwrap_or(Buf::NONE);
-        let aux = Aux { output: out_shape.as_deref(), root_input: None };
+        let aux = Aux {
+            output: out_shape.as_deref(),
+            root_input: None,
+        };
         self.finish(d, host_in(x), output, aux)
     }
 
@@ -119,7 +142,10 @@ impl Caller<'_> {
         dim: usize,
     ) -> Result<Op> {
         let d = self.desc::<T>(OpKind::Scatter, Some(root), None, out.shape(), dim);
-        let aux = Aux { output: None, root_input: x.map(|x| x.shape()) };
+        let aux = Aux {
+            output: None,
+            root_input: x.map(|x| x.shape()),
+        };
         let input = x.map(host_in).unwrap_or(Buf::NONE);
         self.finish(d, input, host_out(out), aux)
     }
@@ -135,7 +161,10 @@ impl Caller<'_> {
     ) -> Result<Op> {
         let d = self.desc::<T>(kind, None, op, x.shape(), dim);
         let out_shape = Shape::from_slice(out.shape());
-        let aux = Aux { output: Some(&out_shape), root_input: None };
+        let aux = Aux {
+            output: Some(&out_shape),
+            root_input: None,
+        };
         self.finish(d, host_in(x), host_out(out), aux)
     }
 
@@ -249,7 +278,13 @@ impl Ctx {
     /// A context for `rank` of `world` ranks on `backend`.
     pub fn new(rank: usize, world: usize, backend: Box<dyn Backend>) -> Self {
         let world_group = Group::new(GroupId::WORLD, (0..world).collect::<Vec<_>>().into());
-        Ctx { rank, world, world_group, backend, ordinals: HashMap::new() }
+        Ctx {
+            rank,
+            world,
+            world_group,
+            backend,
+            ordinals: HashMap::new(),
+        }
     }
 
     /// This rank (0-based).
@@ -283,7 +318,11 @@ impl Ctx {
     }
 
     /// A tensor of `shape` holding `data` (row-major), on this rank's device.
-    pub fn tensor<T: Element>(&self, shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Tensor<T>> {
+    pub fn tensor<T: Element>(
+        &self,
+        shape: impl AsRef<[usize]>,
+        data: Vec<T>,
+    ) -> Result<Tensor<T>> {
         Tensor::from_vec(shape, data)
     }
 
@@ -374,11 +413,22 @@ impl Ctx {
     /// together (≈ `batch_isend_irecv`, `ncclGroupStart/End`). Same-kind collectives in a batch
     /// are fused into one synchronisation.
     pub fn batch<'a>(&mut self) -> Batch<'_, 'a> {
-        Batch { ctx: self, ops: Vec::new(), error: None, _borrows: PhantomData }
+        Batch {
+            ctx: self,
+            ops: Vec::new(),
+            error: None,
+            _borrows: PhantomData,
+        }
     }
 
     fn caller<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Caller<'g> {
-        Caller { rank: self.rank, world: self.world, group, site, batched }
+        Caller {
+            rank: self.rank,
+            world: self.world,
+            group,
+            site,
+            batched,
+        }
     }
 
     fn run_one(
@@ -392,7 +442,11 @@ impl Ctx {
         self.backend.execute(std::slice::from_mut(&mut op))
     }
 
-    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> Result<()> {
+    fn sink(
+        &mut self,
+        site: CallSite,
+        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+    ) -> Result<()> {
         self.run_one(None, site, build)
     }
 
@@ -406,7 +460,11 @@ pub struct Comm<'c> {
 }
 
 impl Comm<'_> {
-    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> Result<()> {
+    fn sink(
+        &mut self,
+        site: CallSite,
+        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+    ) -> Result<()> {
         self.ctx.run_one(Some(self.group), site, build)
     }
 

@@ -212,16 +212,46 @@ impl_half!(f16 => F16, bf16 => BF16);
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            $crate::DType::F32 => { type $T = f32; $body }
-            $crate::DType::F64 => { type $T = f64; $body }
-            $crate::DType::F16 => { type $T = $crate::half::f16; $body }
-            $crate::DType::BF16 => { type $T = $crate::half::bf16; $body }
-            $crate::DType::I8 => { type $T = i8; $body }
-            $crate::DType::U8 => { type $T = u8; $body }
-            $crate::DType::I32 => { type $T = i32; $body }
-            $crate::DType::U32 => { type $T = u32; $body }
-            $crate::DType::I64 => { type $T = i64; $body }
-            $crate::DType::U64 => { type $T = u64; $body }
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::half::bf16;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U64 => {
+                type $T = u64;
+                $body
+            }
         }
     };
 }

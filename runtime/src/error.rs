@@ -174,51 +174,12 @@ pub enum Error {
     },
 
     /// A send and its matching receive disagree on element count or type.
-    #[error(
-        "rank {src} sends {send_what} at {send_site}, but the matching recv on rank {dst} \
-         expects {recv_what} at {recv_site}; the k-th send from one rank to another meets the \
-         k-th recv, and both need the same dtype and element count"
-    )]
-    P2pMismatch {
-        /// Sender.
-        src: usize,
-        /// Receiver.
-        dst: usize,
-        /// Sender's call site.
-        send_site: CallSite,
-        /// Receiver's call site.
-        recv_site: CallSite,
-        /// What the sender sends (`f32[4]`).
-        send_what: String,
-        /// What the receiver expects.
-        recv_what: String,
-    },
+    #[error("{0}")]
+    P2pMismatch(Box<P2pMismatch>),
 
     /// Members of a group reached the same collective step with different calls.
-    #[error(
-        "collective mismatch on group [{members}], step {step}: rank {rank_a} calls {what_a} at \
-         {site_a}, but rank {rank_b} calls {what_b} at {site_b}; every member must make the same \
-         collective calls in the same order",
-        members = RanksFmt(members)
-    )]
-    CollectiveMismatch {
-        /// The group's members.
-        members: Vec<usize>,
-        /// 0-based index of the collective on that group.
-        step: u64,
-        /// One rank.
-        rank_a: usize,
-        /// Its call.
-        what_a: String,
-        /// Its site.
-        site_a: CallSite,
-        /// The other rank.
-        rank_b: usize,
-        /// Its call.
-        what_b: String,
-        /// Its site.
-        site_b: CallSite,
-    },
+    #[error("{0}")]
+    CollectiveMismatch(Box<CollectiveMismatch>),
 
     /// Every live rank is blocked and none can make progress.
     #[error("{0}")]
@@ -317,10 +278,78 @@ impl Error {
         matches!(
             self,
             Error::Deadlock(_)
-                | Error::CollectiveMismatch { .. }
-                | Error::P2pMismatch { .. }
+                | Error::CollectiveMismatch(_)
+                | Error::P2pMismatch(_)
                 | Error::Panicked { .. }
                 | Error::Rank { .. }
+        )
+    }
+}
+
+/// The details of [`Error::P2pMismatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct P2pMismatch {
+    /// Sender.
+    pub src: usize,
+    /// Receiver.
+    pub dst: usize,
+    /// Sender's call site.
+    pub send_site: CallSite,
+    /// Receiver's call site.
+    pub recv_site: CallSite,
+    /// What the sender sends (`f32[4]`).
+    pub send_what: String,
+    /// What the receiver expects.
+    pub recv_what: String,
+}
+
+impl fmt::Display for P2pMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {} sends {} at {}, but the matching recv on rank {} expects {} at {}; the k-th \
+             send from one rank to another meets the k-th recv, and both need the same dtype and \
+             element count",
+            self.src, self.send_what, self.send_site, self.dst, self.recv_what, self.recv_site
+        )
+    }
+}
+
+/// The details of [`Error::CollectiveMismatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectiveMismatch {
+    /// The group's members.
+    pub members: Vec<usize>,
+    /// 0-based index of the collective on that group.
+    pub step: u64,
+    /// One rank (the group's first member).
+    pub rank_a: usize,
+    /// Its call.
+    pub what_a: String,
+    /// Its site.
+    pub site_a: CallSite,
+    /// A rank whose call differs.
+    pub rank_b: usize,
+    /// Its call.
+    pub what_b: String,
+    /// Its site.
+    pub site_b: CallSite,
+}
+
+impl fmt::Display for CollectiveMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "collective mismatch on group [{}], step {}: rank {} calls {} at {}, but rank {} calls \
+             {} at {}; every member must make the same collective calls in the same order",
+            RanksFmt(&self.members),
+            self.step,
+            self.rank_a,
+            self.what_a,
+            self.site_a,
+            self.rank_b,
+            self.what_b,
+            self.site_b
         )
     }
 }
@@ -372,7 +401,10 @@ pub struct RankWait {
 
 impl fmt::Display for DeadlockReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "deadlock: every unfinished rank is blocked and none can make progress")?;
+        write!(
+            f,
+            "deadlock: every unfinished rank is blocked and none can make progress"
+        )?;
         for w in &self.waits {
             write!(
                 f,
@@ -396,7 +428,11 @@ impl Error {
     pub(crate) fn names_rank(&self) -> bool {
         !matches!(
             self,
-            Error::User(_) | Error::Tensor(_) | Error::NotOnHost(_) | Error::Backend { .. } | Error::InvalidWorld { .. }
+            Error::User(_)
+                | Error::Tensor(_)
+                | Error::NotOnHost(_)
+                | Error::Backend { .. }
+                | Error::InvalidWorld { .. }
         )
     }
 }

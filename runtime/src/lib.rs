@@ -40,7 +40,9 @@ pub mod tensor;
 
 pub use ctx::{Batch, BatchComm, Comm, Ctx};
 pub use element::{DType, Element};
-pub use error::{DeadlockReport, Error, PeerFailure, RankWait, Result};
+pub use error::{
+    CollectiveMismatch, DeadlockReport, Error, P2pMismatch, PeerFailure, RankWait, Result,
+};
 pub use group::Group;
 pub use model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 pub use reduce::ReduceOp;

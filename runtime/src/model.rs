@@ -36,7 +36,11 @@ impl CallSite {
 
 impl From<&'static Location<'static>> for CallSite {
     fn from(l: &'static Location<'static>) -> Self {
-        CallSite { file: l.file(), line: l.line(), column: l.column() }
+        CallSite {
+            file: l.file(),
+            line: l.line(),
+            column: l.column(),
+        }
     }
 }
 
@@ -113,12 +117,18 @@ impl OpKind {
 
     /// Collectives with a root (`peer` holds it).
     pub fn is_rooted(self) -> bool {
-        matches!(self, OpKind::Broadcast | OpKind::Reduce | OpKind::Gather | OpKind::Scatter)
+        matches!(
+            self,
+            OpKind::Broadcast | OpKind::Reduce | OpKind::Gather | OpKind::Scatter
+        )
     }
 
     /// Collectives that combine values with a [`ReduceOp`].
     pub fn is_reducing(self) -> bool {
-        matches!(self, OpKind::Reduce | OpKind::AllReduce | OpKind::ReduceScatter)
+        matches!(
+            self,
+            OpKind::Reduce | OpKind::AllReduce | OpKind::ReduceScatter
+        )
     }
 
     /// Collectives that split or concatenate along a dimension.

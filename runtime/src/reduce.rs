@@ -122,16 +122,13 @@ impl<T: Element> Reducer<T> {
         Reducer { op, scale, count }
     }
 
-    /// `acc = first` (pre-scaled for `PreMulSum`).
+    /// Prepares `acc`, which holds a copy of the first input (scaling it for `PreMulSum`).
     #[inline]
-    pub(crate) fn init(&self, acc: &mut [T], first: &[T]) {
-        match self.op {
-            ReduceOp::PreMulSum(_) => {
-                for (a, &x) in acc.iter_mut().zip(first) {
-                    *a = T::mul(self.scale, x);
-                }
+    pub(crate) fn start(&self, acc: &mut [T]) {
+        if let ReduceOp::PreMulSum(_) = self.op {
+            for a in acc.iter_mut() {
+                *a = T::mul(self.scale, *a);
             }
-            _ => acc.copy_from_slice(first),
         }
     }
 
@@ -194,8 +191,8 @@ mod tests {
     #[test]
     fn premulsum_scales_every_input() {
         let r = Reducer::<i32>::new(ReduceOp::PreMulSum(3.0), 2);
-        let mut acc = [0; 3];
-        r.init(&mut acc, &[1, 2, 3]);
+        let mut acc = [1, 2, 3];
+        r.start(&mut acc);
         r.combine(&mut acc, &[10, 20, 30]);
         r.finish(&mut acc);
         assert_eq!(acc, [33, 66, 99]);
@@ -204,8 +201,8 @@ mod tests {
     #[test]
     fn avg_divides_by_count() {
         let r = Reducer::<f32>::new(ReduceOp::Avg, 4);
-        let mut acc = [0.0; 1];
-        r.init(&mut acc, &[1.0]);
+        let mut acc = [1.0];
+        r.start(&mut acc);
         for x in [2.0, 3.0, 4.0] {
             r.combine(&mut acc, &[x]);
         }

@@ -32,7 +32,13 @@ pub fn validate(
     if let Some(peer) = desc.peer {
         if peer >= world {
             let role = if kind.is_p2p() { "peer" } else { "root" };
-            return Err(Error::RankOutOfRange { site, rank, role, value: peer, world });
+            return Err(Error::RankOutOfRange {
+                site,
+                rank,
+                role,
+                value: peer,
+                world,
+            });
         }
         if kind.is_p2p() && peer == rank && !batched {
             return Err(Error::SelfP2p { site, rank, kind });
@@ -40,7 +46,12 @@ pub fn validate(
     }
     if !kind.is_p2p() {
         if members.binary_search(&rank).is_err() {
-            return Err(Error::NotAMember { site, rank, kind, members: members.to_vec() });
+            return Err(Error::NotAMember {
+                site,
+                rank,
+                kind,
+                members: members.to_vec(),
+            });
         }
         if let Some(root) = desc.peer {
             if members.binary_search(&root).is_err() {
@@ -56,7 +67,12 @@ pub fn validate(
     }
     if let Some(op) = desc.op {
         if !op.supports(desc.dtype) {
-            return Err(Error::OpNotSupported { site, rank, op, dtype: desc.dtype });
+            return Err(Error::OpNotSupported {
+                site,
+                rank,
+                op,
+                dtype: desc.dtype,
+            });
         }
     }
     if kind.has_dim() && desc.dim >= desc.shape.len() {
@@ -80,10 +96,19 @@ pub fn validate(
         });
     }
     let is_root = desc.peer == Some(rank);
-    let bad = |detail: String| Err(Error::BadShape { site, rank, kind, detail });
+    let bad = |detail: String| {
+        Err(Error::BadShape {
+            site,
+            rank,
+            kind,
+            detail,
+        })
+    };
     match kind {
         OpKind::Gather => match (is_root, aux.output) {
-            (true, None) => return bad("the root must pass an output tensor (Some(&mut out))".into()),
+            (true, None) => {
+                return bad("the root must pass an output tensor (Some(&mut out))".into());
+            }
             (false, Some(_)) => {
                 return bad(format!(
                     "only the root (rank {}) receives the gathered tensor; pass None on \
@@ -94,7 +119,9 @@ pub fn validate(
             _ => {}
         },
         OpKind::Scatter => match (is_root, aux.root_input) {
-            (true, None) => return bad("the root must pass the tensor to scatter (Some(&x))".into()),
+            (true, None) => {
+                return bad("the root must pass the tensor to scatter (Some(&x))".into());
+            }
             (false, Some(_)) => {
                 return bad(format!(
                     "only the root (rank {}) provides the tensor to scatter; pass None on \

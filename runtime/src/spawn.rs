@@ -90,7 +90,10 @@ where
                     for h in handles {
                         let _ = h.join();
                     }
-                    return Err(Error::Backend { backend: "local", detail });
+                    return Err(Error::Backend {
+                        backend: "local",
+                        detail,
+                    });
                 }
             }
         }
@@ -99,7 +102,12 @@ where
             .enumerate()
             .map(|(rank, h)| {
                 // `run_rank` catches the user's panics; a panic here is rankwise's own bug.
-                h.join().unwrap_or_else(|p| Err(Error::Panicked { rank, message: panic_message(&*p) }))
+                h.join().unwrap_or_else(|p| {
+                    Err(Error::Panicked {
+                        rank,
+                        message: panic_message(&*p),
+                    })
+                })
             })
             .collect())
     })?;
@@ -116,12 +124,18 @@ where
         Ok(r) => r,
         Err(payload) => {
             let message = panic_message(&*payload);
-            shared.abort(Abort::Failed { peer: rank, reason: PeerFailure::Panicked(message.clone()) });
+            shared.abort(Abort::Failed {
+                peer: rank,
+                reason: PeerFailure::Panicked(message.clone()),
+            });
             Err(Error::Panicked { rank, message })
         }
     };
     if let Err(e) = &result {
-        shared.abort(Abort::Failed { peer: rank, reason: PeerFailure::Errored(e.to_string()) });
+        shared.abort(Abort::Failed {
+            peer: rank,
+            reason: PeerFailure::Errored(e.to_string()),
+        });
     }
     shared.exit(rank);
     result
@@ -139,14 +153,26 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 
 /// The error that explains the others: the abort's first cause if there is one.
 fn root_cause<T>(results: Vec<Result<T>>, cause: Option<&Abort>) -> Error {
-    let mut errors: Vec<(usize, Error)> =
-        results.into_iter().enumerate().filter_map(|(r, res)| res.err().map(|e| (r, e))).collect();
+    let mut errors: Vec<(usize, Error)> = results
+        .into_iter()
+        .enumerate()
+        .filter_map(|(r, res)| res.err().map(|e| (r, e)))
+        .collect();
     let pick = match cause {
         Some(Abort::Error(e)) => return e.clone(),
         Some(Abort::Failed { peer, .. }) => errors.iter().position(|(r, _)| r == peer),
         None => None,
     };
-    let idx = pick.or_else(|| errors.iter().position(|(_, e)| !e.is_echo())).unwrap_or(0);
+    let idx = pick
+        .or_else(|| errors.iter().position(|(_, e)| !e.is_echo()))
+        .unwrap_or(0);
     let (rank, err) = errors.swap_remove(idx);
-    if err.is_world_level() || err.names_rank() { err } else { Error::Rank { rank, source: Box::new(err) } }
+    if err.is_world_level() || err.names_rank() {
+        err
+    } else {
+        Error::Rank {
+            rank,
+            source: Box::new(err),
+        }
+    }
 }

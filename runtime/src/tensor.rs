@@ -42,9 +42,15 @@ pub struct Tensor<T: Element> {
 
 /// Number of elements of `shape`, or an error if it overflows `usize`.
 pub(crate) fn checked_numel(shape: &[usize]) -> Result<usize> {
-    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
-        Error::Tensor(format!("shape {} has more elements than fit in memory", ShapeFmt(shape)))
-    })
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| {
+            Error::Tensor(format!(
+                "shape {} has more elements than fit in memory",
+                ShapeFmt(shape)
+            ))
+        })
 }
 
 impl<T: Element> Tensor<T> {
@@ -59,7 +65,10 @@ impl<T: Element> Tensor<T> {
                 data.len()
             )));
         }
-        Ok(Tensor { shape: Shape::from_slice(shape), storage: Storage::Host(data) })
+        Ok(Tensor {
+            shape: Shape::from_slice(shape),
+            storage: Storage::Host(data),
+        })
     }
 
     /// A tensor of `shape` with every element `value`.
@@ -190,7 +199,10 @@ impl<T: Element> Tensor<T> {
 impl<T: Element> From<Vec<T>> for Tensor<T> {
     /// A one-dimensional tensor.
     fn from(v: Vec<T>) -> Self {
-        Tensor { shape: Shape::from_slice(&[v.len()]), storage: Storage::Host(v) }
+        Tensor {
+            shape: Shape::from_slice(&[v.len()]),
+            storage: Storage::Host(v),
+        }
     }
 }
 
@@ -234,7 +246,13 @@ mod nd {
 
 impl<T: Element> fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor<{}>{} on {} ", T::DTYPE, ShapeFmt(&self.shape), self.device())?;
+        write!(
+            f,
+            "Tensor<{}>{} on {} ",
+            T::DTYPE,
+            ShapeFmt(&self.shape),
+            self.device()
+        )?;
         fmt::Display::fmt(self, f)
     }
 }
@@ -291,7 +309,11 @@ fn write_nested(
     depth: usize,
 ) -> fmt::Result {
     let Some((&n, rest)) = shape.split_first() else {
-        return write!(f, "{:>width$}", cells.first().map(String::as_str).unwrap_or(""));
+        return write!(
+            f,
+            "{:>width$}",
+            cells.first().map(String::as_str).unwrap_or("")
+        );
     };
     let stride: usize = rest.iter().product();
     write!(f, "[")?;
@@ -307,7 +329,13 @@ fn write_nested(
                 write!(f, "{:indent$}", "", indent = depth + 1)?;
             }
         }
-        write_nested(f, rest, &cells[i * stride..(i + 1) * stride], width, depth + 1)?;
+        write_nested(
+            f,
+            rest,
+            &cells[i * stride..(i + 1) * stride],
+            width,
+            depth + 1,
+        )?;
     }
     write!(f, "]")
 }

@@ -44,7 +44,11 @@ fn members(spec: GroupSpec, world: usize, rank: usize) -> Option<Vec<usize>> {
         GroupSpec::Odd => (rank % 2 == 1).then(|| (1..world).step_by(2).collect()),
         GroupSpec::Halves => {
             let h = world / 2;
-            Some(if rank < h { (0..h).collect() } else { (h..world).collect() })
+            Some(if rank < h {
+                (0..h).collect()
+            } else {
+                (h..world).collect()
+            })
         }
     }
 }
@@ -55,13 +59,26 @@ fn cases(dtype: DType, world: usize) -> Vec<Case> {
     if world >= 2 {
         specs.extend([GroupSpec::Odd, GroupSpec::Halves]);
     }
-    let ops: Vec<ReduceOp> = ReduceOp::ALL.into_iter().filter(|op| op.supports(dtype)).collect();
+    let ops: Vec<ReduceOp> = ReduceOp::ALL
+        .into_iter()
+        .filter(|op| op.supports(dtype))
+        .collect();
     for group in specs {
-        let shapes: &[[usize; 3]] =
-            if group == GroupSpec::World { &[[3, 5, 2], [1, 1, 1], [0, 2, 3]] } else { &[[3, 5, 2]] };
+        let shapes: &[[usize; 3]] = if group == GroupSpec::World {
+            &[[3, 5, 2], [1, 1, 1], [0, 2, 3]]
+        } else {
+            &[[3, 5, 2]]
+        };
         for &base in shapes {
             let mut push = |kind, dim, op, root_pick| {
-                out.push(Case { kind, group, base, dim, op, root_pick });
+                out.push(Case {
+                    kind,
+                    group,
+                    base,
+                    dim,
+                    op,
+                    root_pick,
+                });
             };
             for (i, &op) in ops.iter().enumerate() {
                 push(Kind::AllReduce, 0, op, 0);
@@ -86,13 +103,21 @@ fn cases(dtype: DType, world: usize) -> Vec<Case> {
 /// Shape of each member's input for `case` over `n` members.
 fn input_shape(case: &Case, n: usize) -> Vec<usize> {
     match case.kind {
-        Kind::ReduceScatter | Kind::AllToAll | Kind::Scatter => with_dim(&case.base, case.dim, |d| d * n),
+        Kind::ReduceScatter | Kind::AllToAll | Kind::Scatter => {
+            with_dim(&case.base, case.dim, |d| d * n)
+        }
         _ => case.base.to_vec(),
     }
 }
 
 /// Runs one case on this rank and returns what it ends up holding.
-fn run_case<T: Element>(ctx: &mut Ctx, c: usize, case: &Case, world_group: &Group, g: &Group) -> Result<Vec<T>> {
+fn run_case<T: Element>(
+    ctx: &mut Ctx,
+    c: usize,
+    case: &Case,
+    world_group: &Group,
+    g: &Group,
+) -> Result<Vec<T>> {
     let rank = ctx.rank();
     let n = g.size();
     let root = g.members()[case.root_pick % n];
@@ -132,7 +157,12 @@ fn run_case<T: Element>(ctx: &mut Ctx, c: usize, case: &Case, world_group: &Grou
         }
         Kind::Scatter => {
             let mut out = Tensor::zeros(base)?;
-            call!(scatter((rank == root).then_some(&x), &mut out, root, case.dim))?;
+            call!(scatter(
+                (rank == root).then_some(&x),
+                &mut out,
+                root,
+                case.dim
+            ))?;
             out.into_vec()
         }
         Kind::ReduceScatter => {
@@ -163,15 +193,29 @@ fn expected<T: Element>(c: usize, case: &Case, world: usize, rank: usize) -> Opt
     let xs: Vec<Vec<T>> = m.iter().map(|&r| data::<T>(r, c, numel)).collect();
     Some(match case.kind {
         Kind::AllReduce => reduce(&xs, case.op),
-        Kind::Reduce => if i == root_i { reduce(&xs, case.op) } else { xs[i].clone() },
+        Kind::Reduce => {
+            if i == root_i {
+                reduce(&xs, case.op)
+            } else {
+                xs[i].clone()
+            }
+        }
         Kind::Broadcast => xs[root_i].clone(),
         Kind::AllGather => concat(&xs, &case.base, case.dim),
-        Kind::Gather => if i == root_i { concat(&xs, &case.base, case.dim) } else { Vec::new() },
+        Kind::Gather => {
+            if i == root_i {
+                concat(&xs, &case.base, case.dim)
+            } else {
+                Vec::new()
+            }
+        }
         Kind::Scatter => split(&xs[root_i], &in_shape, case.dim, n).swap_remove(i),
         Kind::ReduceScatter => split(&reduce(&xs, case.op), &in_shape, case.dim, n).swap_remove(i),
         Kind::AllToAll => {
-            let parts: Vec<Vec<T>> =
-                xs.iter().map(|x| split(x, &in_shape, case.dim, n).swap_remove(i)).collect();
+            let parts: Vec<Vec<T>> = xs
+                .iter()
+                .map(|x| split(x, &in_shape, case.dim, n).swap_remove(i))
+                .collect();
             concat(&parts, &case.base, case.dim)
         }
         Kind::Barrier => Vec::new(),
@@ -184,9 +228,17 @@ fn check_dtype<T: Element>() {
         let got = spawn(world, |ctx| {
             let world_group = ctx.world_group().clone();
             let odd: Vec<usize> = (1..world).step_by(2).collect();
-            let odd_group = if world >= 2 { Some(ctx.new_group(&odd)?) } else { None };
+            let odd_group = if world >= 2 {
+                Some(ctx.new_group(&odd)?)
+            } else {
+                None
+            };
             let h = world / 2;
-            let halves = if world >= 2 { Some(ctx.split(&[&(0..h).collect::<Vec<_>>(), &(h..world).collect::<Vec<_>>()])?) } else { None };
+            let halves = if world >= 2 {
+                Some(ctx.split(&[&(0..h).collect::<Vec<_>>(), &(h..world).collect::<Vec<_>>()])?)
+            } else {
+                None
+            };
             let mut outs = Vec::with_capacity(cases.len());
             for (c, case) in cases.iter().enumerate() {
                 let g = match case.group {
@@ -208,7 +260,12 @@ fn check_dtype<T: Element>() {
         for (rank, outs) in got.iter().enumerate() {
             for (c, case) in cases.iter().enumerate() {
                 let want = expected::<T>(c, case, world, rank);
-                assert_eq!(outs[c], want, "{} world {world} rank {rank} case {c}: {case:?}", T::DTYPE);
+                assert_eq!(
+                    outs[c],
+                    want,
+                    "{} world {world} rank {rank} case {c}: {case:?}",
+                    T::DTYPE
+                );
             }
         }
     }
@@ -260,7 +317,11 @@ fn ring_shift_and_ordered_exchange() {
         })
         .unwrap();
         for (r, (y, z)) in got.iter().enumerate() {
-            assert_eq!(y, &data::<i64>((r + world - 1) % world, 0, 3), "world {world} rank {r}");
+            assert_eq!(
+                y,
+                &data::<i64>((r + world - 1) % world, 0, 3),
+                "world {world} rank {r}"
+            );
             let peer = r ^ 1;
             if world >= 2 && peer < world {
                 assert_eq!(z, &data::<f16>(peer, 1, 4));
@@ -283,8 +344,9 @@ fn mixed_batches() {
             let w = ctx.world();
             let evens: Vec<usize> = (0..w).step_by(2).collect();
             let g = ctx.new_group(&evens)?;
-            let mut a: Vec<Tensor<f32>> =
-                (0..5).map(|k| Tensor::full([k + 1], (r * 10 + k) as f32)).collect::<Result<_>>()?;
+            let mut a: Vec<Tensor<f32>> = (0..5)
+                .map(|k| Tensor::full([k + 1], (r * 10 + k) as f32))
+                .collect::<Result<_>>()?;
             let mut e = Tensor::full([2], r as i32)?;
             let x = Tensor::full([1], r as u8)?;
             let mut y = Tensor::<u8>::zeros([1])?;
@@ -297,7 +359,11 @@ fn mixed_batches() {
                 b.group(&g).all_reduce(&mut e, ReduceOp::Max);
             }
             b.run()?;
-            Ok((a.into_iter().map(Tensor::into_vec).collect::<Vec<_>>(), e.into_vec(), y.into_vec()))
+            Ok((
+                a.into_iter().map(Tensor::into_vec).collect::<Vec<_>>(),
+                e.into_vec(),
+                y.into_vec(),
+            ))
         })
         .unwrap();
         let rank_sum: usize = (0..world).sum();

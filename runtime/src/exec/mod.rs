@@ -24,7 +24,11 @@ pub struct Buf {
 
 impl Buf {
     /// No buffer (e.g. the output of `gather` on a non-root rank).
-    pub const NONE: Buf = Buf { ptr: std::ptr::null_mut(), len: 0, device: Device::Host };
+    pub const NONE: Buf = Buf {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+        device: Device::Host,
+    };
 
     /// Whether this is [`Buf::NONE`].
     pub fn is_none(&self) -> bool {

@@ -32,12 +32,22 @@ pub fn reduce<T: Element>(inputs: &[Vec<T>], op: ReduceOp) -> Vec<T> {
                     ReduceOp::Prod => T::mul(acc, x),
                     ReduceOp::Min => T::min(acc, x),
                     ReduceOp::Max => T::max(acc, x),
-                    ReduceOp::BitAnd => T::bitwise(acc, x, rankwise_runtime::element::Bitwise::And).unwrap(),
-                    ReduceOp::BitOr => T::bitwise(acc, x, rankwise_runtime::element::Bitwise::Or).unwrap(),
-                    ReduceOp::BitXor => T::bitwise(acc, x, rankwise_runtime::element::Bitwise::Xor).unwrap(),
+                    ReduceOp::BitAnd => {
+                        T::bitwise(acc, x, rankwise_runtime::element::Bitwise::And).unwrap()
+                    }
+                    ReduceOp::BitOr => {
+                        T::bitwise(acc, x, rankwise_runtime::element::Bitwise::Or).unwrap()
+                    }
+                    ReduceOp::BitXor => {
+                        T::bitwise(acc, x, rankwise_runtime::element::Bitwise::Xor).unwrap()
+                    }
                 };
             }
-            if let ReduceOp::Avg = op { T::div_count(acc, n) } else { acc }
+            if let ReduceOp::Avg = op {
+                T::div_count(acc, n)
+            } else {
+                acc
+            }
         })
         .collect()
 }

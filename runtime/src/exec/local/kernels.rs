@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use crate::element::Element;
 use crate::exec::Op;
-use crate::model::OpKind;
+use crate::model::{OpDesc, OpKind};
 use crate::reduce::Reducer;
 use crate::rules::rows;
 use crate::with_dtype;
@@ -60,15 +60,29 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 let bytes = desc.numel() * es;
                 // SAFETY: the root's buffer and ours hold `numel` elements (agreed shape), are
                 // distinct tensors, and only we write ours during the step.
-                unsafe { copy_rows(step.mine().output.ptr, 0, step.ops[root].input.ptr, 0, 1, bytes) };
+                unsafe {
+                    copy_rows(
+                        step.mine().output.ptr,
+                        0,
+                        step.ops[root].input.ptr,
+                        0,
+                        1,
+                        bytes,
+                    )
+                };
             }
         }
         OpKind::AllReduce | OpKind::Reduce => {
             let numel = desc.numel();
-            let Some((lo, hi)) = owned_range(numel, es, n, me, step.seq) else { return };
+            let Some((lo, hi)) = owned_range(numel, es, n, me, step.seq) else {
+                return;
+            };
             // SAFETY (pointer offsets): `lo < numel`, inside every member's buffer.
             let dsts: SmallVec<[*mut u8; 8]> = if desc.kind == OpKind::AllReduce {
-                step.ops.iter().map(|o| unsafe { o.output.ptr.add(lo * es) }).collect()
+                step.ops
+                    .iter()
+                    .map(|o| unsafe { o.output.ptr.add(lo * es) })
+                    .collect()
             } else {
                 let root = step.ops[step.root(members)];
                 SmallVec::from_slice(&[unsafe { root.output.ptr.add(lo * es) }])
@@ -163,6 +177,20 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
     }
 }
 
+/// Whether member `me` of `n` must wait for step `seq` and take part in it. The step's owner
+/// (`seq % n`) always does, to check that all members agree; otherwise only members with data to
+/// move: nobody in a barrier, only the owner in a small reduction.
+pub(crate) fn participates(desc: &OpDesc, n: usize, me: usize, seq: u64) -> bool {
+    if seq % n as u64 == me as u64 {
+        return true;
+    }
+    match desc.kind {
+        OpKind::Barrier => false,
+        OpKind::AllReduce | OpKind::Reduce => desc.numel() * desc.dtype.size() >= SLICE_MIN_BYTES,
+        _ => true,
+    }
+}
+
 /// The element range member `me` reduces: a 64-byte-aligned slice of a large tensor, or all of
 /// a small one for the member chosen by `seq`.
 fn owned_range(numel: usize, es: usize, n: usize, me: usize, seq: u64) -> Option<(usize, usize)> {
@@ -202,7 +230,9 @@ pub(crate) unsafe fn copy_rows(
     }
     for r in 0..rows {
         // SAFETY: row r of each region, per the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.add(r * src_pitch), dst.add(r * dst_pitch), width) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.add(r * src_pitch), dst.add(r * dst_pitch), width)
+        };
     }
 }
 
@@ -227,11 +257,8 @@ unsafe fn reduce_strided<T: Element>(
     rows: usize,
     width: usize,
 ) {
-    if width <= 64 {
-        unsafe { reduce_blocks::<T, 64>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
-    } else {
-        unsafe { reduce_blocks::<T, 2048>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
-    }
+    // 2048 elements: at most 16 KiB, so a block of the accumulator stays in L1.
+    unsafe { reduce_blocks::<T, 2048>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -245,28 +272,30 @@ unsafe fn reduce_blocks<T: Element, const B: usize>(
     rows: usize,
     width: usize,
 ) {
-    let mut acc = [T::default(); B];
+    // Left uninitialised: every block copies its first input in before anything reads it.
+    let mut block = std::mem::MaybeUninit::<[T; B]>::uninit();
+    let acc_ptr = block.as_mut_ptr() as *mut T;
     for row in 0..rows {
         let mut start = 0;
         while start < width {
             let m = (width - start).min(B);
-            let acc = &mut acc[..m];
             let at = row * src_pitch + col + start;
-            for (j, &s) in srcs.iter().enumerate() {
-                // SAFETY: within source j's buffer per the contract; the slice is dropped
-                // before any destination (which may alias it) is written.
+            // SAFETY: source 0 holds `m` elements at `at` (contract); `block` has room for B >= m.
+            unsafe { std::ptr::copy_nonoverlapping((srcs[0] as *const T).add(at), acc_ptr, m) };
+            // SAFETY: the first `m` elements were just initialised.
+            let acc = unsafe { std::slice::from_raw_parts_mut(acc_ptr, m) };
+            r.start(acc);
+            for &s in &srcs[1..] {
+                // SAFETY: within this source per the contract; the slice is dropped before any
+                // destination (which may alias it) is written.
                 let x = unsafe { std::slice::from_raw_parts((s as *const T).add(at), m) };
-                if j == 0 {
-                    r.init(acc, x);
-                } else {
-                    r.combine(acc, x);
-                }
+                r.combine(acc, x);
             }
             r.finish(acc);
             let to = row * dst_pitch + start;
             for &d in dsts {
                 // SAFETY: within destination d per the contract, written only by us.
-                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), (d as *mut T).add(to), m) };
+                unsafe { std::ptr::copy_nonoverlapping(acc_ptr, (d as *mut T).add(to), m) };
             }
             start += m;
         }
@@ -299,7 +328,9 @@ mod tests {
     #[test]
     fn small_tensors_have_one_owner_per_step() {
         for seq in 0..5u64 {
-            let owners: Vec<_> = (0..3).filter(|&me| owned_range(10, 4, 3, me, seq).is_some()).collect();
+            let owners: Vec<_> = (0..3)
+                .filter(|&me| owned_range(10, 4, 3, me, seq).is_some())
+                .collect();
             assert_eq!(owners, vec![(seq % 3) as usize]);
         }
         assert_eq!(owned_range(0, 4, 3, 0, 0), None);

@@ -33,13 +33,13 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use crate::error::{Error, PeerFailure, RankWait, Result};
+use crate::error::{CollectiveMismatch, Error, P2pMismatch, PeerFailure, RankWait, Result};
 use crate::exec::{Backend, Op};
 use crate::model::{GroupId, OpKind};
 
 use kernels::{Step, copy_rows};
-pub(crate) use world::{Abort, Shared};
 use world::GroupState;
+pub(crate) use world::{Abort, Shared};
 
 /// Spin iterations before yielding, when every rank has a core.
 const SPINS: u32 = 4_000;
@@ -147,10 +147,13 @@ impl LocalBackend {
             let (base, me, group) = match t {
                 Target::Coll(id) => {
                     let g = self.group_state(id)?;
-                    let me = g.members.binary_search(&self.rank).map_err(|_| Error::Backend {
-                        backend: "local",
-                        detail: format!("rank {} posted to a group it is not in", self.rank),
-                    })?;
+                    let me = g
+                        .members
+                        .binary_search(&self.rank)
+                        .map_err(|_| Error::Backend {
+                            backend: "local",
+                            detail: format!("rank {} posted to a group it is not in", self.rank),
+                        })?;
                     let base = self.steps[id.0 as usize];
                     self.steps[id.0 as usize] += len as u64;
                     (base, me, Some(g))
@@ -166,7 +169,16 @@ impl LocalBackend {
                     (base, 0, None)
                 }
             };
-            runs.push(Run { target: t, start: i, len, base, next: base, me, group, complete: false });
+            runs.push(Run {
+                target: t,
+                start: i,
+                len,
+                base,
+                next: base,
+                me,
+                group,
+                complete: false,
+            });
             i += len;
         }
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
@@ -175,7 +187,10 @@ impl LocalBackend {
             let entries = ops[run.start..].as_ptr().cast_mut();
             match run.target {
                 Target::Coll(_) => {
-                    let g = run.group.as_ref().expect("collective runs carry their group");
+                    let g = run
+                        .group
+                        .as_ref()
+                        .expect("collective runs carry their group");
                     let slot = &g.slots[run.me];
                     slot.base.store(run.base, Ordering::Relaxed);
                     slot.entries.store(entries, Ordering::Relaxed);
@@ -199,7 +214,10 @@ impl LocalBackend {
     /// One pass over every unfinished run: do whatever work is possible.
     fn pass(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
         if !self.shared.enter(self.rank) {
-            let site = runs.iter().find(|r| !r.complete).map(|r| ops[r.start].desc.site);
+            let site = runs
+                .iter()
+                .find(|r| !r.complete)
+                .map(|r| ops[r.start].desc.site);
             return Err(self.shared.abort_error(self.rank, site));
         }
         let result = self.pass_inner(runs, ops);
@@ -214,12 +232,20 @@ impl LocalBackend {
             let waiting = match run.target {
                 Target::Coll(_) => self.progress_coll(run, ops, &mut pass, &mut woken)?,
                 Target::Send(dst) => {
-                    let copied = self.shared.chan(self.rank, dst).copied.0.load(Ordering::Acquire);
+                    let copied = self
+                        .shared
+                        .chan(self.rank, dst)
+                        .copied
+                        .0
+                        .load(Ordering::Acquire);
                     if copied >= run.end() {
                         run.complete = true;
                         None
                     } else {
-                        Some((run.start + (copied.max(run.base) - run.base) as usize, SmallVec::from_slice(&[dst])))
+                        Some((
+                            run.start + (copied.max(run.base) - run.base) as usize,
+                            SmallVec::from_slice(&[dst]),
+                        ))
                     }
                 }
                 Target::Recv(src) => self.progress_recv(run, src, ops, &mut pass, &mut woken)?,
@@ -242,10 +268,24 @@ impl LocalBackend {
         pass: &mut Pass,
         woken: &mut SmallVec<[usize; 8]>,
     ) -> Result<Option<(usize, SmallVec<[usize; 8]>)>> {
-        let g = run.group.as_ref().expect("collective runs carry their group");
+        let g = run
+            .group
+            .as_ref()
+            .expect("collective runs carry their group");
         while run.next < run.end() {
             let k = run.next;
             let idx = run.start + (k - run.base) as usize;
+            let n = g.members.len();
+            if !kernels::participates(&ops[idx].desc, n, run.me, k) {
+                // Nothing to move or check for us in this step: the step's owner checks that
+                // everyone agrees and does the work, and nobody completes the step before the
+                // owner's `done` says so. Marking ours now saves a round trip.
+                g.slots[run.me].done.0.store(k + 1, Ordering::Release);
+                woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+                pass.progressed = true;
+                run.next += 1;
+                continue;
+            }
             let missing: SmallVec<[usize; 8]> = g
                 .slots
                 .iter()
@@ -272,8 +312,17 @@ impl LocalBackend {
             self.check_agreement(&entries, &g.members, k)?;
             // SAFETY: all members posted agreeing, validated ops for step k and stay in it until
             // every member (us included) marks it done.
-            unsafe { kernels::run_share(&Step { me: run.me, seq: k, ops: &entries }, &g.members) };
-            g.slots[run.me].done.store(k + 1, Ordering::Release);
+            unsafe {
+                kernels::run_share(
+                    &Step {
+                        me: run.me,
+                        seq: k,
+                        ops: &entries,
+                    },
+                    &g.members,
+                )
+            };
+            g.slots[run.me].done.0.store(k + 1, Ordering::Release);
             woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
             pass.progressed = true;
             run.next += 1;
@@ -282,15 +331,25 @@ impl LocalBackend {
             .slots
             .iter()
             .zip(g.members.iter())
-            .filter(|(s, _)| s.done.load(Ordering::Acquire) < run.end())
+            .filter(|(s, _)| s.done.0.load(Ordering::Acquire) < run.end())
             .map(|(_, &r)| r)
             .collect();
         if behind.is_empty() {
             run.complete = true;
-            Ok(None)
-        } else {
-            Ok(Some((run.start + run.len - 1, behind)))
+            return Ok(None);
         }
+        // Blocked: name the members that have not even arrived, if any, as the ones we wait for.
+        let absent: SmallVec<[usize; 8]> = g
+            .slots
+            .iter()
+            .zip(g.members.iter())
+            .filter(|(s, _)| s.posted.load(Ordering::Acquire) < run.end())
+            .map(|(_, &r)| r)
+            .collect();
+        Ok(Some((
+            run.start + run.len - 1,
+            if absent.is_empty() { behind } else { absent },
+        )))
     }
 
     /// Every member checks all members against member 0, so all of them stop on the same,
@@ -299,7 +358,7 @@ impl LocalBackend {
         let first = &entries[0].desc;
         if let Some(j) = entries.iter().position(|e| !e.desc.agrees_with(first)) {
             let other = &entries[j].desc;
-            let err = Error::CollectiveMismatch {
+            let err = Error::CollectiveMismatch(Box::new(CollectiveMismatch {
                 members: members.to_vec(),
                 step,
                 rank_a: members[0],
@@ -308,7 +367,7 @@ impl LocalBackend {
                 rank_b: members[j],
                 what_b: other.summary(),
                 site_b: other.site,
-            };
+            }));
             self.shared.abort(Abort::Error(err.clone()));
             return Err(err);
         }
@@ -333,17 +392,22 @@ impl LocalBackend {
             let base = chan.base.load(Ordering::Relaxed);
             // SAFETY: the sender posted message k (Acquire above) and its send cannot complete
             // before we bump `copied` past k, so the op and its tensor are live.
-            let send = unsafe { &*chan.entries.load(Ordering::Relaxed).add((k - base) as usize) };
+            let send = unsafe {
+                &*chan
+                    .entries
+                    .load(Ordering::Relaxed)
+                    .add((k - base) as usize)
+            };
             let recv = &ops[idx];
             if send.desc.dtype != recv.desc.dtype || send.input.len != recv.output.len {
-                let err = Error::P2pMismatch {
+                let err = Error::P2pMismatch(Box::new(P2pMismatch {
                     src,
                     dst: self.rank,
                     send_site: send.desc.site,
                     recv_site: recv.desc.site,
                     send_what: format!("{}[{}]", send.desc.dtype, send.input.len),
                     recv_what: format!("{}[{}]", recv.desc.dtype, recv.output.len),
-                };
+                }));
                 self.shared.abort(Abort::Error(err.clone()));
                 return Err(err);
             }
@@ -365,7 +429,11 @@ impl LocalBackend {
     fn wait(&self, runs: &mut [Run], ops: &[Op]) -> Result<()> {
         let started = Instant::now();
         let deadline = self.shared.timeout.map(|t| started + t);
-        let spins = if self.shared.oversubscribed { SPINS_OVERSUBSCRIBED } else { SPINS };
+        let spins = if self.shared.oversubscribed {
+            SPINS_OVERSUBSCRIBED
+        } else {
+            SPINS
+        };
         let mut idle: u32 = 0;
         let mut idle_since: Option<Instant> = None;
         let mut announced = false;
@@ -374,7 +442,10 @@ impl LocalBackend {
                 if announced {
                     self.shared.withdraw(self.rank);
                 }
-                let site = runs.iter().find(|r| !r.complete).map(|r| ops[r.start].desc.site);
+                let site = runs
+                    .iter()
+                    .find(|r| !r.complete)
+                    .map(|r| ops[r.start].desc.site);
                 return Err(self.shared.abort_error(self.rank, site));
             }
             let pass = self.pass(runs, ops)?;
@@ -410,7 +481,12 @@ impl LocalBackend {
             }
             if let Some(d) = deadline {
                 if Instant::now() >= d {
-                    return Err(self.timed_out(&ops[op_idx], waiting_for.to_vec(), started, announced));
+                    return Err(self.timed_out(
+                        &ops[op_idx],
+                        waiting_for.to_vec(),
+                        started,
+                        announced,
+                    ));
                 }
             }
             idle = idle.saturating_add(1);
@@ -444,7 +520,13 @@ impl LocalBackend {
         }
     }
 
-    fn timed_out(&self, op: &Op, waiting_for: Vec<usize>, started: Instant, announced: bool) -> Error {
+    fn timed_out(
+        &self,
+        op: &Op,
+        waiting_for: Vec<usize>,
+        started: Instant,
+        announced: bool,
+    ) -> Error {
         if announced {
             self.shared.withdraw(self.rank);
         }
@@ -455,7 +537,10 @@ impl LocalBackend {
             waiting_for,
             after: started.elapsed(),
         };
-        self.shared.abort(Abort::Failed { peer: self.rank, reason: PeerFailure::Errored(err.to_string()) });
+        self.shared.abort(Abort::Failed {
+            peer: self.rank,
+            reason: PeerFailure::Errored(err.to_string()),
+        });
         err
     }
 }
@@ -485,7 +570,10 @@ impl Backend for LocalBackend {
             // already stopping) so no new access starts, and wait out the ones under way before
             // our buffers can be freed.
             let reason = PeerFailure::Errored(e.to_string());
-            self.shared.abort(Abort::Failed { peer: self.rank, reason });
+            self.shared.abort(Abort::Failed {
+                peer: self.rank,
+                reason,
+            });
             self.shared.quiesce(self.rank);
         }
         result

@@ -25,8 +25,9 @@ pub(crate) struct CollSlot {
     pub base: AtomicU64,
     /// The member's ops for steps `base..posted`, in its own stack/heap frame.
     pub entries: AtomicPtr<Op>,
-    /// Number of steps whose share this member has finished (Release; readers Acquire).
-    pub done: AtomicU64,
+    /// Number of steps whose share this member has finished (Release; readers Acquire). On
+    /// its own cache line: it changes every step, the fields above once per batch.
+    pub done: PaddedU64,
 }
 
 /// A communicator: its members and one slot per member.
@@ -104,7 +105,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     pub fn new(world: usize, timeout: Option<Duration>) -> Arc<Self> {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         let world_group = Arc::new(GroupState {
             members: (0..world).collect(),
             slots: (0..world).map(|_| CollSlot::default()).collect(),
@@ -195,11 +198,17 @@ impl Shared {
     /// The error rank `rank` (waiting at `site`) reports for the abort.
     pub fn abort_error(&self, rank: usize, site: Option<CallSite>) -> Error {
         match self.abort.get() {
-            Some(Abort::Failed { peer, reason }) => {
-                Error::PeerFailed { rank, peer: *peer, reason: reason.clone(), site }
-            }
+            Some(Abort::Failed { peer, reason }) => Error::PeerFailed {
+                rank,
+                peer: *peer,
+                reason: reason.clone(),
+                site,
+            },
             Some(Abort::Error(e)) => e.clone(),
-            None => Error::Backend { backend: "local", detail: "world aborted".into() },
+            None => Error::Backend {
+                backend: "local",
+                detail: "world aborted".into(),
+            },
         }
     }
 
@@ -281,16 +290,21 @@ impl Shared {
             return Ok(()); // woken between the announcement and now
         }
         ctl.park[rank] = Park::Sleeping;
-        let all_asleep = (0..self.world).all(|r| ctl.park[r] == Park::Sleeping || self.has_exited(r));
+        let all_asleep =
+            (0..self.world).all(|r| ctl.park[r] == Park::Sleeping || self.has_exited(r));
         if all_asleep {
-            let waits = (0..self.world).filter_map(|r| ctl.waits[r].clone()).collect();
+            let waits = (0..self.world)
+                .filter_map(|r| ctl.waits[r].clone())
+                .collect();
             drop(ctl);
             self.abort(Abort::Error(Error::Deadlock(DeadlockReport { waits })));
             return Ok(());
         }
         while ctl.park[rank] == Park::Sleeping {
             ctl = match deadline {
-                None => self.cvs[rank].wait(ctl).unwrap_or_else(PoisonError::into_inner),
+                None => self.cvs[rank]
+                    .wait(ctl)
+                    .unwrap_or_else(PoisonError::into_inner),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
