@@ -6,12 +6,17 @@
 //!
 //! *Size* is the larger per-rank buffer, as in nccl-tests: the buffer of all_reduce and
 //! broadcast, the output of all_gather, the input of reduce_scatter, both buffers of
-//! all_to_all. The *floor* is the time for every rank to copy `size` bytes at once — a
-//! shared-memory collective must read and write each rank's bytes at least once. Times are the
-//! median over samples of the mean time per op (rank 0's clock; every op synchronises the ranks).
+//! all_to_all. The *floor* is the time for every rank to copy `size` bytes at once (one buffer
+//! to another) — a shared-memory collective must read and write each rank's bytes at least once.
+//! In-place collectives (all_reduce, broadcast) touch one buffer per rank, so they are also
+//! compared with a stricter floor: one in-place read-modify-write pass over `size` bytes.
+//!
+//! Every number is a median over samples; a sample is the mean time per call over `k` calls
+//! started together on every rank, as seen by the slowest rank. Samples of the floors and of the
+//! collectives are interleaved, so that noise on this shared machine hits them alike.
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rankwise_runtime::{Ctx, ReduceOp, Result, Tensor, spawn};
 
@@ -35,9 +40,15 @@ const OPS: [Op; 5] = [
     Op::AllToAll,
 ];
 
-/// Ops per sample and number of samples for a size: enough work per sample to be timed well.
+impl Op {
+    fn in_place(self) -> bool {
+        matches!(self, Op::AllReduce | Op::Broadcast)
+    }
+}
+
+/// Calls per sample and number of samples for a size: enough work per sample to time well.
 fn plan(size: usize, world: usize) -> (usize, usize) {
-    let per_sample = (2 * MIB / size.max(1)).clamp(1, 2000) / world.max(1).min(4);
+    let per_sample = (2 * MIB / size.max(1)).clamp(1, 2000) / world.clamp(1, 4);
     let samples = if size >= 16 * MIB { 5 } else { 11 };
     (per_sample.max(1), samples)
 }
@@ -47,79 +58,104 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median seconds per op of `body`, run `k` times per sample on every rank.
-fn time_op(
-    ctx: &mut Ctx,
-    k: usize,
-    samples: usize,
-    mut body: impl FnMut(&mut Ctx) -> Result<()>,
-) -> Result<f64> {
-    body(ctx)?; // warm-up: page faults, caches
-    body(ctx)?;
-    let mut out = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        ctx.barrier()?;
-        let t = Instant::now();
-        for _ in 0..k {
-            body(ctx)?;
-        }
-        out.push(t.elapsed().as_secs_f64() / k as f64);
+/// Seconds per call of `body` over `k` calls started together on every rank (slowest rank).
+fn sample(ctx: &mut Ctx, k: usize, mut body: impl FnMut(&mut Ctx) -> Result<()>) -> Result<f64> {
+    ctx.barrier()?;
+    let t = Instant::now();
+    for _ in 0..k {
+        body(ctx)?;
     }
-    Ok(median(out))
+    let mut mine = Tensor::full([1], t.elapsed().as_secs_f64() / k as f64)?;
+    ctx.all_reduce(&mut mine, ReduceOp::Max)?;
+    Ok(mine.to_vec()[0])
 }
 
-/// The floor: every rank copies `size` bytes at once; the slowest rank's time per copy.
-fn floor(ctx: &mut Ctx, size: usize, k: usize, samples: usize) -> Result<f64> {
-    let src = vec![1u8; size.max(1)];
-    let mut dst = vec![0u8; size.max(1)];
-    dst.copy_from_slice(&src);
-    let mut out = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        ctx.barrier()?;
-        let t = Instant::now();
-        for _ in 0..k {
-            dst.copy_from_slice(black_box(&src));
-            black_box(&mut dst);
-        }
-        let mut mine = Tensor::full([1], t.elapsed().as_secs_f64() / k as f64)?;
-        ctx.all_reduce(&mut mine, ReduceOp::Max)?;
-        out.push(mine.to_vec()[0]);
-    }
-    Ok(median(out))
+/// One rank's buffers for one size: the floors' and each collective's.
+struct Buffers {
+    src: Vec<u64>,
+    dst: Vec<u64>,
+    inout: Tensor<f32>,
+    small: Tensor<f32>,
+    big_in: Tensor<f32>,
+    big_out: Tensor<f32>,
 }
 
-fn bench_op(ctx: &mut Ctx, op: Op, size: usize) -> Result<f64> {
-    let w = ctx.world();
-    let n = (size / 4).max(1); // f32 elements in the larger buffer
-    let small = (n / w).max(1);
-    let (k, samples) = plan(size, w);
-    match op {
-        Op::AllReduce => {
-            let mut t = Tensor::full([n], 1.0f32)?;
-            time_op(ctx, k, samples, |c| c.all_reduce(&mut t, ReduceOp::Sum))
+impl Buffers {
+    fn new(size: usize, world: usize) -> Result<Self> {
+        let words = (size / 8).max(1);
+        let n = (size / 4).max(1); // f32 elements in the larger buffer
+        let small = (n / world).max(1);
+        Ok(Buffers {
+            src: vec![1; words],
+            dst: vec![0; words],
+            inout: Tensor::full([n], 1.0)?,
+            small: Tensor::full([small], 1.0)?,
+            big_in: Tensor::full([small * world], 1.0)?,
+            big_out: Tensor::zeros([small * world])?,
+        })
+    }
+
+    /// Copy floor: `size` bytes read from one buffer and written to another.
+    fn copy(&mut self) {
+        self.dst.copy_from_slice(black_box(&self.src));
+        black_box(&mut self.dst);
+    }
+
+    /// In-place floor: `size` bytes read and written back.
+    fn rmw(&mut self) {
+        for w in black_box(&mut self.dst).iter_mut() {
+            *w = w.wrapping_add(1);
         }
-        Op::Broadcast => {
-            let mut t = Tensor::full([n], 1.0f32)?;
-            time_op(ctx, k, samples, |c| c.broadcast(&mut t, 0))
-        }
-        Op::AllGather => {
-            let x = Tensor::full([small], 1.0f32)?;
-            let mut y = Tensor::zeros([small * w])?;
-            time_op(ctx, k, samples, |c| c.all_gather(&x, &mut y, 0))
-        }
-        Op::ReduceScatter => {
-            let x = Tensor::full([small * w], 1.0f32)?;
-            let mut y = Tensor::zeros([small])?;
-            time_op(ctx, k, samples, |c| {
-                c.reduce_scatter(&x, &mut y, ReduceOp::Sum, 0)
-            })
-        }
-        Op::AllToAll => {
-            let x = Tensor::full([small * w], 1.0f32)?;
-            let mut y = Tensor::zeros([small * w])?;
-            time_op(ctx, k, samples, |c| c.all_to_all(&x, &mut y, 0))
+        black_box(&mut self.dst);
+    }
+
+    fn run(&mut self, ctx: &mut Ctx, op: Op) -> Result<()> {
+        match op {
+            Op::AllReduce => ctx.all_reduce(&mut self.inout, ReduceOp::Sum),
+            Op::Broadcast => ctx.broadcast(&mut self.inout, 0),
+            Op::AllGather => ctx.all_gather(&self.small, &mut self.big_out, 0),
+            Op::ReduceScatter => {
+                ctx.reduce_scatter(&self.big_in, &mut self.small, ReduceOp::Sum, 0)
+            }
+            Op::AllToAll => ctx.all_to_all(&self.big_in, &mut self.big_out, 0),
         }
     }
+}
+
+struct SizeResult {
+    copy: f64,
+    rmw: f64,
+    ops: Vec<f64>,
+}
+
+fn bench_size(ctx: &mut Ctx, size: usize) -> Result<SizeResult> {
+    let (k, samples) = plan(size, ctx.world());
+    let mut b = Buffers::new(size, ctx.world())?;
+    b.copy();
+    for op in OPS {
+        b.run(ctx, op)?; // warm-up: page faults, caches
+        b.run(ctx, op)?;
+    }
+    let (mut copy, mut rmw) = (Vec::new(), Vec::new());
+    let mut ops = vec![Vec::new(); OPS.len()];
+    for _ in 0..samples {
+        copy.push(sample(ctx, k, |_| {
+            b.copy();
+            Ok(())
+        })?);
+        rmw.push(sample(ctx, k, |_| {
+            b.rmw();
+            Ok(())
+        })?);
+        for (i, op) in OPS.into_iter().enumerate() {
+            ops[i].push(sample(ctx, k, |c| b.run(c, op))?);
+        }
+    }
+    Ok(SizeResult {
+        copy: median(copy),
+        rmw: median(rmw),
+        ops: ops.into_iter().map(median).collect(),
+    })
 }
 
 fn fmt_time(s: f64) -> String {
@@ -142,6 +178,32 @@ fn fmt_size(b: usize) -> String {
     }
 }
 
+/// 1000 all_reduces of 1 KiB issued one by one, then as one batch: seconds for each.
+fn batched_vs_single(ctx: &mut Ctx, samples: usize) -> Result<(f64, f64)> {
+    let mut ts: Vec<Tensor<f32>> = (0..1000)
+        .map(|_| Tensor::full([256], 1.0f32))
+        .collect::<Result<_>>()?;
+    let mut single = Vec::new();
+    let mut batched = Vec::new();
+    for _ in 0..samples + 1 {
+        single.push(sample(ctx, 1, |c| {
+            for t in ts.iter_mut() {
+                c.all_reduce(t, ReduceOp::Sum)?;
+            }
+            Ok(())
+        })?);
+        batched.push(sample(ctx, 1, |c| {
+            let mut b = c.batch();
+            for t in ts.iter_mut() {
+                b.all_reduce(t, ReduceOp::Sum);
+            }
+            b.run()
+        })?);
+    }
+    // The first sample of each warms up.
+    Ok((median(single[1..].to_vec()), median(batched[1..].to_vec())))
+}
+
 fn main() -> Result<()> {
     let quick = std::env::var_os("RANKWISE_BENCH_QUICK").is_some();
     let sizes: Vec<usize> = if quick {
@@ -152,32 +214,33 @@ fn main() -> Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    println!("# rankwise local backend — {cores} core(s)\n");
-    println!("| op | world | size | median | floor | ratio |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("# rankwise local backend, {cores} core(s)\n");
+    println!("| op | world | size | median | copy floor | ratio | in-place floor | ratio |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for world in [2, 4, 8] {
-        let rows = spawn(world, |ctx| {
-            let mut rows = Vec::new();
-            for &size in &sizes {
-                let (k, samples) = plan(size, ctx.world());
-                let fl = floor(ctx, size, k, samples)?;
-                for op in OPS {
-                    let t = bench_op(ctx, op, size)?;
-                    rows.push((op, size, t, fl));
-                }
-            }
-            Ok(rows)
+        let per_size = spawn(world, |ctx| {
+            sizes
+                .iter()
+                .map(|&s| bench_size(ctx, s))
+                .collect::<Result<Vec<_>>>()
         })?;
-        let mut rows = rows.into_iter().next().unwrap_or_default();
-        rows.sort_by_key(|(op, size, ..)| (*op as usize, *size));
-        for (op, size, t, fl) in rows {
-            println!(
-                "| {op:?} | {world} | {} | {} | {} | {:.2}× |",
-                fmt_size(size),
-                fmt_time(t),
-                fmt_time(fl),
-                t / fl
-            );
+        let results = &per_size[0];
+        for (i, op) in OPS.into_iter().enumerate() {
+            for (&size, r) in sizes.iter().zip(results) {
+                let t = r.ops[i];
+                let strict = if op.in_place() {
+                    format!("{} | {:.2}×", fmt_time(r.rmw), t / r.rmw)
+                } else {
+                    "– | –".to_string()
+                };
+                println!(
+                    "| {op:?} | {world} | {} | {} | {} | {:.2}× | {strict} |",
+                    fmt_size(size),
+                    fmt_time(t),
+                    fmt_time(r.copy),
+                    t / r.copy
+                );
+            }
         }
     }
 
@@ -186,24 +249,7 @@ fn main() -> Result<()> {
     println!("|---:|---:|---:|---:|");
     for world in [2, 4, 8] {
         let times = spawn(world, |ctx| {
-            let mut ts: Vec<Tensor<f32>> = (0..1000)
-                .map(|_| Tensor::full([256], 1.0f32))
-                .collect::<Result<_>>()?;
-            let samples = if quick { 3 } else { 9 };
-            let single = time_op(ctx, 1, samples, |c| {
-                for t in ts.iter_mut() {
-                    c.all_reduce(t, ReduceOp::Sum)?;
-                }
-                Ok(())
-            })?;
-            let batched = time_op(ctx, 1, samples, |c| {
-                let mut b = c.batch();
-                for t in ts.iter_mut() {
-                    b.all_reduce(t, ReduceOp::Sum);
-                }
-                b.run()
-            })?;
-            Ok((single, batched))
+            batched_vs_single(ctx, if quick { 3 } else { 9 })
         })?;
         let (single, batched) = times[0];
         println!(
@@ -213,6 +259,5 @@ fn main() -> Result<()> {
             single / batched
         );
     }
-    let _ = Duration::ZERO;
     Ok(())
 }

@@ -363,7 +363,8 @@ fn mismatched_recv_size_and_dtype_are_errors() {
 #[test]
 fn misuse_is_a_specific_error() {
     type Misuse = fn(&mut rankwise_runtime::Ctx) -> Result<()>;
-    let cases: Vec<(&str, Misuse, fn(&Error) -> bool)> = vec![
+    type Check = fn(&Error) -> bool;
+    let cases: Vec<(&str, Misuse, Check)> = vec![
         (
             "peer out of range",
             |c| c.send(&Tensor::full([1], 0u8)?, 4),

@@ -280,10 +280,21 @@ unsafe fn reduce_blocks<T: Element, const B: usize>(
         while start < width {
             let m = (width - start).min(B);
             let at = row * src_pitch + col + start;
-            // SAFETY: source 0 holds `m` elements at `at` (contract); `block` has room for B >= m.
-            unsafe { std::ptr::copy_nonoverlapping((srcs[0] as *const T).add(at), acc_ptr, m) };
-            // SAFETY: the first `m` elements were just initialised.
-            let acc = unsafe { std::slice::from_raw_parts_mut(acc_ptr, m) };
+            let to = row * dst_pitch + start;
+            // SAFETY (offsets): within source 0 and destination 0 per the contract.
+            let first = unsafe { (srcs[0] as *const T).add(at) };
+            let out0 = unsafe { (dsts[0] as *mut T).add(to) };
+            // In place (all_reduce): destination 0 *is* source 0, so it can be the accumulator,
+            // saving two passes over the block. Otherwise accumulate in `block`.
+            let in_place = std::ptr::eq(first, out0);
+            let acc_at = if in_place { out0 } else { acc_ptr };
+            if !in_place {
+                // SAFETY: source 0 holds `m` elements at `at`; `block` has room for B >= m.
+                unsafe { std::ptr::copy_nonoverlapping(first, acc_ptr, m) };
+            }
+            // SAFETY: `m` initialised elements, written by no one else: our own slice of
+            // destination 0 (which no other source aliases), or our stack block.
+            let acc = unsafe { std::slice::from_raw_parts_mut(acc_at, m) };
             r.start(acc);
             for &s in &srcs[1..] {
                 // SAFETY: within this source per the contract; the slice is dropped before any
@@ -292,10 +303,10 @@ unsafe fn reduce_blocks<T: Element, const B: usize>(
                 r.combine(acc, x);
             }
             r.finish(acc);
-            let to = row * dst_pitch + start;
-            for &d in dsts {
-                // SAFETY: within destination d per the contract, written only by us.
-                unsafe { std::ptr::copy_nonoverlapping(acc_ptr, (d as *mut T).add(to), m) };
+            for &d in &dsts[usize::from(in_place)..] {
+                // SAFETY: within destination d per the contract, written only by us; distinct
+                // from the accumulator (destinations are distinct tensors).
+                unsafe { std::ptr::copy_nonoverlapping(acc_at, (d as *mut T).add(to), m) };
             }
             start += m;
         }

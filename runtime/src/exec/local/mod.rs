@@ -42,9 +42,9 @@ use world::GroupState;
 pub(crate) use world::{Abort, Shared};
 
 /// Spin iterations before yielding, when every rank has a core.
-const SPINS: u32 = 4_000;
+const SPINS: u32 = 200;
 /// Spin iterations before yielding, when ranks outnumber cores.
-const SPINS_OVERSUBSCRIBED: u32 = 64;
+const SPINS_OVERSUBSCRIBED: u32 = 4;
 /// How long a rank with nothing to do keeps yielding before it parks. Waking a parked thread
 /// costs tens of microseconds; a collective's peers usually arrive well within this.
 const YIELD_FOR: Duration = Duration::from_micros(300);
@@ -100,13 +100,16 @@ impl Run {
     }
 }
 
+/// A blocked op (its index in the batch) and the ranks it waits for.
+type Waiting = (usize, SmallVec<[usize; 8]>);
+
 /// Result of one pass over a batch.
 #[derive(Default)]
 struct Pass {
     progressed: bool,
     complete: bool,
     /// The first run still waiting: its op index and the ranks it waits for.
-    blocked: Option<(usize, SmallVec<[usize; 8]>)>,
+    blocked: Option<Waiting>,
 }
 
 impl LocalBackend {
@@ -267,36 +270,53 @@ impl LocalBackend {
         ops: &[Op],
         pass: &mut Pass,
         woken: &mut SmallVec<[usize; 8]>,
-    ) -> Result<Option<(usize, SmallVec<[usize; 8]>)>> {
-        let g = run
-            .group
-            .as_ref()
-            .expect("collective runs carry their group");
+    ) -> Result<Option<Waiting>> {
+        let g = Arc::clone(
+            run.group
+                .as_ref()
+                .expect("collective runs carry their group"),
+        );
+        let before = run.next;
+        let blocked = self.step_coll(run, &g, ops);
+        if run.next > before {
+            pass.progressed = true;
+            woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+        }
+        if let Some(waiting) = blocked? {
+            return Ok(Some(waiting));
+        }
+        Ok(self.complete_coll(run, &g))
+    }
+
+    /// Processes the run's steps that can go ahead; `Some` names whom the first blocked step
+    /// waits for.
+    fn step_coll(&self, run: &mut Run, g: &GroupState, ops: &[Op]) -> Result<Option<Waiting>> {
+        let n = g.members.len();
         while run.next < run.end() {
             let k = run.next;
             let idx = run.start + (k - run.base) as usize;
-            let n = g.members.len();
             if !kernels::participates(&ops[idx].desc, n, run.me, k) {
                 // Nothing to move or check for us in this step: the step's owner checks that
                 // everyone agrees and does the work, and nobody completes the step before the
                 // owner's `done` says so. Marking ours now saves a round trip.
                 g.slots[run.me].done.0.store(k + 1, Ordering::Release);
-                woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
-                pass.progressed = true;
                 run.next += 1;
                 continue;
             }
-            let missing: SmallVec<[usize; 8]> = g
-                .slots
+            if g.slots
                 .iter()
-                .zip(g.members.iter())
-                .filter(|(s, _)| s.posted.load(Ordering::Acquire) <= k)
-                .map(|(_, &r)| r)
-                .collect();
-            if !missing.is_empty() {
+                .any(|s| s.posted.load(Ordering::Acquire) <= k)
+            {
+                let missing = g
+                    .slots
+                    .iter()
+                    .zip(g.members.iter())
+                    .filter(|(s, _)| s.posted.load(Ordering::Acquire) <= k)
+                    .map(|(_, &r)| r)
+                    .collect();
                 return Ok(Some((idx, missing)));
             }
-            let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(g.members.len());
+            let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(n);
             for (j, slot) in g.slots.iter().enumerate() {
                 if j == run.me {
                     entries.push(&ops[idx]);
@@ -323,10 +343,13 @@ impl LocalBackend {
                 )
             };
             g.slots[run.me].done.0.store(k + 1, Ordering::Release);
-            woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
-            pass.progressed = true;
             run.next += 1;
         }
+        Ok(None)
+    }
+
+    /// Whether every member is done with the run's steps; if not, whom we wait for.
+    fn complete_coll(&self, run: &mut Run, g: &GroupState) -> Option<Waiting> {
         let behind: SmallVec<[usize; 8]> = g
             .slots
             .iter()
@@ -336,7 +359,7 @@ impl LocalBackend {
             .collect();
         if behind.is_empty() {
             run.complete = true;
-            return Ok(None);
+            return None;
         }
         // Blocked: name the members that have not even arrived, if any, as the ones we wait for.
         let absent: SmallVec<[usize; 8]> = g
@@ -346,10 +369,10 @@ impl LocalBackend {
             .filter(|(s, _)| s.posted.load(Ordering::Acquire) < run.end())
             .map(|(_, &r)| r)
             .collect();
-        Ok(Some((
+        Some((
             run.start + run.len - 1,
             if absent.is_empty() { behind } else { absent },
-        )))
+        ))
     }
 
     /// Every member checks all members against member 0, so all of them stop on the same,
@@ -381,7 +404,7 @@ impl LocalBackend {
         ops: &[Op],
         pass: &mut Pass,
         woken: &mut SmallVec<[usize; 8]>,
-    ) -> Result<Option<(usize, SmallVec<[usize; 8]>)>> {
+    ) -> Result<Option<Waiting>> {
         let chan = self.shared.chan(src, self.rank);
         while run.next < run.end() {
             let k = run.next;
@@ -417,7 +440,9 @@ impl LocalBackend {
             // and writes another, distinct borrow.
             unsafe { copy_rows(recv.output.ptr, 0, send.input.ptr, 0, 1, bytes) };
             chan.copied.0.store(k + 1, Ordering::Release);
-            woken.push(src);
+            if !pass.progressed || woken.last() != Some(&src) {
+                woken.push(src);
+            }
             pass.progressed = true;
             run.next += 1;
         }
