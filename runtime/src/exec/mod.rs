@@ -1,7 +1,7 @@
 //! Execution backends behind one trait.
 //!
 //! A [`Ctx`](crate::Ctx) validates each call, describes it as an [`Op`] (an
-//! [`OpDesc`](crate::model::OpDesc) plus raw buffers), and hands batches of ops to its backend.
+//! [`OpDesc`] plus raw buffers), and hands batches of ops to its backend.
 //! Backends move the bytes; they never see `Tensor` or user types.
 
 use crate::error::Result;

@@ -1,0 +1,127 @@
+//! Small programs that drive every unsafe path of the local backend — peers' buffers read and
+//! written in place, sliced and whole reductions, strided copies, self-sends, and early exits
+//! after an abort — sized so that Miri can run them:
+//! `cargo +nightly miri test -p rankwise-runtime --test unsafe_paths`.
+
+use rankwise_runtime::{Error, Options, ReduceOp, Result, Tensor, spawn, spawn_each};
+
+/// Enough f32 elements that all_reduce slices the tensor across members.
+const SLICED: usize = 2048 + 5;
+
+#[test]
+fn every_collective_touches_peers_buffers_soundly() {
+    for world in [1, 2, 3] {
+        let out = spawn(world, |ctx| {
+            let (r, w) = (ctx.rank(), ctx.world());
+            let root = w - 1;
+            let mut big = Tensor::full([SLICED], r as f32 + 1.0)?;
+            ctx.all_reduce(&mut big, ReduceOp::Sum)?;
+            let mut small = Tensor::full([3], r as i32)?;
+            ctx.reduce(&mut small, root, ReduceOp::Max)?;
+            let mut b = Tensor::full([2, 2], r as u8)?;
+            ctx.broadcast(&mut b, root)?;
+            let x = Tensor::from_fn([2, 3], |i| (r * 100 + i[0] * 10 + i[1]) as i64)?;
+            let mut ag = Tensor::zeros([2, 3 * w])?;
+            ctx.all_gather(&x, &mut ag, 1)?;
+            let mut g = Tensor::zeros([2 * w, 3])?;
+            ctx.gather(&x, (r == root).then_some(&mut g), root, 0)?;
+            let wide = Tensor::from_fn([2, 2 * w], |i| (i[1] + 10 * r) as f64)?;
+            let mut s = Tensor::zeros([2, 2])?;
+            ctx.scatter((r == root).then_some(&wide), &mut s, root, 1)?;
+            let mut rs = Tensor::zeros([2, 2])?;
+            ctx.reduce_scatter(&wide, &mut rs, ReduceOp::Sum, 1)?;
+            let mut a2a = Tensor::zeros([2, 2 * w])?;
+            ctx.all_to_all(&wide, &mut a2a, 1)?;
+            let mine = Tensor::full([4], r as u16 as f32)?;
+            let mut got = Tensor::<f32>::zeros([4])?;
+            let mut batch = ctx.batch();
+            batch
+                .send(&mine, (r + 1) % w)
+                .recv(&mut got, (r + w - 1) % w);
+            batch.run()?;
+            ctx.barrier()?;
+            Ok((
+                big.to_vec()[SLICED - 1],
+                small.to_vec(),
+                b.to_vec(),
+                ag.to_vec(),
+                s.to_vec(),
+                got.to_vec(),
+            ))
+        })
+        .unwrap();
+        let total: f32 = (1..=world).map(|r| r as f32).sum();
+        for (r, (big, small, b, ag, s, got)) in out.into_iter().enumerate() {
+            assert_eq!(big, total);
+            let want_small = if r == world - 1 {
+                world as i32 - 1
+            } else {
+                r as i32
+            };
+            assert_eq!(small, vec![want_small; 3]);
+            assert_eq!(b, vec![(world - 1) as u8; 4]);
+            assert_eq!(
+                ag[..3 * world],
+                (0..world)
+                    .flat_map(|q| (0..3).map(move |j| (q * 100 + j) as i64))
+                    .collect::<Vec<_>>()
+            );
+            assert_eq!(
+                s,
+                vec![
+                    (2 * r) as f64,
+                    (2 * r + 1) as f64,
+                    (2 * r) as f64,
+                    (2 * r + 1) as f64
+                ]
+                .iter()
+                .map(|v| v + 10.0 * (world - 1) as f64)
+                .collect::<Vec<_>>()
+            );
+            assert_eq!(got, vec![((r + world - 1) % world) as f32; 4]);
+        }
+    }
+}
+
+#[test]
+fn aborts_wait_for_peers_to_leave_buffers_alone() {
+    // Rank 1 disagrees at the second step of a batch while the others may still be working on
+    // the first: every rank must get the error and no rank may free a buffer a peer still reads.
+    let each = spawn_each(3, Options::default(), |ctx| {
+        let mut a = Tensor::full([SLICED], 1.0f32)?;
+        let mut b = Tensor::full([4], 1.0f32)?;
+        let op = if ctx.rank() == 1 {
+            ReduceOp::Max
+        } else {
+            ReduceOp::Sum
+        };
+        let mut batch = ctx.batch();
+        batch
+            .all_reduce(&mut a, ReduceOp::Sum)
+            .all_reduce(&mut b, op);
+        batch.run()
+    })
+    .unwrap();
+    for res in each {
+        assert!(matches!(res, Err(Error::CollectiveMismatch(_))), "{res:?}");
+    }
+}
+
+#[test]
+fn failures_and_deadlocks_end_every_rank() -> Result<()> {
+    let err = spawn(2, |ctx| {
+        if ctx.rank() == 0 {
+            panic!("boom");
+        }
+        ctx.barrier()
+    })
+    .unwrap_err();
+    assert!(matches!(err, Error::Panicked { rank: 0, .. }));
+    let err = spawn(2, |ctx| {
+        let mut t = Tensor::<u8>::zeros([1])?;
+        ctx.recv(&mut t, 1 - ctx.rank())
+    })
+    .unwrap_err();
+    assert!(matches!(err, Error::Deadlock(_)));
+    Ok(())
+}
