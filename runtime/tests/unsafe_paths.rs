@@ -66,18 +66,10 @@ fn every_collective_touches_peers_buffers_soundly() {
                     .flat_map(|q| (0..3).map(move |j| (q * 100 + j) as i64))
                     .collect::<Vec<_>>()
             );
-            assert_eq!(
-                s,
-                vec![
-                    (2 * r) as f64,
-                    (2 * r + 1) as f64,
-                    (2 * r) as f64,
-                    (2 * r + 1) as f64
-                ]
-                .iter()
-                .map(|v| v + 10.0 * (world - 1) as f64)
-                .collect::<Vec<_>>()
-            );
+            // Rank r gets columns 2r and 2r+1 of the root's [2, 2w] tensor (value col + 10·root).
+            let base = 10.0 * (world - 1) as f64;
+            let (c0, c1) = ((2 * r) as f64 + base, (2 * r + 1) as f64 + base);
+            assert_eq!(s, vec![c0, c1, c0, c1]);
             assert_eq!(got, vec![((r + world - 1) % world) as f32; 4]);
         }
     }
