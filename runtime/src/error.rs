@@ -255,6 +255,10 @@ pub enum Error {
         detail: String,
     },
 
+    /// The verifier rejected the program before it started.
+    #[error("the program was rejected before it started:\n{0}")]
+    Rejected(Box<crate::verify::Diagnostics>),
+
     /// An error from the user's own code, carried through rankwise.
     #[error(transparent)]
     User(Arc<dyn std::error::Error + Send + Sync>),

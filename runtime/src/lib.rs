@@ -37,6 +37,7 @@ pub mod rules;
 #[cfg(feature = "local")]
 pub mod spawn;
 pub mod tensor;
+pub mod verify;
 
 pub use ctx::{Batch, BatchComm, Comm, Ctx};
 pub use element::{DType, Element};

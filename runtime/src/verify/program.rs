@@ -10,7 +10,7 @@ use crate::reduce::ReduceOp;
 use crate::rules;
 
 /// An opaque call-site id chosen by whoever built the program (the macro maps it back to a
-/// span; the builder numbers calls in order).
+/// span; the builder gives each source location one id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SiteId(pub u32);
 
@@ -60,7 +60,8 @@ pub struct Program {
     pub groups: Vec<Vec<usize>>,
     /// Each rank's items, in order.
     pub ranks: Vec<Vec<Item>>,
-    next_id: u32,
+    /// Builder ids by call site: one id per source location, shared by every rank.
+    site_ids: Vec<CallSite>,
 }
 
 impl Program {
@@ -70,7 +71,7 @@ impl Program {
             world,
             groups: vec![(0..world).collect()],
             ranks: vec![Vec::new(); world],
-            next_id: 0,
+            site_ids: Vec::new(),
         }
     }
 
@@ -130,8 +131,14 @@ impl RankBuilder<'_> {
             _ => rules::expected_output(&desc, n),
         };
         let root_input = (kind == OpKind::Scatter && is_root).then(|| rules::concatenated(&desc, n));
-        let id = SiteId(self.program.next_id);
-        self.program.next_id += 1;
+        let ids = &mut self.program.site_ids;
+        let id = match ids.iter().position(|s| *s == site) {
+            Some(i) => SiteId(i as u32),
+            None => {
+                ids.push(site);
+                SiteId(ids.len() as u32 - 1)
+            }
+        };
         let vop = VOp { desc, output, root_input, id };
         match &mut self.batch {
             Some(ops) => ops.push(vop),

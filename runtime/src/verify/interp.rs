@@ -1,0 +1,140 @@
+//! Runs a [`Program`] on a real [`Ctx`]: each rank makes exactly the calls its item list
+//! describes, on tensors of the described shapes. This is how programs built at run time are
+//! executed, and how the differential tests hold the verifier to what really happens.
+
+use super::program::{Item, Program, VOp};
+use crate::ctx::Ctx;
+use crate::element::{DType, Element};
+use crate::error::{Error, Result};
+use crate::group::Group;
+use crate::model::{OpKind, Shape};
+use crate::tensor::Tensor;
+use crate::with_dtype;
+
+/// A tensor of any element type.
+enum AnyTensor {
+    F32(Tensor<f32>),
+    F64(Tensor<f64>),
+    F16(Tensor<crate::f16>),
+    BF16(Tensor<crate::bf16>),
+    I8(Tensor<i8>),
+    U8(Tensor<u8>),
+    I32(Tensor<i32>),
+    U32(Tensor<u32>),
+    I64(Tensor<i64>),
+    U64(Tensor<u64>),
+}
+
+/// Recovers the typed tensor from an [`AnyTensor`] of the same element type.
+trait Pick: Element {
+    fn pick(a: &mut AnyTensor) -> Option<&mut Tensor<Self>>;
+    fn wrap(t: Tensor<Self>) -> AnyTensor;
+}
+
+macro_rules! pick {
+    ($($t:ty => $v:ident),*) => {$(
+        impl Pick for $t {
+            fn pick(a: &mut AnyTensor) -> Option<&mut Tensor<Self>> {
+                match a { AnyTensor::$v(t) => Some(t), _ => None }
+            }
+            fn wrap(t: Tensor<Self>) -> AnyTensor { AnyTensor::$v(t) }
+        }
+    )*};
+}
+pick!(f32 => F32, f64 => F64, crate::f16 => F16, crate::bf16 => BF16, i8 => I8, u8 => U8,
+      i32 => I32, u32 => U32, i64 => I64, u64 => U64);
+
+fn alloc(dtype: DType, shape: &[usize]) -> Result<AnyTensor> {
+    with_dtype!(dtype, T => Ok(<T as Pick>::wrap(Tensor::full(shape, T::from_f64(1.0))?)))
+}
+
+/// The tensors one op reads and writes.
+struct Bufs {
+    input: Option<AnyTensor>,
+    output: Option<AnyTensor>,
+}
+
+fn bufs(op: &VOp) -> Result<Bufs> {
+    let d = &op.desc;
+    let of = |s: &Option<Shape>| s.as_ref().map(|s| alloc(d.dtype, s)).transpose();
+    Ok(match d.kind {
+        OpKind::Send => Bufs { input: Some(alloc(d.dtype, &d.shape)?), output: None },
+        OpKind::Recv | OpKind::Broadcast | OpKind::Reduce | OpKind::AllReduce => {
+            Bufs { input: None, output: Some(alloc(d.dtype, &d.shape)?) }
+        }
+        OpKind::Scatter => Bufs { input: of(&op.root_input)?, output: Some(alloc(d.dtype, &d.shape)?) },
+        OpKind::Barrier => Bufs { input: None, output: None },
+        _ => Bufs { input: Some(alloc(d.dtype, &d.shape)?), output: of(&op.output)? },
+    })
+}
+
+fn missing() -> Error {
+    Error::Backend { backend: "interp", detail: "a described op lacks the buffer its kind needs".into() }
+}
+
+/// Issues `op` on `$target` (a `Comm` or a `BatchComm`) with the typed buffers of `$b`.
+macro_rules! issue {
+    ($target:expr, $op:expr, $b:expr, $T:ty) => {{
+        let d = &$op.desc;
+        let peer = d.peer.unwrap_or(0);
+        let (input, output) = (&mut $b.input, &mut $b.output);
+        let input = input.as_mut().and_then(<$T as Pick>::pick);
+        let output = output.as_mut().and_then(<$T as Pick>::pick);
+        let op = d.op.unwrap_or(crate::ReduceOp::Sum);
+        match d.kind {
+            OpKind::Send => $target.send(input.ok_or_else(missing)?, peer),
+            OpKind::Recv => $target.recv(output.ok_or_else(missing)?, peer),
+            OpKind::Broadcast => $target.broadcast(output.ok_or_else(missing)?, peer),
+            OpKind::Reduce => $target.reduce(output.ok_or_else(missing)?, peer, op),
+            OpKind::AllReduce => $target.all_reduce(output.ok_or_else(missing)?, op),
+            OpKind::Gather => $target.gather(input.ok_or_else(missing)?, output, peer, d.dim),
+            OpKind::AllGather => $target.all_gather(input.ok_or_else(missing)?, output.ok_or_else(missing)?, d.dim),
+            OpKind::Scatter => $target.scatter(input.map(|t| &*t), output.ok_or_else(missing)?, peer, d.dim),
+            OpKind::ReduceScatter => {
+                $target.reduce_scatter(input.ok_or_else(missing)?, output.ok_or_else(missing)?, op, d.dim)
+            }
+            OpKind::AllToAll => $target.all_to_all(input.ok_or_else(missing)?, output.ok_or_else(missing)?, d.dim),
+            OpKind::Barrier => $target.barrier(),
+        }
+    }};
+}
+
+impl Program {
+    /// Makes exactly the calls this program describes for `ctx.rank()`, on tensors of ones.
+    /// Every rank creates every declared group, in order, so that ids agree.
+    pub fn run_rank(&self, ctx: &mut Ctx) -> Result<()> {
+        let rank = ctx.rank();
+        let items = self.ranks.get(rank).ok_or(Error::InvalidWorld { world: self.world })?;
+        let mut groups: Vec<Result<Group>> = vec![Ok(ctx.world_group().clone())];
+        for members in &self.groups[1..] {
+            groups.push(ctx.new_group(members));
+        }
+        let group = |op: &VOp| -> Result<Group> {
+            match groups.get(op.desc.group.0 as usize) {
+                Some(g) => g.clone(),
+                None => Err(missing()),
+            }
+        };
+        for item in items {
+            match item {
+                Item::Op(op) => {
+                    let g = group(op)?;
+                    let mut b = bufs(op)?;
+                    let mut comm = ctx.group(&g);
+                    with_dtype!(op.desc.dtype, T => issue!(comm, op, b, T))?;
+                }
+                Item::Batch(ops) => {
+                    let gs = ops.iter().map(group).collect::<Result<Vec<_>>>()?;
+                    let mut bs = ops.iter().map(bufs).collect::<Result<Vec<_>>>()?;
+                    let mut batch = ctx.batch();
+                    for ((op, g), b) in ops.iter().zip(&gs).zip(bs.iter_mut()) {
+                        let mut comm = batch.group(g);
+                        with_dtype!(op.desc.dtype, T => { issue!(comm, op, b, T); });
+                    }
+                    batch.run()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
