@@ -181,15 +181,18 @@ impl OpDesc {
         self.shape.iter().product()
     }
 
-    /// Whether two members' descriptions of one collective step agree (everything but the site).
+    /// Whether two members' descriptions of one collective step agree: same kind, group, root
+    /// and op, and — where the kind has them — the same dtype, shape and dim. The call site is
+    /// not compared, nor fields a kind does not use (a barrier moves no data; only split and
+    /// concatenating collectives have a dim).
     pub fn agrees_with(&self, other: &OpDesc) -> bool {
         self.kind == other.kind
             && self.group == other.group
             && self.peer == other.peer
             && self.op == other.op
-            && self.dtype == other.dtype
-            && self.shape == other.shape
-            && self.dim == other.dim
+            && (self.kind == OpKind::Barrier
+                || (self.dtype == other.dtype && self.shape == other.shape))
+            && (!self.kind.has_dim() || self.dim == other.dim)
     }
 
     /// A short human description: `all_reduce(Sum, f32[2, 5])`, `send(to 1, f32[4])`.

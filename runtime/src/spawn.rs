@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::ctx::Ctx;
 use crate::error::{Error, PeerFailure, Result};
 use crate::exec::local::{Abort, LocalBackend, Shared};
+use crate::verify::Program;
 
 /// Settings for [`spawn_with`].
 #[derive(Clone, Debug, Default)]
@@ -15,6 +16,8 @@ pub struct Options {
     /// Give up on any single communication call after this long (off by default: deadlocks,
     /// mismatches and failed peers are detected without one).
     pub timeout: Option<Duration>,
+    /// A description of what the ranks will do, verified before any thread starts.
+    pub program: Option<Arc<Program>>,
 }
 
 impl Options {
@@ -23,6 +26,31 @@ impl Options {
         self.timeout = Some(t);
         self
     }
+
+    /// Verifies `program` before starting: `spawn_with` then refuses to start a program the
+    /// verifier rejects (or one described for another world size), returning
+    /// [`Error::Rejected`] with the diagnostics.
+    pub fn verify(mut self, program: impl Into<Arc<Program>>) -> Self {
+        self.program = Some(program.into());
+        self
+    }
+}
+
+/// Checks the program attached to `options`, if any, for a world of `world` ranks.
+fn check_program(world: usize, options: &Options) -> Result<()> {
+    let Some(p) = &options.program else {
+        return Ok(());
+    };
+    if p.world != world {
+        return Err(Error::Backend {
+            backend: "local",
+            detail: format!(
+                "the program was described for {} ranks but spawned on {world}",
+                p.world
+            ),
+        });
+    }
+    crate::verify::verify(p).map(drop).map_err(Error::from)
 }
 
 /// Runs `f` on `world` threads, one per rank, and returns each rank's value in rank order.
@@ -72,6 +100,7 @@ where
     if world == 0 {
         return Err(Error::InvalidWorld { world });
     }
+    check_program(world, options)?;
     let shared = Shared::new(world, options.timeout);
     let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
         let mut handles = Vec::with_capacity(world);

@@ -1,7 +1,9 @@
 //! The verifier, rule by rule, with the seeds' classic mistakes among the cases.
 
 use rankwise_runtime::model::GroupId;
-use rankwise_runtime::verify::{Code, Diagnostics, Match, Program, RankBuilder, Verdict, verify, verify_worlds};
+use rankwise_runtime::verify::{
+    Code, Diagnostics, Match, Program, RankBuilder, Verdict, verify, verify_worlds,
+};
 use rankwise_runtime::{DType, ReduceOp};
 
 const W: GroupId = GroupId::WORLD;
@@ -17,7 +19,11 @@ fn spmd(world: usize, body: impl Fn(usize, &mut RankBuilder<'_>)) -> Program {
 }
 
 /// Like [`spmd`], with one extra group declared up front.
-fn spmd_group(world: usize, members: &[usize], body: impl Fn(usize, GroupId, &mut RankBuilder<'_>)) -> Program {
+fn spmd_group(
+    world: usize,
+    members: &[usize],
+    body: impl Fn(usize, GroupId, &mut RankBuilder<'_>),
+) -> Program {
     let mut p = Program::new(world);
     let g = p.group(members);
     for r in 0..world {
@@ -35,7 +41,10 @@ fn rejected(p: &Program) -> Diagnostics {
 
 fn line_of(marker: &str) -> u32 {
     let src = include_str!("verify.rs");
-    src.lines().position(|l| l.contains(marker) && !l.contains("line_of(")).expect("marker") as u32 + 1
+    src.lines()
+        .position(|l| l.contains(marker) && !l.contains("line_of("))
+        .expect("marker") as u32
+        + 1
 }
 
 #[test]
@@ -50,8 +59,17 @@ fn seed_deadlock_both_ranks_send_first() {
     assert_eq!(x.ranks, vec![0, 1]);
     assert_eq!(x.verdict, Verdict::Hang);
     assert_eq!(x.primary.site.line, line_of("BOTH-SEND"));
-    assert!(x.message.starts_with("deadlock: rank 0 waits in send(to 1, f32[4]) at"), "{}", x.message);
-    assert!(x.message.contains("which waits in send(to 0, f32[4])"), "{}", x.message);
+    assert!(
+        x.message
+            .starts_with("deadlock: rank 0 waits in send(to 1, f32[4]) at"),
+        "{}",
+        x.message
+    );
+    assert!(
+        x.message.contains("which waits in send(to 0, f32[4])"),
+        "{}",
+        x.message
+    );
     assert!(x.message.ends_with("for rank 0"), "{}", x.message);
     assert!(x.help.contains("batch"), "{}", x.help);
     // The fix from the seed: rank 1 receives first.
@@ -68,16 +86,24 @@ fn seed_deadlock_both_ranks_send_first() {
 #[test]
 fn three_rank_ring_where_everyone_sends_first() {
     let p = spmd(3, |r, b| {
-        b.send(DType::I32, &[1], (r + 1) % 3).recv(DType::I32, &[1], (r + 2) % 3);
+        b.send(DType::I32, &[1], (r + 1) % 3)
+            .recv(DType::I32, &[1], (r + 2) % 3);
     });
     let d = rejected(&p);
     assert_eq!(d.0.len(), 1, "{d}");
     let m = &d.0[0].message;
     assert!(m.contains("rank 0 waits in send(to 1, i32[1])"), "{m}");
-    assert!(m.contains("which waits in send(to 2, i32[1])") && m.contains("which waits in send(to 0, i32[1])"), "{m}");
+    assert!(
+        m.contains("which waits in send(to 2, i32[1])")
+            && m.contains("which waits in send(to 0, i32[1])"),
+        "{m}"
+    );
     // Batched, the same ring is fine.
     let ok = spmd(3, |r, b| {
-        b.batch().send(DType::I32, &[1], (r + 1) % 3).recv(DType::I32, &[1], (r + 2) % 3).end_batch();
+        b.batch()
+            .send(DType::I32, &[1], (r + 1) % 3)
+            .recv(DType::I32, &[1], (r + 2) % 3)
+            .end_batch();
     });
     assert!(verify(&ok).is_ok());
 }
@@ -93,7 +119,12 @@ fn collective_behind_if_rank_zero_at_the_end_is_skipped() {
     assert_eq!(d.codes(), vec![Code::RW005], "{d}");
     let x = &d.0[0];
     assert_eq!(x.primary.site.line, line_of("ONLY-RANK-0"));
-    assert!(x.message.contains("every rank but 0 never call it"), "{}", x.message);
+    assert!(
+        x.message
+            .contains("every rank but 0 finish without calling it"),
+        "{}",
+        x.message
+    );
     assert_eq!(x.verdict, Verdict::Hang);
 }
 
@@ -110,8 +141,16 @@ fn collective_behind_if_rank_zero_in_the_middle_is_recognised_as_skipped() {
     let x = &d.0[0];
     assert_eq!(x.primary.site.line, line_of("SKIPPED"));
     assert_eq!(x.secondary[0].0.site.line, line_of("AFTER"));
-    assert!(x.message.contains("rank 0 call all_reduce(Sum, f32[2])"), "{}", x.message);
-    assert!(x.message.contains("every rank but 0 skip it"), "{}", x.message);
+    assert!(
+        x.message.contains("rank 0 calls all_reduce(Sum, f32[2])"),
+        "{}",
+        x.message
+    );
+    assert!(
+        x.message.contains("every rank but 0 skip it"),
+        "{}",
+        x.message
+    );
     // One problem, one diagnostic: no echo for the barrier rank 0 then waits in.
     assert_eq!(d.0.len(), 1);
 }
@@ -130,13 +169,24 @@ fn all_reduce_against_broadcast_is_a_mismatch() {
     let x = &d.0[0];
     assert_eq!(x.primary.site.line, line_of("BCAST"));
     assert_eq!(x.secondary[0].0.site.line, line_of("AR"));
-    assert!(x.message.contains("rank 2 calls broadcast(root 0, f32[2, 5]) here, but every rank but 2 call all_reduce"), "{}", x.message);
+    assert!(
+        x.message.contains(
+            "rank 2 calls broadcast(root 0, f32[2, 5]) here, but every rank but 2 call all_reduce"
+        ),
+        "{}",
+        x.message
+    );
 }
 
 #[test]
 fn dtype_shape_root_and_op_disagreements() {
     let dtype = spmd(2, |r, b| {
-        b.all_reduce(W, if r == 0 { F32 } else { DType::F64 }, &[3], ReduceOp::Sum);
+        b.all_reduce(
+            W,
+            if r == 0 { F32 } else { DType::F64 },
+            &[3],
+            ReduceOp::Sum,
+        );
     });
     assert_eq!(rejected(&dtype).codes(), vec![Code::RW008]);
     let shape = spmd(3, |r, b| {
@@ -148,7 +198,12 @@ fn dtype_shape_root_and_op_disagreements() {
     });
     assert_eq!(rejected(&root).codes(), vec![Code::RW004]);
     let op = spmd(2, |r, b| {
-        b.all_reduce(W, F32, &[3], if r == 0 { ReduceOp::Max } else { ReduceOp::Min });
+        b.all_reduce(
+            W,
+            F32,
+            &[3],
+            if r == 0 { ReduceOp::Max } else { ReduceOp::Min },
+        );
     });
     assert_eq!(rejected(&op).codes(), vec![Code::RW004]);
 }
@@ -164,7 +219,12 @@ fn reduce_scatter_the_world_does_not_divide() {
     let x = &d.0[0];
     assert_eq!(x.code, Code::RW007);
     assert_eq!(x.ranks, vec![0, 1, 2, 3]);
-    assert!(x.message.starts_with("every rank: reduce_scatter splits dim 0 (size 6) into 4 equal parts"), "{}", x.message);
+    assert!(
+        x.message
+            .starts_with("every rank: reduce_scatter splits dim 0 (size 6) into 4 equal parts"),
+        "{}",
+        x.message
+    );
     assert!(x.help.contains("multiple of the group size 4"));
 }
 
@@ -180,7 +240,13 @@ fn p2p_count_and_dtype_mismatches() {
     let d = rejected(&count);
     assert_eq!(d.codes(), vec![Code::RW006]);
     assert_eq!(d.0[0].primary.site.line, line_of("SHORT-RECV"));
-    assert!(d.0[0].message.contains("a send of f32[4] meets a recv of f32[3]"), "{}", d.0[0].message);
+    assert!(
+        d.0[0]
+            .message
+            .contains("a recv of f32[3] here meets a send of f32[4]"),
+        "{}",
+        d.0[0].message
+    );
     let dtype = spmd(2, |r, b| {
         if r == 0 {
             b.send(F32, &[4], 1);
@@ -206,35 +272,62 @@ fn unmatched_sends_and_recvs() {
     });
     let d = rejected(&recv);
     assert_eq!(d.codes(), vec![Code::RW003]);
-    assert!(d.0[0].message.contains("rank 0 finishes without a matching send"), "{}", d.0[0].message);
+    assert!(
+        d.0[0]
+            .message
+            .contains("rank 0 finishes without a matching send"),
+        "{}",
+        d.0[0].message
+    );
 }
 
 #[test]
 fn rules_of_single_calls() {
     let cases: Vec<(Code, Program)> = vec![
-        (Code::RW009, spmd(4, |r, b| {
-            b.send(F32, &[1], r + 1).recv(F32, &[1], (r + 3) % 4);
-        })),
-        (Code::RW010, spmd(2, |r, b| {
-            b.send(F32, &[1], r);
-        })),
-        (Code::RW011, spmd_group(4, &[0, 1], |_, g, b| {
-            b.barrier(g);
-        })),
-        (Code::RW011, spmd_group(4, &[0, 0, 1], |r, g, b| {
-            if r < 2 {
+        (
+            Code::RW009,
+            spmd(4, |r, b| {
+                b.send(F32, &[1], r + 1).recv(F32, &[1], (r + 3) % 4);
+            }),
+        ),
+        (
+            Code::RW010,
+            spmd(2, |r, b| {
+                b.send(F32, &[1], r);
+            }),
+        ),
+        (
+            Code::RW011,
+            spmd_group(4, &[0, 1], |_, g, b| {
                 b.barrier(g);
-            }
-        })),
-        (Code::RW013, spmd(2, |_, b| {
-            b.all_reduce(W, F32, &[1], ReduceOp::BitAnd);
-        })),
-        (Code::RW014, spmd(2, |_, b| {
-            b.all_gather(W, F32, &[3], 1);
-        })),
-        (Code::RW006, spmd(2, |_, b| {
-            b.all_gather(W, F32, &[3], 0).with_output(Some(&[3]));
-        })),
+            }),
+        ),
+        (
+            Code::RW011,
+            spmd_group(4, &[0, 0, 1], |r, g, b| {
+                if r < 2 {
+                    b.barrier(g);
+                }
+            }),
+        ),
+        (
+            Code::RW013,
+            spmd(2, |_, b| {
+                b.all_reduce(W, F32, &[1], ReduceOp::BitAnd);
+            }),
+        ),
+        (
+            Code::RW014,
+            spmd(2, |_, b| {
+                b.all_gather(W, F32, &[3], 1);
+            }),
+        ),
+        (
+            Code::RW006,
+            spmd(2, |_, b| {
+                b.all_gather(W, F32, &[3], 0).with_output(Some(&[3]));
+            }),
+        ),
     ];
     for (code, p) in cases {
         let d = rejected(&p);
@@ -274,7 +367,12 @@ fn independent_problems_are_all_reported() {
         if r < 2 {
             b.send(F32, &[1], 1 - r).recv(F32, &[1], 1 - r);
         } else {
-            b.all_reduce(g, F32, &[1], if r == 2 { ReduceOp::Sum } else { ReduceOp::Max });
+            b.all_reduce(
+                g,
+                F32,
+                &[1],
+                if r == 2 { ReduceOp::Sum } else { ReduceOp::Max },
+            );
         }
     }
     let d = rejected(&p);
@@ -289,7 +387,12 @@ fn odd_ranks_are_named_as_such() {
         }
     });
     let d = rejected(&p);
-    assert!(d.0[0].message.starts_with("odd ranks: reduce op BitXor is not defined for f32"), "{d}");
+    assert!(
+        d.0[0]
+            .message
+            .starts_with("odd ranks: reduce op BitXor is not defined for f32"),
+        "{d}"
+    );
 }
 
 #[test]
@@ -303,7 +406,11 @@ fn a_send_waiting_on_a_collective_is_a_mixed_deadlock() {
     });
     let d = rejected(&p);
     assert_eq!(d.codes(), vec![Code::RW001]);
-    assert!(d.0[0].message.contains("which waits in barrier()"), "{}", d.0[0].message);
+    assert!(
+        d.0[0].message.contains("which waits in barrier()"),
+        "{}",
+        d.0[0].message
+    );
 }
 
 #[test]
@@ -328,7 +435,10 @@ fn fine_at_world_2_broken_at_world_3() {
 pub fn ring_all_reduce(world: usize) -> Program {
     spmd(world, |r, b| {
         for _ in 0..2 * (world - 1) {
-            b.batch().send(F32, &[1024], (r + 1) % world).recv(F32, &[1024], (r + world - 1) % world).end_batch();
+            b.batch()
+                .send(F32, &[1024], (r + 1) % world)
+                .recv(F32, &[1024], (r + world - 1) % world)
+                .end_batch();
         }
     })
 }
@@ -341,8 +451,22 @@ fn hand_written_ring_all_reduce_is_proved_and_matched() {
         if w > 1 {
             // Rank 0's send in step 0 meets rank 1's recv in step 0.
             let m: Vec<Match> = s.matches(0, 0).collect();
-            assert_eq!(m[0], Match::P2p { peer: 1, item: 0, op: 1 });
-            assert_eq!(m[1], Match::P2p { peer: (w - 1) as u32, item: 0, op: 0 });
+            assert_eq!(
+                m[0],
+                Match::P2p {
+                    peer: 1,
+                    item: 0,
+                    op: 1
+                }
+            );
+            assert_eq!(
+                m[1],
+                Match::P2p {
+                    peer: (w - 1) as u32,
+                    item: 0,
+                    op: 0
+                }
+            );
         }
     }
 }
@@ -383,7 +507,10 @@ fn recursive_doubling_for_powers_of_two() {
         spmd(w, |r, b| {
             let mut d = 1;
             while d < w {
-                b.batch().send(DType::F64, &[16], r ^ d).recv(DType::F64, &[16], r ^ d).end_batch();
+                b.batch()
+                    .send(DType::F64, &[16], r ^ d)
+                    .recv(DType::F64, &[16], r ^ d)
+                    .end_batch();
                 d *= 2;
             }
         })
@@ -410,4 +537,47 @@ fn collectives_on_split_groups_and_all_kinds() {
             .barrier(W);
     }
     verify(&p).unwrap_or_else(|d| panic!("{d}"));
+}
+
+// ---- launch-time use ---------------------------------------------------------------------------
+
+#[test]
+fn spawn_refuses_a_program_the_verifier_rejects() {
+    use rankwise_runtime::{Error, Options, spawn_with};
+    use std::sync::Arc;
+    let bad = Arc::new(spmd(2, |r, b| {
+        b.send(F32, &[4], 1 - r).recv(F32, &[4], 1 - r); // LAUNCH-BAD
+    }));
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let err = spawn_with(2, Options::default().verify(bad.clone()), |ctx| {
+        started.store(true, std::sync::atomic::Ordering::Relaxed);
+        bad.run_rank(ctx)
+    })
+    .unwrap_err();
+    assert!(
+        !started.load(std::sync::atomic::Ordering::Relaxed),
+        "no rank may start"
+    );
+    let Error::Rejected(d) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(d.codes(), vec![Code::RW001]);
+    let text = err.to_string();
+    assert!(text.contains("error[RW001]: deadlock"), "{text}");
+    assert!(
+        text.contains(&format!("tests/verify.rs:{}", line_of("LAUNCH-BAD"))),
+        "{text}"
+    );
+
+    let good = Arc::new(ring_all_reduce(3));
+    spawn_with(3, Options::default().verify(good.clone()), |ctx| {
+        good.run_rank(ctx)
+    })
+    .unwrap();
+    // A description for another world size is refused too.
+    assert!(
+        spawn_with(4, Options::default().verify(good.clone()), |ctx| good
+            .run_rank(ctx))
+        .is_err()
+    );
 }

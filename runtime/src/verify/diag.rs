@@ -115,7 +115,11 @@ pub struct Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error[{}]: {} (world = {})", self.code, self.message, self.world)?;
+        write!(
+            f,
+            "error[{}]: {} (world = {})",
+            self.code, self.message, self.world
+        )?;
         write!(f, "\n  --> {}", self.primary.site)?;
         for (s, label) in &self.secondary {
             write!(f, "\n  note: {} ({})", label, s.site)?;
@@ -182,7 +186,11 @@ pub fn describe_ranks(ranks: &[usize], world: usize) -> String {
         _ => {}
     }
     if r == all {
-        return if world == 2 { "both ranks".into() } else { "every rank".into() };
+        return if world == 2 {
+            "both ranks".into()
+        } else {
+            "every rank".into()
+        };
     }
     if world >= 4 && r.len() == world - 1 {
         if let Some(missing) = all.iter().find(|x| !r.contains(x)) {

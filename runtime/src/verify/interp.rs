@@ -58,18 +58,34 @@ fn bufs(op: &VOp) -> Result<Bufs> {
     let d = &op.desc;
     let of = |s: &Option<Shape>| s.as_ref().map(|s| alloc(d.dtype, s)).transpose();
     Ok(match d.kind {
-        OpKind::Send => Bufs { input: Some(alloc(d.dtype, &d.shape)?), output: None },
-        OpKind::Recv | OpKind::Broadcast | OpKind::Reduce | OpKind::AllReduce => {
-            Bufs { input: None, output: Some(alloc(d.dtype, &d.shape)?) }
-        }
-        OpKind::Scatter => Bufs { input: of(&op.root_input)?, output: Some(alloc(d.dtype, &d.shape)?) },
-        OpKind::Barrier => Bufs { input: None, output: None },
-        _ => Bufs { input: Some(alloc(d.dtype, &d.shape)?), output: of(&op.output)? },
+        OpKind::Send => Bufs {
+            input: Some(alloc(d.dtype, &d.shape)?),
+            output: None,
+        },
+        OpKind::Recv | OpKind::Broadcast | OpKind::Reduce | OpKind::AllReduce => Bufs {
+            input: None,
+            output: Some(alloc(d.dtype, &d.shape)?),
+        },
+        OpKind::Scatter => Bufs {
+            input: of(&op.root_input)?,
+            output: Some(alloc(d.dtype, &d.shape)?),
+        },
+        OpKind::Barrier => Bufs {
+            input: None,
+            output: None,
+        },
+        _ => Bufs {
+            input: Some(alloc(d.dtype, &d.shape)?),
+            output: of(&op.output)?,
+        },
     })
 }
 
 fn missing() -> Error {
-    Error::Backend { backend: "interp", detail: "a described op lacks the buffer its kind needs".into() }
+    Error::Backend {
+        backend: "interp",
+        detail: "a described op lacks the buffer its kind needs".into(),
+    }
 }
 
 /// Issues `op` on `$target` (a `Comm` or a `BatchComm`) with the typed buffers of `$b`.
@@ -88,12 +104,25 @@ macro_rules! issue {
             OpKind::Reduce => $target.reduce(output.ok_or_else(missing)?, peer, op),
             OpKind::AllReduce => $target.all_reduce(output.ok_or_else(missing)?, op),
             OpKind::Gather => $target.gather(input.ok_or_else(missing)?, output, peer, d.dim),
-            OpKind::AllGather => $target.all_gather(input.ok_or_else(missing)?, output.ok_or_else(missing)?, d.dim),
-            OpKind::Scatter => $target.scatter(input.map(|t| &*t), output.ok_or_else(missing)?, peer, d.dim),
-            OpKind::ReduceScatter => {
-                $target.reduce_scatter(input.ok_or_else(missing)?, output.ok_or_else(missing)?, op, d.dim)
+            OpKind::AllGather => $target.all_gather(
+                input.ok_or_else(missing)?,
+                output.ok_or_else(missing)?,
+                d.dim,
+            ),
+            OpKind::Scatter => {
+                $target.scatter(input.map(|t| &*t), output.ok_or_else(missing)?, peer, d.dim)
             }
-            OpKind::AllToAll => $target.all_to_all(input.ok_or_else(missing)?, output.ok_or_else(missing)?, d.dim),
+            OpKind::ReduceScatter => $target.reduce_scatter(
+                input.ok_or_else(missing)?,
+                output.ok_or_else(missing)?,
+                op,
+                d.dim,
+            ),
+            OpKind::AllToAll => $target.all_to_all(
+                input.ok_or_else(missing)?,
+                output.ok_or_else(missing)?,
+                d.dim,
+            ),
             OpKind::Barrier => $target.barrier(),
         }
     }};
@@ -104,7 +133,10 @@ impl Program {
     /// Every rank creates every declared group, in order, so that ids agree.
     pub fn run_rank(&self, ctx: &mut Ctx) -> Result<()> {
         let rank = ctx.rank();
-        let items = self.ranks.get(rank).ok_or(Error::InvalidWorld { world: self.world })?;
+        let items = self
+            .ranks
+            .get(rank)
+            .ok_or(Error::InvalidWorld { world: self.world })?;
         let mut groups: Vec<Result<Group>> = vec![Ok(ctx.world_group().clone())];
         for members in &self.groups[1..] {
             groups.push(ctx.new_group(members));

@@ -40,7 +40,10 @@ pub fn verify(program: &Program) -> Result<Schedule, Diagnostics> {
                 program.ranks.len(),
                 program.world
             ),
-            primary: SiteRef { id: SiteId(0), site: crate::model::CallSite::caller() },
+            primary: SiteRef {
+                id: SiteId(0),
+                site: crate::model::CallSite::caller(),
+            },
             secondary: Vec::new(),
             help: "describe exactly one item list per rank".into(),
         };
@@ -68,7 +71,11 @@ pub fn verify_worlds(
             Err(d) => all.extend(d.0),
         }
     }
-    if all.is_empty() { Ok(schedules) } else { Err(Diagnostics(all)) }
+    if all.is_empty() {
+        Ok(schedules)
+    } else {
+        Err(Diagnostics(all))
+    }
 }
 
 /// Merges findings of the same problem seen from several ranks into one diagnostic each.
@@ -76,7 +83,10 @@ fn merge(world: usize, findings: Vec<Finding>) -> Diagnostics {
     let mut merged: Vec<Finding> = Vec::new();
     for f in findings {
         let same = merged.iter_mut().find(|m| {
-            m.code == f.code && m.primary.id == f.primary.id && m.message == f.message && m.render == f.render
+            m.code == f.code
+                && m.primary.id == f.primary.id
+                && m.message == f.message
+                && m.render == f.render
         });
         match same {
             Some(m) => m.ranks.extend(f.ranks),

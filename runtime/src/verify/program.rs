@@ -85,20 +85,21 @@ impl Program {
     /// A builder appending to `rank`'s items. Panics if `rank` is not below the world size:
     /// that is a bug in the test or tool building the program, not in the program.
     pub fn rank(&mut self, rank: usize) -> RankBuilder<'_> {
-        assert!(rank < self.world, "rank {rank} outside a world of {}", self.world);
-        RankBuilder { program: self, rank, batch: None }
+        assert!(
+            rank < self.world,
+            "rank {rank} outside a world of {}",
+            self.world
+        );
+        RankBuilder {
+            program: self,
+            rank,
+            batch: None,
+        }
     }
 
     /// Total number of ops over all ranks.
     pub fn num_ops(&self) -> usize {
         self.ranks.iter().flatten().map(|i| i.ops().len()).sum()
-    }
-
-    /// The members of group `id`, sorted, if the group exists.
-    pub(crate) fn sorted_members(&self, id: GroupId) -> Option<Vec<usize>> {
-        let mut m = self.groups.get(id.0 as usize)?.clone();
-        m.sort_unstable();
-        Some(m)
     }
 }
 
@@ -123,14 +124,31 @@ impl RankBuilder<'_> {
         dim: usize,
     ) -> &mut Self {
         let group = if kind.is_p2p() { GroupId::WORLD } else { group };
-        let desc = OpDesc { kind, group, peer, op, dtype, shape: Shape::from_slice(shape), dim, site };
-        let n = self.program.sorted_members(group).map_or(1, |m| m.len().max(1));
+        let desc = OpDesc {
+            kind,
+            group,
+            peer,
+            op,
+            dtype,
+            shape: Shape::from_slice(shape),
+            dim,
+            site,
+        };
+        let n = if kind.is_p2p() {
+            1
+        } else {
+            self.program
+                .groups
+                .get(group.0 as usize)
+                .map_or(1, |m| m.len().max(1))
+        };
         let is_root = peer == Some(self.rank);
         let output = match kind {
             OpKind::Gather if !is_root => None,
             _ => rules::expected_output(&desc, n),
         };
-        let root_input = (kind == OpKind::Scatter && is_root).then(|| rules::concatenated(&desc, n));
+        let root_input =
+            (kind == OpKind::Scatter && is_root).then(|| rules::concatenated(&desc, n));
         let ids = &mut self.program.site_ids;
         let id = match ids.iter().position(|s| *s == site) {
             Some(i) => SiteId(i as u32),
@@ -139,7 +157,12 @@ impl RankBuilder<'_> {
                 SiteId(ids.len() as u32 - 1)
             }
         };
-        let vop = VOp { desc, output, root_input, id };
+        let vop = VOp {
+            desc,
+            output,
+            root_input,
+            id,
+        };
         match &mut self.batch {
             Some(ops) => ops.push(vop),
             None => self.program.ranks[self.rank].push(Item::Op(vop)),
@@ -191,67 +214,218 @@ impl RankBuilder<'_> {
     /// `send` of a `dtype` tensor of `shape` to `dst`.
     #[track_caller]
     pub fn send(&mut self, dtype: DType, shape: &[usize], dst: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Send, GroupId::WORLD, Some(dst), None, dtype, shape, 0)
+        self.push(
+            CallSite::caller(),
+            OpKind::Send,
+            GroupId::WORLD,
+            Some(dst),
+            None,
+            dtype,
+            shape,
+            0,
+        )
     }
 
     /// `recv` into a `dtype` tensor of `shape` from `src`.
     #[track_caller]
     pub fn recv(&mut self, dtype: DType, shape: &[usize], src: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Recv, GroupId::WORLD, Some(src), None, dtype, shape, 0)
+        self.push(
+            CallSite::caller(),
+            OpKind::Recv,
+            GroupId::WORLD,
+            Some(src),
+            None,
+            dtype,
+            shape,
+            0,
+        )
     }
 
     /// `broadcast` on group `g`.
     #[track_caller]
-    pub fn broadcast(&mut self, g: GroupId, dtype: DType, shape: &[usize], root: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Broadcast, g, Some(root), None, dtype, shape, 0)
+    pub fn broadcast(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        root: usize,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::Broadcast,
+            g,
+            Some(root),
+            None,
+            dtype,
+            shape,
+            0,
+        )
     }
 
     /// `reduce` on group `g`.
     #[track_caller]
-    pub fn reduce(&mut self, g: GroupId, dtype: DType, shape: &[usize], root: usize, op: ReduceOp) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Reduce, g, Some(root), Some(op), dtype, shape, 0)
+    pub fn reduce(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        root: usize,
+        op: ReduceOp,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::Reduce,
+            g,
+            Some(root),
+            Some(op),
+            dtype,
+            shape,
+            0,
+        )
     }
 
     /// `all_reduce` on group `g`.
     #[track_caller]
-    pub fn all_reduce(&mut self, g: GroupId, dtype: DType, shape: &[usize], op: ReduceOp) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::AllReduce, g, None, Some(op), dtype, shape, 0)
+    pub fn all_reduce(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        op: ReduceOp,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::AllReduce,
+            g,
+            None,
+            Some(op),
+            dtype,
+            shape,
+            0,
+        )
     }
 
     /// `gather` of an input of `shape` along `dim` to `root` (output shape derived).
     #[track_caller]
-    pub fn gather(&mut self, g: GroupId, dtype: DType, shape: &[usize], root: usize, dim: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Gather, g, Some(root), None, dtype, shape, dim)
+    pub fn gather(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        root: usize,
+        dim: usize,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::Gather,
+            g,
+            Some(root),
+            None,
+            dtype,
+            shape,
+            dim,
+        )
     }
 
     /// `all_gather` of an input of `shape` along `dim` (output shape derived).
     #[track_caller]
-    pub fn all_gather(&mut self, g: GroupId, dtype: DType, shape: &[usize], dim: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::AllGather, g, None, None, dtype, shape, dim)
+    pub fn all_gather(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        dim: usize,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::AllGather,
+            g,
+            None,
+            None,
+            dtype,
+            shape,
+            dim,
+        )
     }
 
     /// `scatter` into an output of `shape` along `dim` from `root` (root input derived).
     #[track_caller]
-    pub fn scatter(&mut self, g: GroupId, dtype: DType, shape: &[usize], root: usize, dim: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Scatter, g, Some(root), None, dtype, shape, dim)
+    pub fn scatter(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        root: usize,
+        dim: usize,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::Scatter,
+            g,
+            Some(root),
+            None,
+            dtype,
+            shape,
+            dim,
+        )
     }
 
     /// `reduce_scatter` of an input of `shape` along `dim` (output shape derived).
     #[track_caller]
-    pub fn reduce_scatter(&mut self, g: GroupId, dtype: DType, shape: &[usize], op: ReduceOp, dim: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::ReduceScatter, g, None, Some(op), dtype, shape, dim)
+    pub fn reduce_scatter(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        op: ReduceOp,
+        dim: usize,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::ReduceScatter,
+            g,
+            None,
+            Some(op),
+            dtype,
+            shape,
+            dim,
+        )
     }
 
     /// `all_to_all` of an input of `shape` along `dim`.
     #[track_caller]
-    pub fn all_to_all(&mut self, g: GroupId, dtype: DType, shape: &[usize], dim: usize) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::AllToAll, g, None, None, dtype, shape, dim)
+    pub fn all_to_all(
+        &mut self,
+        g: GroupId,
+        dtype: DType,
+        shape: &[usize],
+        dim: usize,
+    ) -> &mut Self {
+        self.push(
+            CallSite::caller(),
+            OpKind::AllToAll,
+            g,
+            None,
+            None,
+            dtype,
+            shape,
+            dim,
+        )
     }
 
     /// `barrier` on group `g`.
     #[track_caller]
     pub fn barrier(&mut self, g: GroupId) -> &mut Self {
-        self.push(CallSite::caller(), OpKind::Barrier, g, None, None, DType::U8, &[], 0)
+        self.push(
+            CallSite::caller(),
+            OpKind::Barrier,
+            g,
+            None,
+            None,
+            DType::U8,
+            &[],
+            0,
+        )
     }
 
     /// Appends a prepared op (as a blocking call, or to the open batch).

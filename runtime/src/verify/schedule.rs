@@ -52,7 +52,11 @@ impl Schedule {
             matches.push(vec![None; at as usize]);
             starts.push(s);
         }
-        Schedule { world: p.world, starts, matches }
+        Schedule {
+            world: p.world,
+            starts,
+            matches,
+        }
     }
 
     fn index(&self, r: OpRef) -> usize {
@@ -75,7 +79,12 @@ impl Schedule {
 
     /// The matches of item `item` of rank `rank`, one per op in program order.
     pub fn matches(&self, rank: usize, item: usize) -> impl Iterator<Item = Match> + '_ {
-        let (a, b) = (self.starts[rank][item] as usize, self.starts[rank][item + 1] as usize);
-        self.matches[rank][a..b].iter().map(|m| m.expect("a verified schedule matches every op"))
+        let (a, b) = (
+            self.starts[rank][item] as usize,
+            self.starts[rank][item + 1] as usize,
+        );
+        self.matches[rank][a..b]
+            .iter()
+            .map(|m| m.expect("a verified schedule matches every op"))
     }
 }

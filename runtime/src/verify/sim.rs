@@ -97,7 +97,10 @@ pub(super) struct Sim<'p> {
 }
 
 fn site(op: &VOp) -> SiteRef {
-    SiteRef { id: op.id, site: op.desc.site }
+    SiteRef {
+        id: op.id,
+        site: op.desc.site,
+    }
 }
 
 impl<'p> Sim<'p> {
@@ -121,7 +124,13 @@ impl<'p> Sim<'p> {
             .collect();
         Sim {
             p,
-            ranks: (0..p.world).map(|_| RankSim { pc: 0, pending: 0, state: RankState::Active }).collect(),
+            ranks: (0..p.world)
+                .map(|_| RankSim {
+                    pc: 0,
+                    pending: 0,
+                    state: RankState::Active,
+                })
+                .collect(),
             chans: Vec::new(),
             chan_index: FxHashMap::default(),
             groups,
@@ -137,7 +146,10 @@ impl<'p> Sim<'p> {
 
     fn chan(&mut self, src: usize, dst: usize) -> usize {
         let next = self.chans.len() as u32;
-        let idx = *self.chan_index.entry((src as u32, dst as u32)).or_insert(next);
+        let idx = *self
+            .chan_index
+            .entry((src as u32, dst as u32))
+            .or_insert(next);
         if idx == next {
             self.chans.push(Chan::default());
         }
@@ -180,7 +192,11 @@ impl<'p> Sim<'p> {
             return;
         }
         for (i, op) in ops.iter().enumerate() {
-            let at = OpRef { rank: r as u32, item: pc as u32, op: i as u32 };
+            let at = OpRef {
+                rank: r as u32,
+                item: pc as u32,
+                op: i as u32,
+            };
             match op.desc.kind {
                 OpKind::Send => {
                     let c = self.chan(r, op.desc.peer.unwrap_or(0));
@@ -194,7 +210,11 @@ impl<'p> Sim<'p> {
                 }
                 _ => {
                     let g = &mut self.groups[op.desc.group.0 as usize];
-                    let me = g.members.as_ref().and_then(|m| m.binary_search(&r).ok()).unwrap_or(0);
+                    let me = g
+                        .members
+                        .as_ref()
+                        .and_then(|m| m.binary_search(&r).ok())
+                        .unwrap_or(0);
                     g.queues[me].push_back(at);
                     if g.queues[me].len() == 1 {
                         g.nonempty += 1;
@@ -212,14 +232,21 @@ impl<'p> Sim<'p> {
         let members: &[usize] = if op.desc.kind.is_p2p() {
             &[]
         } else {
-            match self.groups.get(op.desc.group.0 as usize).map(|g| &g.members) {
+            match self
+                .groups
+                .get(op.desc.group.0 as usize)
+                .map(|g| &g.members)
+            {
                 Some(Some(m)) => m,
                 // An invalid group was reported when it was declared; using it stops the rank.
                 Some(None) => return Some(self.undeclared(r, op, "an invalid group")),
                 None => return Some(self.undeclared(r, op, "a group that was never declared")),
             }
         };
-        let aux = Aux { output: op.output.as_deref(), root_input: op.root_input.as_deref() };
+        let aux = Aux {
+            output: op.output.as_deref(),
+            root_input: op.root_input.as_deref(),
+        };
         let err = rules::validate(&op.desc, r, self.p.world, members, batched, aux).err()?;
         Some(misuse_finding(&err, r, op))
     }
@@ -246,15 +273,30 @@ impl<'p> Sim<'p> {
     }
 
     fn match_p2p(&mut self, c: usize) {
-        while let (Some(&s), Some(&d)) = (self.chans[c].sends.front(), self.chans[c].recvs.front()) {
+        while let (Some(&s), Some(&d)) = (self.chans[c].sends.front(), self.chans[c].recvs.front())
+        {
             self.chans[c].sends.pop_front();
             self.chans[c].recvs.pop_front();
             let (send, recv) = (self.op(s), self.op(d));
             if send.desc.dtype != recv.desc.dtype || send.desc.numel() != recv.desc.numel() {
                 self.findings.push(p2p_mismatch(s, send, d, recv));
             }
-            self.schedule.set(s, Match::P2p { peer: d.rank, item: d.item, op: d.op });
-            self.schedule.set(d, Match::P2p { peer: s.rank, item: s.item, op: s.op });
+            self.schedule.set(
+                s,
+                Match::P2p {
+                    peer: d.rank,
+                    item: d.item,
+                    op: d.op,
+                },
+            );
+            self.schedule.set(
+                d,
+                Match::P2p {
+                    peer: s.rank,
+                    item: s.item,
+                    op: s.op,
+                },
+            );
             self.complete(s);
             self.complete(d);
         }
@@ -298,25 +340,33 @@ impl<'p> Sim<'p> {
         // Split members into classes of agreeing calls; the largest is "the others".
         let mut classes: Vec<Vec<usize>> = Vec::new();
         for (i, o) in ops.iter().enumerate() {
-            match classes.iter_mut().find(|c| ops[c[0]].desc.agrees_with(&o.desc)) {
+            match classes
+                .iter_mut()
+                .find(|c| ops[c[0]].desc.agrees_with(&o.desc))
+            {
                 Some(c) => c.push(i),
                 None => classes.push(vec![i]),
             }
         }
-        let major = (0..classes.len()).max_by_key(|&c| (classes[c].len(), std::cmp::Reverse(classes[c][0])))?;
+        let major = (0..classes.len())
+            .max_by_key(|&c| (classes[c].len(), std::cmp::Reverse(classes[c][0])))?;
         let minor = (0..classes.len()).find(|&c| c != major)?;
         let rank_of = |i: usize| refs[i].rank as usize;
         let ranks_in = |c: usize| classes[c].iter().map(|&i| rank_of(i)).collect::<Vec<_>>();
         let (a, b) = (&ops[classes[minor][0]], &ops[classes[major][0]]);
         let (ra, rb) = (ranks_in(minor), ranks_in(major));
         let world = self.p.world;
-        let members = self.groups[gid.0 as usize].members.clone().unwrap_or_default();
+        let members = self.groups[gid.0 as usize]
+            .members
+            .clone()
+            .unwrap_or_default();
         let mut all: Vec<usize> = refs.iter().map(|r| r.rank as usize).collect();
         all.sort_unstable();
         let group = format!("group [{}]", RanksFmt(&members));
         let next_agrees = |class: usize, other: &VOp| {
             classes[class].iter().all(|&i| {
-                self.next_collective(refs[i], gid).is_some_and(|n| n.desc.agrees_with(&other.desc))
+                self.next_collective(refs[i], gid)
+                    .is_some_and(|n| n.desc.agrees_with(&other.desc))
             })
         };
         // A member that skipped a collective reaches its *next* one while the others are still at
@@ -338,18 +388,25 @@ impl<'p> Sim<'p> {
                 verdict: Verdict::Mismatch,
                 ranks: all,
                 message: format!(
-                    "{} call {} here on {group} (collective step {step}), but {} skip it and reach \
-                     {} instead, so every later collective on the group pairs up wrongly",
+                    "{} {} {} here on {group} (collective step {step}), but {} {} it and {} {} \
+                     instead, so every later collective on the group pairs up wrongly",
                     describe_ranks(&by, world),
+                    verb(&by, "call"),
                     called.desc.summary(),
                     describe_ranks(&skipped_by, world),
+                    verb(&skipped_by, "skip"),
+                    verb(&skipped_by, "reach"),
                     instead.desc.summary(),
                 ),
                 render: Render::Exact,
                 primary: site(called),
                 secondary: vec![(
                     site(instead),
-                    format!("{} are here instead", describe_ranks(&skipped_by, world)),
+                    format!(
+                        "{} {} this instead",
+                        describe_ranks(&skipped_by, world),
+                        verb(&skipped_by, "reach")
+                    ),
                 )],
                 help: "every member must make the same collective calls in the same order: call \
                        it on every member of the group, or on none (a collective behind \
@@ -357,34 +414,40 @@ impl<'p> Sim<'p> {
                     .into(),
             });
         }
-        let (code, what) = if a.desc.kind != b.desc.kind || a.desc.peer != b.desc.peer || a.desc.op != b.desc.op {
-            (Code::RW004, "calls")
-        } else if a.desc.dtype != b.desc.dtype {
-            (Code::RW008, "dtypes")
-        } else {
-            (Code::RW006, "shapes")
-        };
+        let (code, what) =
+            if a.desc.kind != b.desc.kind || a.desc.peer != b.desc.peer || a.desc.op != b.desc.op {
+                (Code::RW004, "calls")
+            } else if a.desc.dtype != b.desc.dtype {
+                (Code::RW008, "dtypes")
+            } else {
+                (Code::RW006, "shapes")
+            };
         Some(Finding {
             code,
             verdict: Verdict::Mismatch,
             ranks: all,
             message: format!(
-                "members of {group} disagree at collective step {step} ({what} differ): {} call{} \
-                 {} here, but {} call{} {}",
+                "members of {group} disagree at collective step {step} ({what} differ): {} {} {} \
+                 here, but {} {} {}",
                 describe_ranks(&ra, world),
-                if ra.len() == 1 { "s" } else { "" },
+                verb(&ra, "call"),
                 a.desc.summary(),
                 describe_ranks(&rb, world),
-                if rb.len() == 1 { "s" } else { "" },
+                verb(&rb, "call"),
                 b.desc.summary(),
             ),
             render: Render::Exact,
             primary: site(a),
-            secondary: vec![(site(b), format!("{} call this", describe_ranks(&rb, world)))],
+            secondary: vec![(
+                site(b),
+                format!("{} {} this", describe_ranks(&rb, world), verb(&rb, "call")),
+            )],
             help: match code {
-                Code::RW004 => "every member must reach the same collective, with the same root and \
+                Code::RW004 => {
+                    "every member must reach the same collective, with the same root and \
                                 reduce op, in the same order"
-                    .into(),
+                        .into()
+                }
                 Code::RW008 => "use the same dtype on every member".into(),
                 _ => "every member must pass a tensor of the same shape (and the same dim)".into(),
             },
@@ -408,27 +471,40 @@ impl<'p> Sim<'p> {
         let world = self.p.world;
         // Per blocked rank: the ops it waits in, and for whom.
         let mut edges: Vec<Vec<(usize, OpRef)>> = vec![Vec::new(); world];
-        for r in 0..world {
+        for (r, out) in edges.iter_mut().enumerate() {
             if self.ranks[r].state != RankState::Active {
                 continue;
             }
             let pc = self.ranks[r].pc;
             for (i, op) in self.p.ranks[r][pc].ops().iter().enumerate() {
-                let at = OpRef { rank: r as u32, item: pc as u32, op: i as u32 };
+                let at = OpRef {
+                    rank: r as u32,
+                    item: pc as u32,
+                    op: i as u32,
+                };
                 if self.schedule.get(at).is_some() {
                     continue;
                 }
-                let Some(awaited) = self.awaited(op) else { continue }; // a consequence
-                let finished: Vec<usize> =
-                    awaited.iter().copied().filter(|&w| self.ranks[w].state == RankState::Finished).collect();
-                if awaited.iter().any(|&w| self.ranks[w].state == RankState::Stopped) {
+                let Some(awaited) = self.awaited(op) else {
+                    continue;
+                }; // a consequence
+                let finished: Vec<usize> = awaited
+                    .iter()
+                    .copied()
+                    .filter(|&w| self.ranks[w].state == RankState::Finished)
+                    .collect();
+                if awaited
+                    .iter()
+                    .any(|&w| self.ranks[w].state == RankState::Stopped)
+                {
                     continue; // that rank's own error explains this wait
                 }
                 if !finished.is_empty() {
-                    self.findings.push(never_matched(world, r, op, &finished, &self.groups));
+                    self.findings
+                        .push(never_matched(world, r, op, &finished, &self.groups));
                     continue;
                 }
-                edges[r].extend(awaited.into_iter().map(|w| (w, at)));
+                out.extend(awaited.into_iter().map(|w| (w, at)));
             }
         }
         for cycle in cycles(&edges) {
@@ -448,7 +524,14 @@ impl<'p> Sim<'p> {
                     return None;
                 }
                 let members = g.members.as_ref()?;
-                Some(members.iter().zip(&g.queues).filter(|(_, q)| q.is_empty()).map(|(&m, _)| m).collect())
+                Some(
+                    members
+                        .iter()
+                        .zip(&g.queues)
+                        .filter(|(_, q)| q.is_empty())
+                        .map(|(&m, _)| m)
+                        .collect(),
+                )
             }
         }
     }
@@ -459,8 +542,16 @@ impl<'p> Sim<'p> {
         for (k, &(r, at)) in cycle.iter().enumerate().take(SHOWN) {
             let op = self.op(at);
             let next = cycle[(k + 1) % cycle.len()].0;
-            let lead = if k == 0 { format!("rank {r} waits") } else { "which waits".to_string() };
-            parts.push(format!("{lead} in {} at {} for rank {next}", op.desc.summary(), op.desc.site));
+            let lead = if k == 0 {
+                format!("rank {r} waits")
+            } else {
+                "which waits".to_string()
+            };
+            parts.push(format!(
+                "{lead} in {} at {} for rank {next}",
+                op.desc.summary(),
+                op.desc.site
+            ));
         }
         let mut message = format!("deadlock: {}", parts.join(", "));
         if cycle.len() > SHOWN {
@@ -470,6 +561,9 @@ impl<'p> Sim<'p> {
         let mut secondary: Vec<(SiteRef, String)> = Vec::new();
         for &(r, at) in &cycle[1..] {
             let s = site(self.op(at));
+            if s.id == site(first).id {
+                continue; // the primary span already points here
+            }
             match secondary.iter_mut().find(|(x, _)| x.id == s.id) {
                 Some((_, label)) => label.push_str(&format!(", {r}")),
                 None => secondary.push((s, format!("ranks waiting here: {r}"))),
@@ -499,8 +593,22 @@ impl<'p> Sim<'p> {
     }
 }
 
+/// A verb agreeing with the number of ranks it is said of: `call` → "calls" for one rank.
+fn verb(ranks: &[usize], base: &str) -> String {
+    match (ranks.len(), base) {
+        (1, b) if b.ends_with('h') => format!("{b}es"),
+        (1, b) => format!("{b}s"),
+        (_, b) => b.to_string(),
+    }
+}
+
 /// Validates a declared group: sorted members, or `None` with a finding.
-fn check_group(p: &Program, i: usize, given: &[usize], findings: &mut Vec<Finding>) -> Option<Vec<usize>> {
+fn check_group(
+    p: &Program,
+    i: usize,
+    given: &[usize],
+    findings: &mut Vec<Finding>,
+) -> Option<Vec<usize>> {
     let mut m = given.to_vec();
     m.sort_unstable();
     let problem = if m.is_empty() {
@@ -508,11 +616,20 @@ fn check_group(p: &Program, i: usize, given: &[usize], findings: &mut Vec<Findin
     } else if let Some(w) = m.windows(2).find(|w| w[0] == w[1]) {
         Some(format!("rank {} is listed twice", w[0]))
     } else {
-        m.iter().find(|&&r| r >= p.world).map(|r| format!("rank {r} is outside a world of {}", p.world))
+        m.iter()
+            .find(|&&r| r >= p.world)
+            .map(|r| format!("rank {r} is outside a world of {}", p.world))
     };
-    let Some(problem) = problem else { return Some(m) };
+    let Some(problem) = problem else {
+        return Some(m);
+    };
     // Point at the first call that uses the group, if any does.
-    let user = p.ranks.iter().flatten().flat_map(Item::ops).find(|o| o.desc.group.0 as usize == i && !o.desc.kind.is_p2p());
+    let user = p
+        .ranks
+        .iter()
+        .flatten()
+        .flat_map(Item::ops)
+        .find(|o| o.desc.group.0 as usize == i && !o.desc.kind.is_p2p());
     if let Some(op) = user {
         findings.push(Finding {
             code: Code::RW011,
@@ -591,47 +708,73 @@ fn p2p_mismatch(s: OpRef, send: &VOp, d: OpRef, recv: &VOp) -> Finding {
     let dtype_differs = send.desc.dtype != recv.desc.dtype;
     let what = |o: &VOp| format!("{}{}", o.desc.dtype, ShapeFmt(&o.desc.shape));
     Finding {
-        code: if dtype_differs { Code::RW008 } else { Code::RW006 },
+        code: if dtype_differs {
+            Code::RW008
+        } else {
+            Code::RW006
+        },
         verdict: Verdict::Mismatch,
         ranks: vec![s.rank as usize, d.rank as usize],
         message: format!(
-            "a send of {} meets a recv of {} ({} differ)",
-            what(send),
+            "a recv of {} here meets a send of {} ({} differ)",
             what(recv),
-            if dtype_differs { "dtypes" } else { "element counts" }
+            what(send),
+            if dtype_differs {
+                "dtypes"
+            } else {
+                "element counts"
+            }
         ),
         render: Render::Prefixed,
         primary: site(recv),
         secondary: vec![(site(send), "the matching send".into())],
-        help: "the k-th send from one rank to another meets the k-th recv there; give both the same \
+        help:
+            "the k-th send from one rank to another meets the k-th recv there; give both the same \
                dtype and element count"
-            .into(),
+                .into(),
     }
 }
 
 /// An op whose counterpart can never come: the awaited ranks finished without it.
-fn never_matched(world: usize, r: usize, op: &VOp, finished: &[usize], groups: &[GroupSim]) -> Finding {
+fn never_matched(
+    world: usize,
+    r: usize,
+    op: &VOp,
+    finished: &[usize],
+    groups: &[GroupSim],
+) -> Finding {
     let who = describe_ranks(finished, world);
     let (code, message, help) = match op.desc.kind {
         OpKind::Send => (
             Code::RW002,
-            format!("{} is never received: {who} finishes without a matching recv", op.desc.summary()),
+            format!(
+                "{} is never received: {who} {} without a matching recv",
+                op.desc.summary(),
+                verb(finished, "finish")
+            ),
             "add the matching `recv` on the peer, or remove this send".to_string(),
         ),
         OpKind::Recv => (
             Code::RW003,
-            format!("{} is never sent: {who} finishes without a matching send", op.desc.summary()),
+            format!(
+                "{} is never sent: {who} {} without a matching send",
+                op.desc.summary(),
+                verb(finished, "finish")
+            ),
             "add the matching `send` on the peer, or remove this recv".to_string(),
         ),
         _ => {
-            let members = groups[op.desc.group.0 as usize].members.clone().unwrap_or_default();
+            let members = groups[op.desc.group.0 as usize]
+                .members
+                .clone()
+                .unwrap_or_default();
             (
                 Code::RW005,
                 format!(
-                    "{} on group [{}] waits forever: {who} never call{} it",
+                    "{} on group [{}] waits forever: {who} {} without calling it",
                     op.desc.summary(),
                     RanksFmt(&members),
-                    if finished.len() == 1 { "s" } else { "" }
+                    verb(finished, "finish"),
                 ),
                 "every member must make the same collective calls: call it on every member of \
                  the group (a collective behind `if rank == …` is the usual cause)"
@@ -677,7 +820,11 @@ fn cycles(edges: &[Vec<(usize, OpRef)>]) -> Vec<Vec<(usize, OpRef)>> {
                 path.drain(..pos[v]);
                 break;
             }
-            let Some(&(w, at)) = edges[v].iter().filter(|e| comp[e.0] == c).min_by_key(|e| e.0) else {
+            let Some(&(w, at)) = edges[v]
+                .iter()
+                .filter(|e| comp[e.0] == c)
+                .min_by_key(|e| e.0)
+            else {
                 break;
             };
             pos[v] = path.len();
