@@ -488,21 +488,23 @@ impl<'p> Sim<'p> {
                 let Some(awaited) = self.awaited(op) else {
                     continue;
                 }; // a consequence
+                // A rank that finished without the matching call is a problem of its own, even if
+                // another awaited rank stopped on an error (at run time either may be seen first).
                 let finished: Vec<usize> = awaited
                     .iter()
                     .copied()
                     .filter(|&w| self.ranks[w].state == RankState::Finished)
                     .collect();
+                if !finished.is_empty() {
+                    self.findings
+                        .push(never_matched(world, r, op, &finished, &self.groups));
+                    continue;
+                }
                 if awaited
                     .iter()
                     .any(|&w| self.ranks[w].state == RankState::Stopped)
                 {
                     continue; // that rank's own error explains this wait
-                }
-                if !finished.is_empty() {
-                    self.findings
-                        .push(never_matched(world, r, op, &finished, &self.groups));
-                    continue;
                 }
                 out.extend(awaited.into_iter().map(|w| (w, at)));
             }
