@@ -7,6 +7,9 @@
 
 pub use rankwise_runtime::*;
 
+/// Checks a rank program at compile time: see the crate docs.
+pub use rankwise_macros::program;
+
 /// The names most rank programs need.
 pub mod prelude {
     pub use rankwise_runtime::{Ctx, Element, Group, ReduceOp, Result, Tensor};

@@ -437,6 +437,7 @@ impl Ctx {
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<Op>,
     ) -> Result<()> {
+        crate::guard::Guard::check(site)?;
         let group = group.unwrap_or(&self.world_group);
         let mut op = build(&self.caller(group, site, false))?;
         self.backend.execute(std::slice::from_mut(&mut op))
@@ -490,6 +491,10 @@ impl<'c, 'a> Batch<'c, 'a> {
         build: impl FnOnce(&Caller<'_>) -> Result<Op>,
     ) -> &mut Self {
         if self.error.is_none() {
+            if let Err(e) = crate::guard::Guard::check(site) {
+                self.error = Some(e);
+                return self;
+            }
             let group = group.unwrap_or(&self.ctx.world_group);
             match build(&self.ctx.caller(group, site, true)) {
                 Ok(op) => self.ops.push(op),

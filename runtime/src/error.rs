@@ -255,6 +255,39 @@ pub enum Error {
         detail: String,
     },
 
+    /// A `#[rankwise::program]` function was run at a world size it was not checked for.
+    #[error(
+        "`{function}` was checked for world sizes {checked:?}, not {world}; add {world} to its \
+         `#[rankwise::program(world …)]` list or run it on a checked world size"
+    )]
+    WorldNotChecked {
+        /// The program function.
+        function: &'static str,
+        /// The world size it was run at.
+        world: usize,
+        /// The world sizes it was checked for.
+        checked: Vec<usize>,
+    },
+
+    /// A `#[rankwise::program]` function made a call its verified schedule did not expect.
+    #[error(
+        "{site}: rank {rank} of {world} in `{function}` makes a call the verified schedule does \
+         not expect here (it expects {expected}); code the macro could not see changed the order \
+         of communication"
+    )]
+    Diverged {
+        /// The program function.
+        function: &'static str,
+        /// The rank.
+        rank: usize,
+        /// The world size.
+        world: usize,
+        /// The unexpected call.
+        site: CallSite,
+        /// What the schedule expected instead.
+        expected: String,
+    },
+
     /// The verifier rejected the program before it started.
     #[error("the program was rejected before it started:\n{0}")]
     Rejected(Box<crate::verify::Diagnostics>),

@@ -31,6 +31,7 @@ pub mod element;
 pub mod error;
 pub mod exec;
 pub mod group;
+pub mod guard;
 pub mod model;
 pub mod reduce;
 pub mod rules;

@@ -1,0 +1,37 @@
+//! A hand-written ring all-reduce, checked at compile time for every world size from 2 to 8:
+//! each rank passes a chunk to the next rank and receives one from the previous, `2·(W−1)`
+//! times, with the send and the receive of each step posted together.
+//!
+//! Run it with `cargo run --example ring_allreduce`.
+
+use rankwise::prelude::*;
+
+#[rankwise::program(world in 2..=8)]
+fn ring_all_reduce(ctx: &mut Ctx) -> Result<Vec<f32>> {
+    let rank = ctx.rank();
+    let world = ctx.world();
+    let next = (rank + 1) % world;
+    let prev = (rank + world - 1) % world;
+    let out = ctx.full([4], rank as f32 + 1.0)?;
+    let mut inbox = ctx.zeros::<f32>([4])?;
+    for _step in 0..2 * (world - 1) {
+        let mut b = ctx.batch();
+        b.send(&out, next);
+        b.recv(&mut inbox, prev);
+        b.run()?;
+    }
+    Ok(inbox.to_vec())
+}
+
+fn main() -> Result<()> {
+    for world in [2, 4, 8] {
+        let got = spawn(world, ring_all_reduce)?;
+        println!("world {world}: rank 0 received {:?}", got[0]);
+    }
+    // A world size the macro did not check is refused before any communication.
+    match spawn(9, ring_all_reduce) {
+        Err(e) => println!("world 9: {e}"),
+        Ok(_) => println!("world 9 ran"),
+    }
+    Ok(())
+}
