@@ -115,6 +115,10 @@ enum Val {
     Group(GroupVal),
     Op(ReduceOp),
     Opt(Option<Box<Val>>),
+    Tuple(Vec<Val>),
+    /// Follows from an error already reported (an invalid group): anything computed from it
+    /// is skipped silently, so one mistake gives one error.
+    Poison,
     Ctx,
     Comm(GroupVal),
     Batch(usize),
@@ -372,11 +376,18 @@ impl<'a> Eval<'a> {
                 };
                 self.bind_pat(&t.pat, v);
             }
-            Pat::Tuple(t) => {
-                for p in &t.elems {
-                    self.bind_pat(p, Val::Unknown);
+            Pat::Tuple(t) => match v {
+                Val::Tuple(vals) if vals.len() == t.elems.len() => {
+                    for (p, v) in t.elems.iter().zip(vals) {
+                        self.bind_pat(p, v);
+                    }
                 }
-            }
+                _ => {
+                    for p in &t.elems {
+                        self.bind_pat(p, Val::Unknown);
+                    }
+                }
+            },
             _ => {}
         }
     }
@@ -414,10 +425,11 @@ impl<'a> Eval<'a> {
                 }
             }
             Expr::Tuple(t) => {
+                let mut out = Vec::new();
                 for x in &t.elems {
-                    val!(x);
+                    out.push(val!(x));
                 }
-                Val::Unknown
+                Val::Tuple(out)
             }
             Expr::Cast(c) => {
                 let x = val!(&c.expr);
@@ -429,6 +441,7 @@ impl<'a> Eval<'a> {
                     (UnOp::Neg(_), Val::Int(i)) => Val::Int(-i),
                     (UnOp::Not(_), Val::Bool(b)) => Val::Bool(!b),
                     (UnOp::Deref(_), v) => v,
+                    (_, Val::Poison) => Val::Poison,
                     (_, Val::Scalar(d)) => Val::Scalar(d),
                     _ => Val::Unknown,
                 }
@@ -640,6 +653,7 @@ impl<'a> Eval<'a> {
                 Some((_, e)) => self.expr(e),
                 None => Flow::Normal(Val::Unit),
             },
+            Val::Poison => Flow::Normal(Val::Poison),
             _ => {
                 let comm = self.has_comm_block(&i.then_branch)
                     || i.else_branch
@@ -647,7 +661,7 @@ impl<'a> Eval<'a> {
                         .is_some_and(|(_, e)| self.has_comm_expr(e));
                 if comm {
                     self.unverifiable(
-                        i.cond.span(),
+                        i.if_token.span,
                         "under a condition that depends on run-time data",
                         "branch only on values computed from literals, `ctx.rank()` and `ctx.world()`; if the data decides, \
                          communicate the decision first (e.g. `broadcast` a flag) and make every rank take the same calls",
@@ -663,6 +677,9 @@ impl<'a> Eval<'a> {
             Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
         };
+        if let Val::Poison = scrut {
+            return Flow::Normal(Val::Poison);
+        }
         if matches!(scrut, Val::Int(_) | Val::Bool(_)) {
             for arm in &m.arms {
                 if let Some(bound) = pat_matches(&arm.pat, &scrut) {
@@ -698,7 +715,7 @@ impl<'a> Eval<'a> {
         }
         if m.arms.iter().any(|a| self.has_comm_expr(&a.body)) {
             self.unverifiable(
-                m.expr.span(),
+                m.match_token.span,
                 "in a `match` on a value that depends on run-time data",
                 "match only on values computed from literals, `ctx.rank()` and `ctx.world()`",
             );
@@ -725,6 +742,7 @@ impl<'a> Eval<'a> {
                 Some(v.into_iter().map(Val::Int).collect())
             }
             Val::Array(a) => Some(a),
+            Val::Poison => return Flow::Normal(Val::Unit),
             _ => None,
         };
         let Some(values) = values else {
@@ -795,6 +813,7 @@ impl<'a> Eval<'a> {
                 syn::PathArguments::AngleBracketed(a) => turbofish(Some(a)),
                 _ => None,
             });
+            let fish = fish.or_else(|| c.args.iter().nth(1).and_then(syntactic_dtype));
             return Flow::Normal(tensor_ctor(&last, &args, fish));
         }
         Flow::Normal(Val::Unknown)
@@ -821,6 +840,9 @@ impl<'a> Eval<'a> {
                 Flow::Normal(v) => args.push(v),
             }
         }
+        if matches!(recv, Val::Poison) || args.iter().any(|a| matches!(a, Val::Poison)) {
+            return Flow::Normal(Val::Poison);
+        }
         let fish = turbofish(m.turbofish.as_ref());
         let world_group = || GroupVal {
             id: GroupId::WORLD,
@@ -835,7 +857,11 @@ impl<'a> Eval<'a> {
                 } else {
                     name.as_str()
                 };
-                tensor_ctor(ctor, &args, fish)
+                tensor_ctor(
+                    ctor,
+                    &args,
+                    fish.or_else(|| m.args.iter().nth(1).and_then(syntactic_dtype)),
+                )
             }
             (Val::Ctx, "world_group") => Val::Group(GroupVal {
                 id: GroupId::WORLD,
@@ -882,6 +908,14 @@ impl<'a> Eval<'a> {
                 _ => Val::Unknown,
             },
             (Val::Group(g), "size") => Val::Int(g.members.len() as i128),
+            (Val::Group(g), "members") => {
+                Val::Array(g.members.iter().map(|&m| Val::Int(m as i128)).collect())
+            }
+            (Val::Range { .. }, "collect") => match ints(&recv) {
+                Some(v) => Val::Array(v.into_iter().map(|x| Val::Int(x as i128)).collect()),
+                None => Val::Unknown,
+            },
+            (Val::Array(a), "to_vec" | "clone" | "collect") => Val::Array(a.clone()),
             (Val::Group(g), "index_of") => match args.first() {
                 Some(Val::Int(r)) => Val::Opt(
                     g.members
@@ -970,7 +1004,7 @@ impl<'a> Eval<'a> {
                 m.method.span(),
                 format!("RW011: invalid group {members:?} (world = {}): {p}\n= help: list each member once, every one below the world size", self.world),
             );
-            return Val::Unknown;
+            return Val::Poison;
         }
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
         let key = (sorted.clone(), *ordinal);
@@ -1230,6 +1264,23 @@ fn arg_layout(kind: OpKind) -> ArgLayout {
     }
 }
 
+/// The element type an expression's syntax gives it: a literal suffix (`1i64`) or a cast
+/// (`rank as f32`), looking through parentheses, unary and binary operators.
+fn syntactic_dtype(e: &Expr) -> Option<DType> {
+    match e {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => dtype_named(i.suffix()),
+            Lit::Float(f) => dtype_named(f.suffix()),
+            _ => None,
+        },
+        Expr::Cast(c) => dtype_of_type(&c.ty),
+        Expr::Paren(p) => syntactic_dtype(&p.expr),
+        Expr::Unary(u) => syntactic_dtype(&u.expr),
+        Expr::Binary(b) => syntactic_dtype(&b.left).or_else(|| syntactic_dtype(&b.right)),
+        _ => None,
+    }
+}
+
 fn lit(l: &Lit) -> Val {
     match l {
         Lit::Int(i) => {
@@ -1276,6 +1327,7 @@ fn cast(v: Val, ty: &syn::Type) -> Val {
 
 fn binop(op: &BinOp, l: Val, r: Val) -> Val {
     match (l, r) {
+        (Val::Poison, _) | (_, Val::Poison) => Val::Poison,
         (Val::Int(a), Val::Int(b)) => {
             let v = match op {
                 BinOp::Add(_) => a.checked_add(b).map(Val::Int),

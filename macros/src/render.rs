@@ -9,6 +9,17 @@ use rankwise_runtime::verify::Diagnostic;
 
 use crate::eval::Site;
 
+/// Call sites in messages as "line N": the error already points into this file.
+fn local(message: &str, sites: &[Site]) -> String {
+    let mut m = message.to_string();
+    for s in sites {
+        let start = s.span.start();
+        let full = format!("{}:{}:{}", s.span.file(), start.line, start.column + 1);
+        m = m.replace(&full, &format!("line {}", start.line));
+    }
+    m
+}
+
 /// Renders `diags` (from every checked world size) into one combined error, or `None`.
 pub fn render(diags: &[Diagnostic], sites: &[Site], fallback: Span) -> Option<syn::Error> {
     let span_of = |id: u32| sites.get(id as usize).map_or(fallback, |s| s.span);
@@ -39,12 +50,18 @@ pub fn render(diags: &[Diagnostic], sites: &[Site], fallback: Span) -> Option<sy
         } else {
             String::new()
         };
-        let mut msg = format!("{}: {} (world = {}{also})", d.code, d.message, d.world);
+        let mut msg = format!(
+            "{}: {} (world = {}{also})",
+            d.code,
+            local(&d.message, sites),
+            d.world
+        );
         if !d.help.is_empty() {
             msg.push_str(&format!("\n= help: {}", d.help));
         }
         push(syn::Error::new(span_of(d.primary.id.0), msg));
-        for (s, label) in &d.secondary {
+        // A secondary site equal to the primary adds nothing: the message already says it.
+        for (s, label) in d.secondary.iter().filter(|(s, _)| s.id != d.primary.id) {
             push(syn::Error::new(
                 span_of(s.id.0),
                 format!("{} (related): {label}", d.code),

@@ -560,17 +560,28 @@ impl<'p> Sim<'p> {
             message.push_str(&format!(", … ({} ranks in the cycle)", cycle.len()));
         }
         let first = self.op(cycle[0].1);
-        let mut secondary: Vec<(SiteRef, String)> = Vec::new();
+        let mut secondary: Vec<(SiteRef, Vec<usize>)> = Vec::new();
         for &(r, at) in &cycle[1..] {
             let s = site(self.op(at));
             if s.id == site(first).id {
                 continue; // the primary span already points here
             }
             match secondary.iter_mut().find(|(x, _)| x.id == s.id) {
-                Some((_, label)) => label.push_str(&format!(", {r}")),
-                None => secondary.push((s, format!("ranks waiting here: {r}"))),
+                Some((_, ranks)) => ranks.push(r),
+                None => secondary.push((s, vec![r])),
             }
         }
+        let secondary: Vec<(SiteRef, String)> = secondary
+            .into_iter()
+            .map(|(s, rs)| {
+                let who = if rs.len() == 1 {
+                    format!("rank {} waits", rs[0])
+                } else {
+                    format!("ranks {} wait", RanksFmt(&rs))
+                };
+                (s, format!("{who} here"))
+            })
+            .collect();
         let mut ranks: Vec<usize> = cycle.iter().map(|c| c.0).collect();
         ranks.sort_unstable();
         let p2p_only = cycle.iter().all(|&(_, at)| self.op(at).desc.kind.is_p2p());

@@ -1,0 +1,8 @@
+use rankwise::prelude::*;
+
+#[rankwise::program(world in [])]
+fn f(ctx: &mut Ctx) -> Result<()> {
+    ctx.barrier()
+}
+
+fn main() {}

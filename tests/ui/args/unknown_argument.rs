@@ -1,0 +1,8 @@
+use rankwise::prelude::*;
+
+#[rankwise::program(ranks = 4)]
+fn f(ctx: &mut Ctx) -> Result<()> {
+    ctx.barrier()
+}
+
+fn main() {}
