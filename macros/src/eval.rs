@@ -438,7 +438,7 @@ impl<'a> Eval<'a> {
             Expr::Unary(u) => {
                 let x = val!(&u.expr);
                 match (&u.op, x) {
-                    (UnOp::Neg(_), Val::Int(i)) => Val::Int(-i),
+                    (UnOp::Neg(_), Val::Int(i)) => i.checked_neg().map_or(Val::Unknown, Val::Int),
                     (UnOp::Not(_), Val::Bool(b)) => Val::Bool(!b),
                     (UnOp::Deref(_), v) => v,
                     (_, Val::Poison) => Val::Poison,
@@ -735,6 +735,15 @@ impl<'a> Eval<'a> {
                 step,
                 rev,
             } if step > 0 => {
+                // Refuse before materialising: a huge range must not exhaust memory or time.
+                if end.saturating_sub(start).max(0) / step > self.budget as i128 {
+                    self.unverifiable(
+                        f.for_token.span,
+                        "in a loop with too many iterations to unroll",
+                        "check a smaller world size",
+                    );
+                    return Flow::Normal(Val::Unit);
+                }
                 let mut v: Vec<i128> = (start..end.max(start)).step_by(step as usize).collect();
                 if rev {
                     v.reverse();
@@ -803,6 +812,20 @@ impl<'a> Eval<'a> {
         let last = segs.last().map(|s| s.ident.to_string()).unwrap_or_default();
         if segs.len() == 1 && last == "Some" {
             return Flow::Normal(Val::Opt(args.into_iter().next().map(Box::new)));
+        }
+        if segs.len() >= 2 && segs[segs.len() - 2].ident == "ReduceOp" && last == "PreMulSum" {
+            // The scalar is data: a literal is used as is; anything else is compared across
+            // ranks at run time by the fingerprint check, so any placeholder will do here.
+            let scalar = match c.args.first() {
+                Some(Expr::Lit(syn::ExprLit {
+                    lit: Lit::Float(f), ..
+                })) => f.base10_parse::<f64>().unwrap_or(1.0),
+                Some(Expr::Lit(syn::ExprLit {
+                    lit: Lit::Int(i), ..
+                })) => i.base10_parse::<f64>().unwrap_or(1.0),
+                _ => 1.0,
+            };
+            return Flow::Normal(Val::Op(ReduceOp::PreMulSum(scalar)));
         }
         if segs.len() == 1 && (last == "Ok" || last == "Err") {
             return Flow::Normal(args.into_iter().next().unwrap_or(Val::Unit));
@@ -1385,17 +1408,17 @@ fn int_method(a: i128, name: &str, args: &[Val]) -> Val {
         ("min", Some(b)) => Some(a.min(b)),
         ("max", Some(b)) => Some(a.max(b)),
         ("pow", Some(b)) if (0..64).contains(&b) => a.checked_pow(b as u32),
-        ("abs", _) => Some(a.abs()),
-        ("rem_euclid", Some(b)) if b != 0 => Some(a.rem_euclid(b)),
-        ("saturating_sub", Some(b)) => Some((a - b).max(0)),
-        ("wrapping_sub", Some(b)) => Some(a - b),
-        ("wrapping_add" | "saturating_add", Some(b)) => Some(a + b),
+        ("abs", _) => a.checked_abs(),
+        ("rem_euclid", Some(b)) => a.checked_rem_euclid(b),
+        ("saturating_sub", Some(b)) => a.checked_sub(b).map(|v| v.max(0)),
+        ("wrapping_sub", Some(b)) => a.checked_sub(b),
+        ("wrapping_add" | "saturating_add", Some(b)) => a.checked_add(b),
         ("next_power_of_two", _) if a >= 0 => {
             (a as u128).checked_next_power_of_two().map(|v| v as i128)
         }
         ("trailing_zeros", _) if a > 0 => Some(a.trailing_zeros() as i128),
         ("ilog2", _) if a > 0 => Some(a.ilog2() as i128),
-        ("div_ceil", Some(b)) if b > 0 && a >= 0 => Some((a + b - 1) / b),
+        ("div_ceil", Some(b)) if b > 0 && a >= 0 => a.checked_add(b - 1).map(|v| v / b),
         ("is_power_of_two", _) => return Val::Bool(a > 0 && (a & (a - 1)) == 0),
         ("clone", _) => Some(a),
         _ => None,
@@ -1417,7 +1440,7 @@ fn ints(v: &Val) -> Option<Vec<usize>> {
             end,
             step,
             rev: false,
-        } if *start >= 0 && *step > 0 => Some(
+        } if *start >= 0 && *step > 0 && (*end - *start) / *step <= 1 << 16 => Some(
             (*start..*end)
                 .step_by(*step as usize)
                 .map(|x| x as usize)

@@ -129,3 +129,99 @@ fn context_param(func: &syn::ItemFn) -> syn::Result<syn::Ident> {
     }
     Ok(name.ident.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pipeline;
+    use proc_macro2::{
+        Delimiter, Group, Ident, Literal, Punct, Spacing, Span, TokenStream, TokenTree,
+    };
+    use proptest::prelude::*;
+    use quote::quote;
+
+    /// Runs the pipeline and fails the test if it panics.
+    fn no_panic(args: TokenStream, item: TokenStream) -> TokenStream {
+        let r = std::panic::catch_unwind(|| pipeline(args.clone(), item.clone()));
+        r.unwrap_or_else(|_| panic!("the macro panicked on\nargs: {args}\nitem: {item}"))
+    }
+
+    fn token() -> impl Strategy<Value = TokenTree> {
+        let leaf = prop_oneof![
+            prop::sample::select(vec![
+                "ctx", "fn", "let", "if", "for", "in", "world", "send", "recv", "batch", "run",
+                "rank", "x", "Tensor", "ReduceOp", "Sum", "mut", "match", "while", "return",
+                "Some", "None"
+            ])
+            .prop_map(|s| TokenTree::Ident(Ident::new(s, Span::call_site()))),
+            prop::sample::select(vec![
+                '.', ',', ';', '=', '+', '-', '*', '/', '%', '&', '<', '>', '!', '?', ':', '|', '^'
+            ])
+            .prop_map(|c| TokenTree::Punct(Punct::new(c, Spacing::Alone))),
+            (0u32..40).prop_map(|n| TokenTree::Literal(Literal::u32_unsuffixed(n))),
+            Just(TokenTree::Literal(Literal::f32_suffixed(1.5))),
+        ];
+        leaf.prop_recursive(3, 48, 8, |inner| {
+            (
+                prop::sample::select(vec![
+                    Delimiter::Parenthesis,
+                    Delimiter::Brace,
+                    Delimiter::Bracket,
+                ]),
+                prop::collection::vec(inner, 0..8),
+            )
+                .prop_map(|(d, ts)| TokenTree::Group(Group::new(d, ts.into_iter().collect())))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Arbitrary token streams, as arguments and as the item.
+        #[test]
+        fn arbitrary_tokens_never_panic(args in prop::collection::vec(token(), 0..8), item in prop::collection::vec(token(), 0..24)) {
+            no_panic(args.into_iter().collect(), item.into_iter().collect());
+            no_panic(quote!(world in 1..=3), std::iter::once(TokenTree::Ident(Ident::new("fn", Span::call_site()))).collect());
+        }
+
+        /// Small programs: random statements in a well-formed program function.
+        #[test]
+        fn arbitrary_small_programs_never_panic(world in 1usize..5, stmts in prop::collection::vec(0usize..18, 0..10), ks in prop::collection::vec(0i64..6, 10)) {
+            let mut body = TokenStream::new();
+            for (i, s) in stmts.iter().enumerate() {
+                let k = ks[i % ks.len()];
+                let k = Literal::i64_unsuffixed(k);
+                body.extend(match s {
+                    0 => quote!(ctx.send(&x, (ctx.rank() + #k) % ctx.world())?;),
+                    1 => quote!(ctx.recv(&mut y, #k)?;),
+                    2 => quote!(ctx.all_reduce(&mut y, ReduceOp::Sum)?;),
+                    3 => quote!(if ctx.rank() == #k { ctx.barrier()?; }),
+                    4 => quote!(for i in 0..#k { ctx.broadcast(&mut y, i)?; }),
+                    5 => quote!(let mut b = ctx.batch(); b.send(&x, #k).recv(&mut y, #k); b.run()?;),
+                    6 => quote!(let g = ctx.new_group([0, #k])?;),
+                    7 => quote!(ctx.reduce_scatter(&x, &mut y, ReduceOp::Max, #k)?;),
+                    8 => quote!(let x = ctx.full([#k, 2], 1.0f32)?;),
+                    9 => quote!(while ctx.rank() > #k { ctx.barrier()?; }),
+                    10 => quote!(match ctx.rank() { 0 => ctx.send(&x, 1)?, #k..=9 => ctx.recv(&mut y, 0)?, _ => {} }),
+                    11 => quote!(ctx.all_gather(&x, &mut y, #k)?;),
+                    12 => quote!(let k = 1 << #k;),
+                    13 => quote!(for i in 0..(1usize << 60) { ctx.barrier()?; }),
+                    14 => quote!(let q = ctx.world().pow(40) - 170141183460469231731687303715884105727; ctx.send(&x, q)?;),
+                    15 => quote!(ctx.all_reduce(&mut y, ReduceOp::PreMulSum(0.5))?;),
+                    16 => quote!(let (a, b) = (ctx.rank(), #k); ctx.scatter((a == b).then_some(&x), &mut y, b, 0)?;),
+                    _ => quote!(ctx.gather(&x, Some(&mut y), #k, 0)?;),
+                });
+            }
+            let w = Literal::usize_unsuffixed(world);
+            let item = quote! {
+                fn prog(ctx: &mut Ctx) -> Result<()> {
+                    let x = ctx.full([4], 1.0f32)?;
+                    let mut y = ctx.zeros::<f32>([4])?;
+                    #body
+                    Ok(())
+                }
+            };
+            no_panic(quote!(world = #w), item.clone());
+            no_panic(quote!(world in 1..=4), item);
+        }
+    }
+}
