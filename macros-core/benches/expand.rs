@@ -1,0 +1,64 @@
+//! Macro expansion time: what `#[rankwise::program]` adds to a build. Run:
+//! `cargo bench -p rankwise-macros-core --bench expand`.
+
+use std::time::Instant;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+fn ring_all_reduce() -> TokenStream {
+    quote! {
+        fn ring_all_reduce(ctx: &mut Ctx) -> Result<Vec<f32>> {
+            let rank = ctx.rank();
+            let world = ctx.world();
+            let next = (rank + 1) % world;
+            let prev = (rank + world - 1) % world;
+            let mut data: Vec<f32> = vec![rank as f32; world * 4];
+            let mut outgoing = ctx.zeros::<f32>([4])?;
+            let mut incoming = ctx.zeros::<f32>([4])?;
+            for step in 0..2 * (world - 1) {
+                let reducing = step < world - 1;
+                let s = step % (world - 1);
+                let send_chunk = if reducing { (rank + world - s) % world } else { (rank + 1 + world - s) % world };
+                outgoing.as_mut_slice()?.copy_from_slice(&data[send_chunk * 4..][..4]);
+                let mut b = ctx.batch();
+                b.send(&outgoing, next);
+                b.recv(&mut incoming, prev);
+                b.run()?;
+            }
+            Ok(data)
+        }
+    }
+}
+
+fn time(args: TokenStream, item: &TokenStream) -> (f64, usize) {
+    let mut times = Vec::new();
+    let mut len = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let out = rankwise_macros_core::expand(args.clone(), item.clone());
+        times.push(t.elapsed().as_secs_f64());
+        len = out.to_string().len();
+    }
+    times.sort_by(f64::total_cmp);
+    (times[2], len)
+}
+
+fn main() {
+    let item = ring_all_reduce();
+    println!("| program | worlds | expansion (median of 5) | emitted code |");
+    println!("|---|---|---:|---:|");
+    for (label, args) in [
+        ("world = 4", quote!(world = 4)),
+        ("world in [2, 4, 8, 16]", quote!(world in [2, 4, 8, 16])),
+        ("world in 2..=64", quote!(world in 2..=64)),
+        ("world in 2..=128", quote!(world in 2..=128)),
+    ] {
+        let (t, len) = time(args, &item);
+        println!(
+            "| ring all-reduce | {label} | {:.1} ms | {:.1} KiB |",
+            t * 1e3,
+            len as f64 / 1024.0
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! The implementation of `#[rankwise::program]`, as a plain library: the proc-macro crate is a
+//! thin entry point that calls [`expand`], so the pipeline can be tested, fuzzed and
+//! benchmarked like any other code.
+//!
+//! The pipeline, in [`expand`]: parse the arguments and the function → evaluate the body
+//! statically for every checked world size and rank, building a program description → check
+//! it with the runtime's verifier (the same code `spawn` runs at launch) → lower: emit the
+//! function with its verified schedule and run-time guard, or the errors and the unchanged
+//! function (so that no cascade of unrelated errors follows).
+
+mod args;
+mod eval;
+mod lower;
+mod render;
+
+use std::collections::HashMap;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use rankwise_runtime::verify::{self, Program};
+use syn::spanned::Spanned;
+
+/// parse → model → check → lower. Never panics: every failure is a compile error.
+pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    // Parse: the function first, so that argument errors still leave it in place.
+    let func: syn::ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            let msg = format!("RW015: #[rankwise::program] goes on a function: {e}");
+            let err = syn::Error::new(e.span(), msg).to_compile_error();
+            return quote!(#err #item);
+        }
+    };
+    let worlds = match args::parse(args) {
+        Ok(w) => w,
+        Err(e) => return fail(e, &func),
+    };
+    let ctx = match context_param(&func) {
+        Ok(c) => c,
+        Err(e) => return fail(e, &func),
+    };
+
+    // Model: evaluate the body per world size and rank into program descriptions.
+    let mut shared = eval::Shared::default();
+    let mut programs: Vec<(usize, Program)> = Vec::with_capacity(worlds.sizes.len());
+    for &w in &worlds.sizes {
+        let mut p = Program::new(w);
+        let mut registry = HashMap::new();
+        for r in 0..w {
+            eval::Eval::new(ctx.to_string(), r, w, &mut p, &mut registry, &mut shared)
+                .run(&func.block);
+        }
+        programs.push((w, p));
+    }
+    let unverifiable = shared.take_errors();
+    if !unverifiable.is_empty() {
+        let mut it = unverifiable.into_iter().map(|(s, m)| syn::Error::new(s, m));
+        let mut all = it.next().expect("non-empty");
+        it.for_each(|e| all.combine(e));
+        return fail(all, &func);
+    }
+
+    // Check: the runtime's verifier, on every world size.
+    let mut diags = Vec::new();
+    for (_, p) in &programs {
+        if let Err(d) = verify::verify(p) {
+            diags.extend(d.0);
+        }
+    }
+    if let Some(e) = render::render(&diags, &shared.sites, func.sig.ident.span()) {
+        return fail(e, &func);
+    }
+
+    // Lower: the function with its schedule and guard.
+    let (table, enter) = lower::guard(&func.sig.ident.to_string(), &ctx, &shared.sites, &programs);
+    let syn::ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+    let stmts = &block.stmts;
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #table
+            #enter
+            #(#stmts)*
+        }
+    }
+}
+
+/// The errors, plus the function as written, so only the real problems are reported.
+fn fail(e: syn::Error, func: &syn::ItemFn) -> TokenStream {
+    let err = e.to_compile_error();
+    quote!(#err #func)
+}
+
+/// The name of the context parameter: the first parameter, `name: &mut Ctx`.
+fn context_param(func: &syn::ItemFn) -> syn::Result<syn::Ident> {
+    let bad = |span| {
+        syn::Error::new(
+            span,
+            "RW015: a rank program takes the context first, like `fn step(ctx: &mut Ctx, …) -> rankwise::Result<T>`",
+        )
+    };
+    let Some(syn::FnArg::Typed(first)) = func.sig.inputs.first() else {
+        return Err(bad(func.sig.span()));
+    };
+    let syn::Pat::Ident(name) = &*first.pat else {
+        return Err(bad(first.pat.span()));
+    };
+    if func.sig.output == syn::ReturnType::Default {
+        return Err(syn::Error::new(
+            func.sig.ident.span(),
+            "RW015: a rank program returns `rankwise::Result<T>` (its guard reports problems as `Err`)",
+        ));
+    }
+    Ok(name.ident.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand as pipeline;
+    use proc_macro2::{
+        Delimiter, Group, Ident, Literal, Punct, Spacing, Span, TokenStream, TokenTree,
+    };
+    use proptest::prelude::*;
+    use quote::quote;
+
+    /// Runs the pipeline and fails the test if it panics.
+    fn no_panic(args: TokenStream, item: TokenStream) -> TokenStream {
+        let r = std::panic::catch_unwind(|| pipeline(args.clone(), item.clone()));
+        r.unwrap_or_else(|_| panic!("the macro panicked on\nargs: {args}\nitem: {item}"))
+    }
+
+    fn token() -> impl Strategy<Value = TokenTree> {
+        let leaf = prop_oneof![
+            prop::sample::select(vec![
+                "ctx", "fn", "let", "if", "for", "in", "world", "send", "recv", "batch", "run",
+                "rank", "x", "Tensor", "ReduceOp", "Sum", "mut", "match", "while", "return",
+                "Some", "None"
+            ])
+            .prop_map(|s| TokenTree::Ident(Ident::new(s, Span::call_site()))),
+            prop::sample::select(vec![
+                '.', ',', ';', '=', '+', '-', '*', '/', '%', '&', '<', '>', '!', '?', ':', '|', '^'
+            ])
+            .prop_map(|c| TokenTree::Punct(Punct::new(c, Spacing::Alone))),
+            (0u32..40).prop_map(|n| TokenTree::Literal(Literal::u32_unsuffixed(n))),
+            Just(TokenTree::Literal(Literal::f32_suffixed(1.5))),
+        ];
+        leaf.prop_recursive(3, 48, 8, |inner| {
+            (
+                prop::sample::select(vec![
+                    Delimiter::Parenthesis,
+                    Delimiter::Brace,
+                    Delimiter::Bracket,
+                ]),
+                prop::collection::vec(inner, 0..8),
+            )
+                .prop_map(|(d, ts)| TokenTree::Group(Group::new(d, ts.into_iter().collect())))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Arbitrary token streams, as arguments and as the item.
+        #[test]
+        fn arbitrary_tokens_never_panic(args in prop::collection::vec(token(), 0..8), item in prop::collection::vec(token(), 0..24)) {
+            no_panic(args.into_iter().collect(), item.into_iter().collect());
+            no_panic(quote!(world in 1..=3), std::iter::once(TokenTree::Ident(Ident::new("fn", Span::call_site()))).collect());
+        }
+
+        /// Small programs: random statements in a well-formed program function.
+        #[test]
+        fn arbitrary_small_programs_never_panic(world in 1usize..5, stmts in prop::collection::vec(0usize..18, 0..10), ks in prop::collection::vec(0i64..6, 10)) {
+            let mut body = TokenStream::new();
+            for (i, s) in stmts.iter().enumerate() {
+                let k = ks[i % ks.len()];
+                let k = Literal::i64_unsuffixed(k);
+                body.extend(match s {
+                    0 => quote!(ctx.send(&x, (ctx.rank() + #k) % ctx.world())?;),
+                    1 => quote!(ctx.recv(&mut y, #k)?;),
+                    2 => quote!(ctx.all_reduce(&mut y, ReduceOp::Sum)?;),
+                    3 => quote!(if ctx.rank() == #k { ctx.barrier()?; }),
+                    4 => quote!(for i in 0..#k { ctx.broadcast(&mut y, i)?; }),
+                    5 => quote!(let mut b = ctx.batch(); b.send(&x, #k).recv(&mut y, #k); b.run()?;),
+                    6 => quote!(let g = ctx.new_group([0, #k])?;),
+                    7 => quote!(ctx.reduce_scatter(&x, &mut y, ReduceOp::Max, #k)?;),
+                    8 => quote!(let x = ctx.full([#k, 2], 1.0f32)?;),
+                    9 => quote!(while ctx.rank() > #k { ctx.barrier()?; }),
+                    10 => quote!(match ctx.rank() { 0 => ctx.send(&x, 1)?, #k..=9 => ctx.recv(&mut y, 0)?, _ => {} }),
+                    11 => quote!(ctx.all_gather(&x, &mut y, #k)?;),
+                    12 => quote!(let k = 1 << #k;),
+                    13 => quote!(for i in 0..(1usize << 60) { ctx.barrier()?; }),
+                    14 => quote!(let q = ctx.world().pow(40) - 170141183460469231731687303715884105727; ctx.send(&x, q)?;),
+                    15 => quote!(ctx.all_reduce(&mut y, ReduceOp::PreMulSum(0.5))?;),
+                    16 => quote!(let (a, b) = (ctx.rank(), #k); ctx.scatter((a == b).then_some(&x), &mut y, b, 0)?;),
+                    _ => quote!(ctx.gather(&x, Some(&mut y), #k, 0)?;),
+                });
+            }
+            let w = Literal::usize_unsuffixed(world);
+            let item = quote! {
+                fn prog(ctx: &mut Ctx) -> Result<()> {
+                    let x = ctx.full([4], 1.0f32)?;
+                    let mut y = ctx.zeros::<f32>([4])?;
+                    #body
+                    Ok(())
+                }
+            };
+            no_panic(quote!(world = #w), item.clone());
+            no_panic(quote!(world in 1..=4), item);
+        }
+    }
+}
