@@ -19,7 +19,7 @@ use syn::visit::Visit;
 use syn::{BinOp, Expr, ExprMethodCall, Lit, Pat, Stmt, UnOp};
 
 /// Method names that communicate, on a context, a group handle or a batch.
-const COMM: [&str; 11] = [
+pub(crate) const COMM: [&str; 11] = [
     "send",
     "recv",
     "broadcast",
@@ -33,6 +33,27 @@ const COMM: [&str; 11] = [
     "barrier",
 ];
 
+/// Standard macros that only format, assert or build vectors: they may mention the context
+/// (`println!("{}", ctx.rank())`) without communicating.
+const KNOWN_MACROS: [&str; 16] = [
+    "println",
+    "print",
+    "eprintln",
+    "eprint",
+    "format",
+    "write",
+    "writeln",
+    "assert",
+    "assert_eq",
+    "assert_ne",
+    "debug_assert",
+    "debug_assert_eq",
+    "debug_assert_ne",
+    "panic",
+    "dbg",
+    "vec",
+];
+
 /// Unrolled loop iterations allowed per rank before giving up (compile time must stay small).
 const BUDGET: usize = 1 << 20;
 
@@ -40,6 +61,9 @@ const BUDGET: usize = 1 << 20;
 pub struct Site {
     pub span: Span,
     pub what: String,
+    /// The tensors the call borrows (name, mutably?), or `None` if an argument is not a plain
+    /// variable — lowering batches adjacent calls only when their buffers are known disjoint.
+    pub buffers: Option<Vec<(String, bool)>>,
 }
 
 /// What all evaluations of one function share: the call sites and the errors found.
@@ -52,11 +76,21 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn site(&mut self, key: usize, span: Span, what: impl FnOnce() -> String) -> SiteId {
+    fn site(
+        &mut self,
+        key: usize,
+        span: Span,
+        what: impl FnOnce() -> (String, Option<Vec<(String, bool)>>),
+    ) -> SiteId {
         let next = self.sites.len() as u32;
         let id = *self.site_ids.entry(key).or_insert(next);
         if id == next {
-            self.sites.push(Site { span, what: what() });
+            let (what, buffers) = what();
+            self.sites.push(Site {
+                span,
+                what,
+                buffers,
+            });
         }
         SiteId(id)
     }
@@ -233,6 +267,21 @@ impl<'ast> Visit<'ast> for CommFinder {
         if COMM.iter().any(|c| text.contains(&format!(". {c}"))) {
             self.found = true;
         }
+        // Macros other than the standard formatting and assertion ones may expand to anything:
+        // handing them the context (or a batch) is handing it to code the macro cannot see.
+        let known = m
+            .path
+            .get_ident()
+            .is_some_and(|i| KNOWN_MACROS.contains(&i.to_string().as_str()));
+        let mentions = m.tokens.clone().into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => {
+                i == self.ctx.as_str() || self.batches.iter().any(|b| i == b.as_str())
+            }
+            _ => false,
+        });
+        if !known && mentions {
+            self.found = true;
+        }
     }
 }
 
@@ -353,13 +402,22 @@ impl<'a> Eval<'a> {
 
     fn check_macro(&mut self, m: &syn::Macro) {
         let comm = communicates(&self.ctx, &self.batch_names(), &|f| f.visit_macro(m));
-        if comm {
-            self.unverifiable(
-                m.span(),
+        if !comm {
+            return;
+        }
+        let text = m.tokens.to_string();
+        let (why, todo) = if COMM.iter().any(|c| text.contains(&format!(". {c}"))) {
+            (
                 "a communication call inside a macro invocation",
                 "make the call in a statement of its own and pass its result to the macro",
-            );
-        }
+            )
+        } else {
+            (
+                "the context or a batch is handed to a macro, whose expansion the macro cannot see",
+                "make the communication calls in the program's own body",
+            )
+        };
+        self.unverifiable(m.span(), why, todo);
     }
 
     fn bind_pat(&mut self, pat: &Pat, v: Val) {
@@ -805,6 +863,17 @@ impl<'a> Eval<'a> {
                 Flow::Normal(v) => args.push(v),
             }
         }
+        if args
+            .iter()
+            .any(|v| matches!(v, Val::Batch(_) | Val::BatchComm(..) | Val::Comm(_)))
+        {
+            self.unverifiable(
+                c.span(),
+                "a batch or group handle is passed to another function, whose calls the macro cannot see",
+                "record the batch's calls in the program's own body",
+            );
+            return Flow::Normal(Val::Unknown);
+        }
         let Expr::Path(p) = &*c.func else {
             return Flow::Normal(Val::Unknown);
         };
@@ -1242,9 +1311,17 @@ impl<'a> Eval<'a> {
             _ => None,
         };
         let summary = desc.kind.name().to_string();
+        let buffers = [t_at, out_at]
+            .into_iter()
+            .flatten()
+            .map(|i| m.args.iter().nth(i).and_then(buffer_of))
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().flatten().collect());
         let id = self
             .shared
-            .site(m as *const ExprMethodCall as usize, span, || summary);
+            .site(m as *const ExprMethodCall as usize, span, || {
+                (summary, buffers)
+            });
         let vop = VOp {
             desc,
             output,
@@ -1261,6 +1338,28 @@ impl<'a> Eval<'a> {
                 Val::Unit
             }
         }
+    }
+}
+
+/// The variable a buffer argument borrows, and whether mutably: `Some(None)` for `None`, `None`
+/// if the argument is anything but `&x`, `&mut x`, `x`, `Some(…)` of those, or `None`. A plain
+/// `x` (a reference held in a variable) counts as mutable, to be safe.
+fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
+    match e {
+        Expr::Reference(r) => match &*r.expr {
+            Expr::Path(_) => ident_of(&r.expr).map(|n| Some((n, r.mutability.is_some()))),
+            _ => None,
+        },
+        Expr::Path(p) if p.path.is_ident("None") => Some(None),
+        Expr::Path(_) => ident_of(e).map(|n| Some((n, true))),
+        Expr::Paren(p) => buffer_of(&p.expr),
+        Expr::Call(c)
+            if c.args.len() == 1
+                && matches!(&*c.func, Expr::Path(p) if p.path.is_ident("Some")) =>
+        {
+            buffer_of(&c.args[0])
+        }
+        _ => None,
     }
 }
 

@@ -72,6 +72,136 @@ pub fn guard(
     (def, enter)
 }
 
+/// Issues adjacent communication statements as one batch when they borrow disjoint tensors:
+/// `ctx.send(&x, a)?; ctx.recv(&mut y, b)?;` becomes one batch posting both. Posting earlier
+/// can only let more operations match (per-peer and per-group order is unchanged), so a program
+/// the verifier proved deadlock-free stays so; it saves a rendezvous per call. The method names
+/// keep their spans, so the guard still sees the user's call sites.
+pub fn batch_adjacent(block: &mut syn::Block, ctx: &syn::Ident, sites: &[Site]) {
+    use syn::visit_mut::VisitMut;
+    struct Batcher<'a> {
+        ctx: &'a syn::Ident,
+        sites: &'a [Site],
+    }
+    impl VisitMut for Batcher<'_> {
+        fn visit_block_mut(&mut self, b: &mut syn::Block) {
+            syn::visit_mut::visit_block_mut(self, b);
+            let stmts = std::mem::take(&mut b.stmts);
+            b.stmts = batch_runs(stmts, self.ctx, self.sites);
+        }
+        // Closures and nested items are other code: leave them alone.
+        fn visit_expr_closure_mut(&mut self, _: &mut syn::ExprClosure) {}
+        fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+    }
+    Batcher { ctx, sites }.visit_block_mut(block);
+}
+
+/// A statement `ctx.op(args)?;` or `ctx.group(&g).op(args)?;` that may join a batch: its site,
+/// the group expression (if any), the method and the arguments.
+struct Candidate<'s> {
+    group: Option<syn::Expr>,
+    /// The call as written: it is re-emitted with only its receiver replaced, so every token
+    /// keeps its span and `Location::caller()` still names the user's line and column.
+    call: syn::ExprMethodCall,
+    buffers: &'s [(String, bool)],
+}
+
+fn candidate<'s>(stmt: &syn::Stmt, ctx: &syn::Ident, sites: &'s [Site]) -> Option<Candidate<'s>> {
+    let syn::Stmt::Expr(syn::Expr::Try(t), Some(_)) = stmt else {
+        return None;
+    };
+    let syn::Expr::MethodCall(m) = &*t.expr else {
+        return None;
+    };
+    let name = m.method.to_string();
+    // Barriers order whatever follows them; keep them as written.
+    if !crate::eval::COMM.contains(&name.as_str()) || name == "barrier" {
+        return None;
+    }
+    let is_ctx = |e: &syn::Expr| matches!(e, syn::Expr::Path(p) if p.path.is_ident(ctx));
+    let group = match &*m.receiver {
+        r if is_ctx(r) => None,
+        syn::Expr::MethodCall(g)
+            if g.method == "group" && is_ctx(&g.receiver) && g.args.len() == 1 =>
+        {
+            Some(g.args[0].clone())
+        }
+        _ => return None,
+    };
+    // Arguments that use the context would conflict with the batch's borrow of it.
+    let mentions_ctx = |e: &syn::Expr| {
+        quote!(#e)
+            .into_iter()
+            .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if i == ctx))
+    };
+    if m.args.iter().any(mentions_ctx) || group.as_ref().is_some_and(mentions_ctx) {
+        return None;
+    }
+    let start = m.method.span().start();
+    let site = sites.iter().find(|s| {
+        let s = s.span.start();
+        (s.line, s.column) == (start.line, start.column)
+    })?;
+    Some(Candidate {
+        group,
+        call: m.clone(),
+        buffers: site.buffers.as_deref()?,
+    })
+}
+
+/// Whether two calls' buffers may be borrowed at once (shared reads only).
+fn disjoint(a: &[(String, bool)], b: &[(String, bool)]) -> bool {
+    a.iter()
+        .all(|(x, xm)| b.iter().all(|(y, ym)| x != y || (!xm && !ym)))
+}
+
+fn batch_runs(stmts: Vec<syn::Stmt>, ctx: &syn::Ident, sites: &[Site]) -> Vec<syn::Stmt> {
+    let mut out: Vec<syn::Stmt> = Vec::with_capacity(stmts.len());
+    let mut run: Vec<(syn::Stmt, Candidate<'_>)> = Vec::new();
+    let flush = |run: &mut Vec<(syn::Stmt, Candidate<'_>)>, out: &mut Vec<syn::Stmt>| {
+        if run.len() < 2 {
+            out.extend(run.drain(..).map(|(s, _)| s));
+            return;
+        }
+        let b = syn::Ident::new("__rankwise_batch", proc_macro2::Span::mixed_site());
+        let calls = run.drain(..).map(|(_, c)| {
+            let Candidate {
+                group, mut call, ..
+            } = c;
+            *call.receiver = match group {
+                Some(g) => syn::parse_quote!(#b.group(#g)),
+                None => syn::parse_quote!(#b),
+            };
+            quote!(#call;)
+        });
+        let block: syn::Stmt = syn::parse_quote! {
+            {
+                let mut #b = #ctx.batch();
+                #(#calls)*
+                #b.run()?;
+            }
+        };
+        out.push(block);
+    };
+    for stmt in stmts {
+        match candidate(&stmt, ctx, sites) {
+            Some(c) if run.iter().all(|(_, r)| disjoint(r.buffers, c.buffers)) => {
+                run.push((stmt, c))
+            }
+            Some(c) => {
+                flush(&mut run, &mut out);
+                run.push((stmt, c));
+            }
+            None => {
+                flush(&mut run, &mut out);
+                out.push(stmt);
+            }
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::compress;
