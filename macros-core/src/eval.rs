@@ -33,6 +33,64 @@ pub(crate) const COMM: [&str; 11] = [
     "barrier",
 ];
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// An exact non-negative fraction `num / den` (den > 0, in lowest terms): the coefficient of a
+/// constant in a dimension like `CHUNK * 4 / world`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ratio {
+    pub num: i128,
+    pub den: i128,
+}
+
+impl Ratio {
+    const ONE: Ratio = Ratio { num: 1, den: 1 };
+
+    fn new(num: i128, den: i128) -> Ratio {
+        let g = gcd(num.unsigned_abs() as u64, den.unsigned_abs() as u64).max(1) as i128;
+        Ratio {
+            num: num / g,
+            den: den / g,
+        }
+    }
+
+    fn mul(self, o: Ratio) -> Option<Ratio> {
+        Some(Ratio::new(
+            self.num.checked_mul(o.num)?,
+            self.den.checked_mul(o.den)?,
+        ))
+    }
+
+    fn add(self, o: Ratio) -> Option<Ratio> {
+        let num = self
+            .num
+            .checked_mul(o.den)?
+            .checked_add(o.num.checked_mul(self.den)?)?;
+        Some(Ratio::new(num, self.den.checked_mul(o.den)?))
+    }
+}
+
+/// Whether an expression is built from literals and constant names only.
+fn only_constants(e: &Expr) -> bool {
+    quote::quote!(#e).into_iter().all(|t| match t {
+        proc_macro2::TokenTree::Ident(i) => is_const_name(&i.to_string()),
+        proc_macro2::TokenTree::Group(g) => syn::parse2::<Expr>(g.stream())
+            .map(|e| only_constants(&e))
+            .unwrap_or(false),
+        _ => true,
+    })
+}
+
+/// Whether a name is spelled like a constant (`CHUNK`, `N_LAYERS`).
+fn is_const_name(name: &str) -> bool {
+    name.chars().any(|c| c.is_ascii_uppercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
 /// Standard macros that only format, assert or build vectors: they may mention the context
 /// (`println!("{}", ctx.rank())`) without communicating.
 const KNOWN_MACROS: [&str; 16] = [
@@ -73,6 +131,15 @@ pub struct Shared {
     site_ids: HashMap<usize, u32>,
     errors: Vec<(Span, String)>,
     file: Option<&'static str>,
+    /// Constant expressions from outside the function, by symbol id.
+    pub symbols: Vec<Expr>,
+    /// Placeholder dimension values standing for `k · symbol` in the verifier's shapes.
+    pub placeholders: HashMap<usize, (Ratio, u32)>,
+    /// The placeholder of `1 · symbol` at each world size: (world, value, symbol).
+    pub bases: Vec<(usize, usize, u32)>,
+    /// Divisibility the verifier could not check (a split of a symbolic dimension):
+    /// (call span, coefficient, symbol, parts, what is split).
+    pub assertions: Vec<(Span, Ratio, u32, usize, String)>,
 }
 
 impl Shared {
@@ -113,6 +180,42 @@ impl Shared {
         e
     }
 
+    fn symbol(&mut self, e: &Expr) -> u32 {
+        let text = quote::quote!(#e).to_string();
+        match self
+            .symbols
+            .iter()
+            .position(|s| quote::quote!(#s).to_string() == text)
+        {
+            Some(i) => i as u32,
+            None => {
+                self.symbols.push(e.clone());
+                self.symbols.len() as u32 - 1
+            }
+        }
+    }
+
+    /// The value standing for `k · symbol` at world size `world`: a multiple of every group size
+    /// up to 16 and of the world size (so the verifier's divisibility checks pass and rustc does
+    /// the real one), times a distinct prime per symbol (so different constants never look equal).
+    fn placeholder(&mut self, k: Ratio, sym: u32, world: usize) -> Option<usize> {
+        const PRIMES: [u64; 8] = [1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049];
+        let lcm = |a: u64, b: u64| a / gcd(a, b) * b;
+        let m = lcm(720_720, world as u64);
+        let base = m.checked_mul(*PRIMES.get(sym as usize)?)?;
+        let (num, den) = (u64::try_from(k.num).ok()?, u64::try_from(k.den).ok()?);
+        if base % den != 0 {
+            return None;
+        }
+        let v = usize::try_from((base / den).checked_mul(num)?).ok()?;
+        let base = usize::try_from(base).ok()?;
+        if !self.bases.contains(&(world, base, sym)) {
+            self.bases.push((world, base, sym));
+        }
+        self.placeholders.insert(v, (k, sym));
+        Some(v)
+    }
+
     fn file(&mut self, span: Span) -> &'static str {
         // Leaked once per macro invocation: call sites need a `&'static str`.
         self.file
@@ -138,6 +241,12 @@ enum Val {
     Bool(bool),
     /// A number whose value is not known statically, with its type if known.
     Scalar(Option<DType>),
+    /// `k ·` a constant defined outside the function (`Shared::symbols[sym]`): usable in shapes,
+    /// with checks that depend on its value left to rustc as `const` assertions.
+    Sym {
+        k: Ratio,
+        sym: u32,
+    },
     Tensor(TVal),
     Array(Vec<Val>),
     Range {
@@ -311,6 +420,18 @@ impl<'a> Eval<'a> {
     /// Evaluates the function body (statements of its block).
     pub fn run(&mut self, body: &syn::Block) {
         let _ = self.block(body);
+    }
+
+    /// Replaces constants from outside the function by their placeholders, for use as shapes.
+    fn concretize(&mut self, v: Val) -> Val {
+        match v {
+            Val::Sym { k, sym } => match self.shared.placeholder(k, sym, self.world) {
+                Some(x) => Val::Int(x as i128),
+                None => Val::Unknown,
+            },
+            Val::Array(a) => Val::Array(a.into_iter().map(|x| self.concretize(x)).collect()),
+            other => other,
+        }
     }
 
     fn unverifiable(&mut self, span: Span, why: &str, todo: &str) {
@@ -641,7 +762,18 @@ impl<'a> Eval<'a> {
             if name == "None" {
                 return Val::Opt(None);
             }
-            return self.lookup(name).cloned().unwrap_or(Val::Unknown);
+            if let Some(v) = self.lookup(name) {
+                return v.clone();
+            }
+            if is_const_name(name) {
+                let sym = self.shared.symbol(&Expr::Path(p.clone()));
+                return Val::Sym { k: Ratio::ONE, sym };
+            }
+            return Val::Unknown;
+        }
+        if segs.last().is_some_and(|l| is_const_name(l)) && segs.iter().all(|s| s != "ReduceOp") {
+            let sym = self.shared.symbol(&Expr::Path(p.clone()));
+            return Val::Sym { k: Ratio::ONE, sym };
         }
         if segs.len() >= 2 && segs[segs.len() - 2] == "ReduceOp" {
             let op = match segs[segs.len() - 1].as_str() {
@@ -697,7 +829,18 @@ impl<'a> Eval<'a> {
             }
             return Flow::Normal(Val::Unit);
         }
-        Flow::Normal(binop(&b.op, l, r))
+        let symbolic = matches!(l, Val::Sym { .. }) || matches!(r, Val::Sym { .. });
+        match (binop(&b.op, l, r), symbolic) {
+            // Other arithmetic on constants alone: the whole expression becomes a symbol (it must
+            // be a constant expression, since rustc will evaluate it in a `const` assertion).
+            (Val::Unknown, true)
+                if !is_comparison(&b.op) && only_constants(&Expr::Binary(b.clone())) =>
+            {
+                let sym = self.shared.symbol(&Expr::Binary(b.clone()));
+                Flow::Normal(Val::Sym { k: Ratio::ONE, sym })
+            }
+            (v, _) => Flow::Normal(v),
+        }
     }
 
     fn if_expr(&mut self, i: &syn::ExprIf) -> Flow {
@@ -906,6 +1049,9 @@ impl<'a> Eval<'a> {
                 _ => None,
             });
             let fish = fish.or_else(|| c.args.iter().nth(1).and_then(syntactic_dtype));
+            if let Some(shape) = args.first_mut() {
+                *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
+            }
             return Flow::Normal(tensor_ctor(&last, &args, fish));
         }
         Flow::Normal(Val::Unknown)
@@ -936,6 +1082,15 @@ impl<'a> Eval<'a> {
             return Flow::Normal(Val::Poison);
         }
         let fish = turbofish(m.turbofish.as_ref());
+        // Shapes may use constants from outside the function (see `Val::Sym`).
+        if matches!(
+            (&recv, name.as_str()),
+            (Val::Ctx, "full" | "zeros" | "tensor") | (Val::Tensor(_), "reshape")
+        ) {
+            if let Some(shape) = args.first_mut() {
+                *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
+            }
+        }
         let world_group = || GroupVal {
             id: GroupId::WORLD,
             members: Vec::new(),
@@ -1302,6 +1457,30 @@ impl<'a> Eval<'a> {
             dim: dim.unwrap_or(0),
             site,
         };
+        // A split of a dimension given by a constant from outside the function: the verifier
+        // saw a placeholder divisible by the group size; rustc checks the real value.
+        if matches!(kind, OpKind::ReduceScatter | OpKind::AllToAll) {
+            let n = if group.id == GroupId::WORLD {
+                self.world
+            } else {
+                group.members.len()
+            };
+            let d = dim.unwrap_or(0);
+            if let Some(&(k, sym)) = shape.get(d).and_then(|x| self.shared.placeholders.get(x)) {
+                let what = format!(
+                    "{kind} splits dim {d} into {n} equal parts (world = {})",
+                    self.world
+                );
+                if !self
+                    .shared
+                    .assertions
+                    .iter()
+                    .any(|a| a.1 == k && a.2 == sym && a.3 == n && a.4 == what)
+                {
+                    self.shared.assertions.push((span, k, sym, n, what));
+                }
+            }
+        }
         // Calls with a separate output whose shape follows from the input (all_gather, …) get
         // the output the user passed; `rules` compares the two.
         let output = match kind {
@@ -1420,6 +1599,11 @@ fn lit(l: &Lit) -> Val {
 
 fn cast(v: Val, ty: &syn::Type) -> Val {
     let target = dtype_of_type(ty);
+    if let (Val::Sym { .. }, Some(d)) = (&v, target) {
+        if d.is_float() {
+            return Val::Scalar(Some(d));
+        }
+    }
     let int_target = match ty {
         syn::Type::Path(p) => p.path.get_ident().is_some_and(|i| {
             matches!(
@@ -1442,6 +1626,9 @@ fn cast(v: Val, ty: &syn::Type) -> Val {
     };
     match (v, target) {
         (Val::Int(i), _) if int_target => Val::Int(i),
+        (Val::Sym { k, sym }, _) if int_target || target.is_some_and(|d| !d.is_float()) => {
+            Val::Sym { k, sym }
+        }
         (_, Some(d)) => Val::Scalar(Some(d)),
         _ => Val::Unknown,
     }
@@ -1450,6 +1637,20 @@ fn cast(v: Val, ty: &syn::Type) -> Val {
 fn binop(op: &BinOp, l: Val, r: Val) -> Val {
     match (l, r) {
         (Val::Poison, _) | (_, Val::Poison) => Val::Poison,
+        (Val::Sym { k, sym }, Val::Int(n)) | (Val::Int(n), Val::Sym { k, sym })
+            if matches!(op, BinOp::Mul(_)) && n >= 0 =>
+        {
+            k.mul(Ratio::new(n, 1))
+                .map_or(Val::Unknown, |k| Val::Sym { k, sym })
+        }
+        (Val::Sym { k, sym }, Val::Int(n)) if matches!(op, BinOp::Div(_)) && n > 0 => k
+            .mul(Ratio::new(1, n))
+            .map_or(Val::Unknown, |k| Val::Sym { k, sym }),
+        (Val::Sym { k: a, sym: s }, Val::Sym { k: b, sym: t })
+            if s == t && matches!(op, BinOp::Add(_)) =>
+        {
+            a.add(b).map_or(Val::Unknown, |k| Val::Sym { k, sym: s })
+        }
         (Val::Int(a), Val::Int(b)) => {
             let v = match op {
                 BinOp::Add(_) => a.checked_add(b).map(Val::Int),

@@ -67,7 +67,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             diags.extend(d.0);
         }
     }
-    if let Some(e) = render::render(&diags, &shared.sites, func.sig.ident.span()) {
+    if let Some(e) = render::render(&diags, &shared, func.sig.ident.span()) {
         return fail(e, &func);
     }
 
@@ -80,11 +80,13 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         mut block,
     } = func;
     lower::batch_adjacent(&mut block, &ctx, &shared.sites);
+    let asserts = lower::const_assertions(&shared);
     let stmts = &block.stmts;
     quote! {
         #(#attrs)*
         #vis #sig {
             #table
+            #asserts
             #enter
             #(#stmts)*
         }

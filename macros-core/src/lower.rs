@@ -7,6 +7,26 @@ use rankwise_runtime::verify::Program;
 
 use crate::eval::Site;
 
+/// `const` assertions for what the macro could not check itself: splits of dimensions given
+/// by constants from outside the function must divide evenly. rustc evaluates them, so a bad
+/// value is still a compile error, at the call.
+pub fn const_assertions(shared: &crate::eval::Shared) -> TokenStream {
+    let checks = shared.assertions.iter().map(|(span, k, sym, n, what)| {
+        let e = &shared.symbols[*sym as usize];
+        // The dimension is (num / den) · E; it splits into n parts iff num · E is a multiple of
+        // den · n.
+        let num = k.num as u128;
+        let den_n = k.den as u128 * *n as u128;
+        let text = quote!(#e).to_string();
+        let dim = crate::render::coefficient(*k, &text);
+        let msg = format!("RW007: {what}, but {dim} is not a multiple of {n}; make the dimension a multiple of {n}");
+        quote::quote_spanned! {*span=>
+            const _: () = ::core::assert!(#num * ((#e) as u128) % #den_n == 0, #msg);
+        }
+    });
+    quote!(#(#checks)*)
+}
+
 /// Site ids each rank calls, in order, as runs of a repeated pattern.
 fn compress(seq: &[u32]) -> Vec<(Vec<u32>, u32)> {
     let mut runs: Vec<(Vec<u32>, u32)> = Vec::new();

@@ -7,7 +7,7 @@
 use proc_macro2::Span;
 use rankwise_runtime::verify::Diagnostic;
 
-use crate::eval::Site;
+use crate::eval::{Ratio, Shared, Site};
 
 /// Call sites in messages as "line N": the error already points into this file.
 fn local(message: &str, sites: &[Site]) -> String {
@@ -20,8 +20,72 @@ fn local(message: &str, sites: &[Site]) -> String {
     m
 }
 
+/// `k · E` as the user would write it: `CHUNK`, `4*CHUNK`, `CHUNK/2`, `3*CHUNK/2`.
+pub fn coefficient(k: Ratio, e: &str) -> String {
+    match (k.num, k.den) {
+        (1, 1) => e.to_string(),
+        (n, 1) => format!("{n}*{e}"),
+        (1, d) => format!("{e}/{d}"),
+        (n, d) => format!("{n}*{e}/{d}"),
+    }
+}
+
+/// A placeholder dimension (see `Shared::placeholder`), or one the verifier derived from it
+/// (an all_gather output, a reduce_scatter part), shown as what the user would write.
+fn decode(v: usize, world: usize, shared: &Shared) -> Option<String> {
+    let text = |sym: u32| {
+        let e = &shared.symbols[sym as usize];
+        quote::quote!(#e).to_string()
+    };
+    if let Some(&(k, sym)) = shared.placeholders.get(&v) {
+        return Some(coefficient(k, &text(sym)));
+    }
+    for &(_, base, sym) in shared.bases.iter().filter(|b| b.0 == world) {
+        for den in 1..=64usize {
+            if v.checked_mul(den).is_some_and(|x| x % base == 0) {
+                let num = v * den / base;
+                let k = Ratio {
+                    num: num as i128,
+                    den: den as i128,
+                };
+                return Some(coefficient(k, &text(sym)));
+            }
+        }
+    }
+    None
+}
+
+/// Placeholder numbers in a message replaced by the constants they stand for.
+fn symbolic(message: &str, world: usize, shared: &Shared) -> String {
+    if shared.bases.is_empty() {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len());
+    let mut digits = String::new();
+    let flush = |digits: &mut String, out: &mut String| {
+        let shown = digits
+            .parse::<usize>()
+            .ok()
+            .filter(|v| *v >= 1000)
+            .and_then(|v| decode(v, world, shared));
+        out.push_str(shown.as_deref().unwrap_or(digits));
+        digits.clear();
+    };
+    for c in message.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+        } else {
+            flush(&mut digits, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut digits, &mut out);
+    out
+}
+
 /// Renders `diags` (from every checked world size) into one combined error, or `None`.
-pub fn render(diags: &[Diagnostic], sites: &[Site], fallback: Span) -> Option<syn::Error> {
+pub fn render(diags: &[Diagnostic], shared: &Shared, fallback: Span) -> Option<syn::Error> {
+    let sites = &shared.sites[..];
     let span_of = |id: u32| sites.get(id as usize).map_or(fallback, |s| s.span);
     let mut shown: Vec<(&Diagnostic, Vec<usize>)> = Vec::new();
     for d in diags {
@@ -53,7 +117,7 @@ pub fn render(diags: &[Diagnostic], sites: &[Site], fallback: Span) -> Option<sy
         let mut msg = format!(
             "{}: {} (world = {}{also})",
             d.code,
-            local(&d.message, sites),
+            symbolic(&local(&d.message, sites), d.world, shared),
             d.world
         );
         if !d.help.is_empty() {
