@@ -388,13 +388,11 @@ impl<'p> Sim<'p> {
                 verdict: Verdict::Mismatch,
                 ranks: all,
                 message: format!(
-                    "{} {} {} here on {group} (collective step {step}), but {} {} it and {} {} \
+                    "{} {} here on {group} (collective step {step}), but {} it and {} {} \
                      instead, so every later collective on the group pairs up wrongly",
-                    describe_ranks(&by, world),
-                    verb(&by, "call"),
+                    subject(&by, world, "call"),
                     called.desc.summary(),
-                    describe_ranks(&skipped_by, world),
-                    verb(&skipped_by, "skip"),
+                    subject(&skipped_by, world, "skip"),
                     verb(&skipped_by, "reach"),
                     instead.desc.summary(),
                 ),
@@ -402,11 +400,7 @@ impl<'p> Sim<'p> {
                 primary: site(called),
                 secondary: vec![(
                     site(instead),
-                    format!(
-                        "{} {} this instead",
-                        describe_ranks(&skipped_by, world),
-                        verb(&skipped_by, "reach")
-                    ),
+                    format!("{} this instead", subject(&skipped_by, world, "reach")),
                 )],
                 help: "every member must make the same collective calls in the same order: call \
                        it on every member of the group, or on none (a collective behind \
@@ -427,21 +421,16 @@ impl<'p> Sim<'p> {
             verdict: Verdict::Mismatch,
             ranks: all,
             message: format!(
-                "members of {group} disagree at collective step {step} ({what} differ): {} {} {} \
-                 here, but {} {} {}",
-                describe_ranks(&ra, world),
-                verb(&ra, "call"),
+                "members of {group} disagree at collective step {step} ({what} differ): {} {} \
+                 here, but {} {}",
+                subject(&ra, world, "call"),
                 a.desc.summary(),
-                describe_ranks(&rb, world),
-                verb(&rb, "call"),
+                subject(&rb, world, "call"),
                 b.desc.summary(),
             ),
             render: Render::Exact,
             primary: site(a),
-            secondary: vec![(
-                site(b),
-                format!("{} {} this", describe_ranks(&rb, world), verb(&rb, "call")),
-            )],
+            secondary: vec![(site(b), format!("{} this", subject(&rb, world, "call")))],
             help: match code {
                 Code::RW004 => {
                     "every member must reach the same collective, with the same root and \
@@ -604,6 +593,11 @@ impl<'p> Sim<'p> {
             },
         }
     }
+}
+
+/// "rank 2 calls", "ranks 0, 1 call": ranks as a person would name them, with the verb agreeing.
+fn subject(ranks: &[usize], world: usize, base: &str) -> String {
+    format!("{} {}", describe_ranks(ranks, world), verb(ranks, base))
 }
 
 /// A verb agreeing with the number of ranks it is said of: `call` → "calls" for one rank.
