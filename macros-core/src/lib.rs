@@ -8,6 +8,8 @@
 //! function with its verified schedule and run-time guard, or the errors and the unchanged
 //! function (so that no cascade of unrelated errors follows).
 
+#![warn(missing_docs)]
+
 mod args;
 mod eval;
 mod lower;

@@ -3,6 +3,8 @@
 //! A thin entry point: the work is done by `rankwise-macros-core`, a plain library (so that it
 //! can be tested and benchmarked outside a compiler).
 
+#![warn(missing_docs)]
+
 /// Checks a rank program at compile time for every world size listed:
 /// `#[program(world = 4)]`, `#[program(world in [2, 4, 8])]`, `#[program(world in 2..=64)]`.
 ///
