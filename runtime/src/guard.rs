@@ -12,7 +12,7 @@
 //! The guard lives in a thread-local: each rank runs on its own thread, and the checks must not
 //! borrow the `Ctx`, which a batch may be holding.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use crate::error::{Error, Result};
 use crate::model::CallSite;
@@ -57,6 +57,9 @@ struct Active {
 
 thread_local! {
     static ACTIVE: RefCell<Vec<Active>> = const { RefCell::new(Vec::new()) };
+    /// Whether `ACTIVE` is non-empty: a plain `Cell` without a destructor, so the check made by
+    /// every unchecked call (no guard) is one thread-local load.
+    static ANY: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Installed for the duration of one call of a program function; see the module docs.
@@ -93,12 +96,16 @@ impl Guard {
                 file,
             })
         });
+        ANY.with(|any| any.set(true));
         Ok(Guard { _private: () })
     }
 
     /// Checks that the call at `site` is the next one the verified schedule expects (no-op when
     /// no guard is active on this thread).
     pub(crate) fn check(site: CallSite) -> Result<()> {
+        if !ANY.with(Cell::get) {
+            return Ok(());
+        }
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             let Some(g) = a.last_mut() else { return Ok(()) };
@@ -137,7 +144,9 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         ACTIVE.with(|a| {
-            a.borrow_mut().pop();
+            let mut a = a.borrow_mut();
+            a.pop();
+            ANY.with(|any| any.set(!a.is_empty()));
         });
     }
 }
