@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use rankwise_runtime::model::{GroupId, OpKind};
-use rankwise_runtime::verify::{Item, Program, Verdict, verify};
+use rankwise_runtime::verify::{Item, Match, Program, Verdict, verify};
 use rankwise_runtime::{DType, Error, Options, PeerFailure, ReduceOp, spawn_with};
 
 /// One event of a random SPMD program, as small integers interpreted modulo the world.
@@ -276,7 +276,22 @@ proptest! {
                                              masks in prop::collection::vec(any::<u8>(), 0..3),
                                              events in prop::collection::vec(event(), 0..12)) {
         let p = build(world, &masks, &events);
-        prop_assert!(verify(&p).is_ok(), "{}", verify(&p).unwrap_err());
+        let schedule = verify(&p).map_err(|d| TestCaseError::fail(d.to_string()))?;
+        // The schedule pairs every send with a recv that points back at it, and every
+        // collective with the same step on every member.
+        for r in 0..world {
+            for (i, item) in p.ranks[r].iter().enumerate() {
+                for (j, m) in schedule.matches(r, i).enumerate() {
+                    match m {
+                        Match::P2p { peer, item: their_item, op } => {
+                            let back = schedule.matches(peer as usize, their_item as usize).nth(op as usize);
+                            prop_assert_eq!(back, Some(Match::P2p { peer: r as u32, item: i as u32, op: j as u32 }));
+                        }
+                        Match::Collective { group, .. } => prop_assert_eq!(group, item.ops()[j].desc.group),
+                    }
+                }
+            }
+        }
         agree(&p)?;
     }
 
