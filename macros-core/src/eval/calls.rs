@@ -1,0 +1,605 @@
+//! Calls: tensor constructors, groups and splits, and every communication call, recorded as
+//! an op of the rank's program.
+
+use rankwise_runtime::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use rankwise_runtime::verify::{Item, VOp};
+use rankwise_runtime::{DType, ReduceOp};
+use syn::spanned::Spanned;
+use syn::{Expr, ExprMethodCall, Lit};
+
+use super::scan::COMM;
+use super::value::*;
+use super::{Eval, Flow};
+
+impl Eval<'_> {
+    pub(super) fn call(&mut self, c: &syn::ExprCall) -> Flow {
+        let mut args = Vec::new();
+        for a in &c.args {
+            if ident_of(a).as_deref() == Some(self.ctx.as_str()) {
+                self.unverifiable(
+                    a.span(),
+                    "the context is passed to another function, whose calls the macro cannot see",
+                    "make the communication calls in the program's own body (helpers may compute shapes, peers or data)",
+                );
+                return Flow::Normal(Val::Unknown);
+            }
+            match self.expr(a) {
+                Flow::Return => return Flow::Return,
+                Flow::Normal(v) => args.push(v),
+            }
+        }
+        if args
+            .iter()
+            .any(|v| matches!(v, Val::Batch(_) | Val::BatchComm(..) | Val::Comm(_)))
+        {
+            self.unverifiable(
+                c.span(),
+                "a batch or group handle is passed to another function, whose calls the macro cannot see",
+                "record the batch's calls in the program's own body",
+            );
+            return Flow::Normal(Val::Unknown);
+        }
+        let Expr::Path(p) = &*c.func else {
+            return Flow::Normal(Val::Unknown);
+        };
+        let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
+        let last = segs.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        if segs.len() == 1 && last == "Some" {
+            return Flow::Normal(Val::Opt(args.into_iter().next().map(Box::new)));
+        }
+        if segs.len() >= 2 && segs[segs.len() - 2].ident == "ReduceOp" && last == "PreMulSum" {
+            // The scalar is data: a literal is used as is; anything else is compared across
+            // ranks at run time by the fingerprint check, so any placeholder will do here.
+            let scalar = match c.args.first() {
+                Some(Expr::Lit(syn::ExprLit {
+                    lit: Lit::Float(f), ..
+                })) => f.base10_parse::<f64>().unwrap_or(1.0),
+                Some(Expr::Lit(syn::ExprLit {
+                    lit: Lit::Int(i), ..
+                })) => i.base10_parse::<f64>().unwrap_or(1.0),
+                _ => 1.0,
+            };
+            return Flow::Normal(Val::Op(ReduceOp::PreMulSum(scalar)));
+        }
+        if segs.len() == 1 && (last == "Ok" || last == "Err") {
+            return Flow::Normal(args.into_iter().next().unwrap_or(Val::Unit));
+        }
+        let is_tensor = segs.len() >= 2 && segs[segs.len() - 2].ident == "Tensor";
+        if is_tensor {
+            let fish = segs.iter().find_map(|s| match &s.arguments {
+                syn::PathArguments::AngleBracketed(a) => turbofish(Some(a)),
+                _ => None,
+            });
+            let fish = fish.or_else(|| c.args.iter().nth(1).and_then(syntactic_dtype));
+            if let Some(shape) = args.first_mut() {
+                *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
+            }
+            return Flow::Normal(tensor_ctor(&last, &args, fish));
+        }
+        Flow::Normal(Val::Unknown)
+    }
+
+    pub(super) fn method_call(&mut self, m: &ExprMethodCall) -> Flow {
+        let name = m.method.to_string();
+        let recv = match self.expr(&m.receiver) {
+            Flow::Return => return Flow::Return,
+            Flow::Normal(v) => v,
+        };
+        let mut args = Vec::new();
+        for a in &m.args {
+            if ident_of(a).as_deref() == Some(self.ctx.as_str()) {
+                self.unverifiable(
+                    a.span(),
+                    "the context is passed to a method, whose calls the macro cannot see",
+                    "make the communication calls in the program's own body",
+                );
+                return Flow::Normal(Val::Unknown);
+            }
+            match self.expr(a) {
+                Flow::Return => return Flow::Return,
+                Flow::Normal(v) => args.push(v),
+            }
+        }
+        if matches!(recv, Val::Poison) || args.iter().any(|a| matches!(a, Val::Poison)) {
+            return Flow::Normal(Val::Poison);
+        }
+        let fish = turbofish(m.turbofish.as_ref());
+        // Shapes may use constants from outside the function (see `Val::Sym`).
+        if matches!(
+            (&recv, name.as_str()),
+            (Val::Ctx, "full" | "zeros" | "tensor") | (Val::Tensor(_), "reshape")
+        ) {
+            if let Some(shape) = args.first_mut() {
+                *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
+            }
+        }
+        let world_group = || GroupVal {
+            id: GroupId::WORLD,
+            members: Vec::new(),
+        };
+        let v = match (&recv, name.as_str()) {
+            (Val::Ctx, "rank") => Val::Int(self.rank as i128),
+            (Val::Ctx, "world") => Val::Int(self.world as i128),
+            (Val::Ctx, "full" | "zeros" | "tensor") => {
+                let ctor = if name == "tensor" {
+                    "from_vec"
+                } else {
+                    name.as_str()
+                };
+                tensor_ctor(
+                    ctor,
+                    &args,
+                    fish.or_else(|| m.args.iter().nth(1).and_then(syntactic_dtype)),
+                )
+            }
+            (Val::Ctx, "world_group") => Val::Group(GroupVal {
+                id: GroupId::WORLD,
+                members: (0..self.world).collect(),
+            }),
+            (Val::Ctx, "new_group") => self.new_group(m, args.into_iter().next()),
+            (Val::Ctx, "split") => self.split(m, args.into_iter().next()),
+            (Val::Ctx, "group") => match args.into_iter().next() {
+                Some(Val::Group(g)) => Val::Comm(g),
+                _ => {
+                    self.unverifiable(m.method.span(), "on a group the macro cannot identify", "create the group with `ctx.new_group([...])` or `ctx.split(...)` in this function, from static members");
+                    Val::Unknown
+                }
+            },
+            (Val::Ctx, "batch") => {
+                self.batches.push(Vec::new());
+                Val::Batch(self.batches.len() - 1)
+            }
+            (Val::Ctx, n) if COMM.contains(&n) => self.comm(m, &args, world_group(), None),
+            (Val::Comm(g), n) if COMM.contains(&n) => self.comm(m, &args, g.clone(), None),
+            (Val::Batch(b), n) if COMM.contains(&n) => self.comm(m, &args, world_group(), Some(*b)),
+            (Val::BatchComm(b, g), n) if COMM.contains(&n) => {
+                self.comm(m, &args, g.clone(), Some(*b))
+            }
+            (Val::Batch(b), "group") => match args.into_iter().next() {
+                Some(Val::Group(g)) => Val::BatchComm(*b, g),
+                _ => {
+                    self.unverifiable(
+                        m.method.span(),
+                        "on a group the macro cannot identify",
+                        "create the group with `ctx.new_group([...])` in this function",
+                    );
+                    Val::Unknown
+                }
+            },
+            (Val::Batch(b), "run") => {
+                let ops = std::mem::take(&mut self.batches[*b]);
+                self.program.ranks[self.rank].push(Item::Batch(ops));
+                Val::Unit
+            }
+            (Val::Batch(b), "len") => Val::Int(self.batches[*b].len() as i128),
+            (Val::Group(g), "contains") => match args.first() {
+                Some(Val::Int(r)) => Val::Bool(g.members.contains(&(*r as usize))),
+                _ => Val::Unknown,
+            },
+            (Val::Group(g), "size") => Val::Int(g.members.len() as i128),
+            (Val::Group(g), "members") => {
+                Val::Array(g.members.iter().map(|&m| Val::Int(m as i128)).collect())
+            }
+            (Val::Range { .. }, "collect") => match ints(&recv) {
+                Some(v) => Val::Array(v.into_iter().map(|x| Val::Int(x as i128)).collect()),
+                None => Val::Unknown,
+            },
+            (Val::Array(a), "to_vec" | "clone" | "collect") => Val::Array(a.clone()),
+            (Val::Group(g), "index_of") => match args.first() {
+                Some(Val::Int(r)) => Val::Opt(
+                    g.members
+                        .iter()
+                        .position(|&x| x as i128 == *r)
+                        .map(|i| Box::new(Val::Int(i as i128))),
+                ),
+                _ => Val::Unknown,
+            },
+            (
+                Val::Range {
+                    start,
+                    end,
+                    step,
+                    rev,
+                },
+                "rev",
+            ) => Val::Range {
+                start: *start,
+                end: *end,
+                step: *step,
+                rev: !rev,
+            },
+            (
+                Val::Range {
+                    start,
+                    end,
+                    rev: false,
+                    ..
+                },
+                "step_by",
+            ) => match args.first() {
+                Some(Val::Int(k)) if *k > 0 => Val::Range {
+                    start: *start,
+                    end: *end,
+                    step: *k,
+                    rev: false,
+                },
+                _ => Val::Unknown,
+            },
+            (Val::Bool(c), "then_some") => {
+                if *c {
+                    Val::Opt(args.into_iter().next().map(Box::new))
+                } else {
+                    Val::Opt(None)
+                }
+            }
+            (Val::Int(a), _) => int_method(*a, &name, &args),
+            (Val::Tensor(t), "clone") => Val::Tensor(t.clone()),
+            (Val::Tensor(t), "reshape") => match args.first().and_then(shape_of) {
+                Some(s) => Val::Tensor(TVal {
+                    dtype: t.dtype,
+                    shape: Some(s),
+                }),
+                None => Val::Tensor(TVal {
+                    dtype: t.dtype,
+                    shape: None,
+                }),
+            },
+            (Val::Opt(o), "as_mut" | "as_ref") => Val::Opt(o.clone()),
+            (Val::Array(a), "len") => Val::Int(a.len() as i128),
+            _ => Val::Unknown,
+        };
+        Flow::Normal(v)
+    }
+
+    fn new_group(&mut self, m: &ExprMethodCall, members: Option<Val>) -> Val {
+        let Some(members) = members.as_ref().and_then(ints) else {
+            self.unverifiable(m.method.span(), "a group whose members the macro cannot compute", "list the members with literals or values computed from `ctx.rank()` and `ctx.world()`");
+            return Val::Unknown;
+        };
+        let mut sorted = members.clone();
+        sorted.sort_unstable();
+        let problem = if sorted.is_empty() {
+            Some("a group needs at least one member".to_string())
+        } else if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            Some(format!("rank {} is listed twice", w[0]))
+        } else {
+            sorted
+                .iter()
+                .find(|&&r| r >= self.world)
+                .map(|r| format!("rank {r} is outside a world of {} ranks", self.world))
+        };
+        if let Some(p) = problem {
+            self.shared.error(
+                m.method.span(),
+                format!("RW011: invalid group {members:?} (world = {}): {p}\n= help: list each member once, every one below the world size", self.world),
+            );
+            return Val::Poison;
+        }
+        let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
+        let key = (sorted.clone(), *ordinal);
+        *ordinal += 1;
+        let id = match self.registry.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.program.group(&sorted);
+                self.registry.insert(key, id);
+                id
+            }
+        };
+        Val::Group(GroupVal {
+            id,
+            members: sorted,
+        })
+    }
+
+    fn split(&mut self, m: &ExprMethodCall, parts: Option<Val>) -> Val {
+        let Some(Val::Array(parts)) = parts else {
+            self.unverifiable(m.method.span(), "a split whose parts the macro cannot compute", "list the parts with literals or values computed from `ctx.rank()` and `ctx.world()`");
+            return Val::Unknown;
+        };
+        let mut mine = Val::Unknown;
+        for part in parts {
+            let g = self.new_group(m, Some(part));
+            if let Val::Group(gv) = &g {
+                if gv.members.contains(&self.rank) {
+                    mine = g;
+                }
+            }
+        }
+        mine
+    }
+
+    /// Records one communication call (on `group`, or in batch `batch`).
+    fn comm(
+        &mut self,
+        m: &ExprMethodCall,
+        args: &[Val],
+        group: GroupVal,
+        batch: Option<usize>,
+    ) -> Val {
+        let name = m.method.to_string();
+        let kind = match name.as_str() {
+            "send" => OpKind::Send,
+            "recv" => OpKind::Recv,
+            "broadcast" => OpKind::Broadcast,
+            "reduce" => OpKind::Reduce,
+            "all_reduce" => OpKind::AllReduce,
+            "gather" => OpKind::Gather,
+            "all_gather" => OpKind::AllGather,
+            "scatter" => OpKind::Scatter,
+            "reduce_scatter" => OpKind::ReduceScatter,
+            "all_to_all" => OpKind::AllToAll,
+            _ => OpKind::Barrier,
+        };
+        let span = m.method.span();
+        let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
+        // Positions of (main tensor, output, rank, op, dim) in the argument list, by kind.
+        let (t_at, out_at, rank_at, op_at, dim_at) = arg_layout(kind);
+        let need_int = |me: &mut Self, at: Option<usize>, what: &str| -> Option<Option<usize>> {
+            let Some(i) = at else { return Some(None) };
+            match args.get(i) {
+                Some(Val::Int(v)) if *v >= 0 => Some(Some(*v as usize)),
+                Some(Val::Int(v)) => {
+                    me.shared.error(
+                        arg_span(i),
+                        format!("RW009: {what} {v} is negative (world = {})", me.world),
+                    );
+                    None
+                }
+                _ => {
+                    me.unverifiable(
+                        arg_span(i),
+                        &format!("a {what} the macro cannot compute"),
+                        "compute it from literals, `ctx.rank()` and `ctx.world()`",
+                    );
+                    None
+                }
+            }
+        };
+        let Some(peer) = need_int(self, rank_at, if kind.is_p2p() { "peer" } else { "root" })
+        else {
+            return Val::Unknown;
+        };
+        let Some(dim) = need_int(self, dim_at, "dim") else {
+            return Val::Unknown;
+        };
+        let op = match op_at.map(|i| args.get(i)) {
+            None => None,
+            Some(Some(Val::Op(o))) => Some(*o),
+            Some(_) => {
+                self.unverifiable(
+                    arg_span(op_at.unwrap_or(0)),
+                    "a reduce op the macro cannot identify",
+                    "name it directly, like `ReduceOp::Sum`",
+                );
+                return Val::Unknown;
+            }
+        };
+        // The tensor whose shape must agree (see `OpDesc`), and the optional extra buffer.
+        let tensor = |v: Option<&Val>| -> Option<Option<TVal>> {
+            match v {
+                Some(Val::Tensor(t)) => Some(Some(t.clone())),
+                Some(Val::Opt(Some(b))) => match &**b {
+                    Val::Tensor(t) => Some(Some(t.clone())),
+                    _ => None,
+                },
+                Some(Val::Opt(None)) => Some(None),
+                _ => None,
+            }
+        };
+        let (main, extra) = match (t_at, out_at) {
+            (None, _) => (None, None),
+            (Some(t), o) => {
+                let Some(main) = tensor(args.get(t)) else {
+                    self.unverifiable(arg_span(t), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape (`ctx.zeros::<f32>([2, 5])`) or annotate its type");
+                    return Val::Unknown;
+                };
+                let extra = match o {
+                    None => None,
+                    Some(o) => match tensor(args.get(o)) {
+                        Some(x) => x,
+                        None => {
+                            self.unverifiable(arg_span(o), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape, or pass `None` / `Some(&mut t)` directly");
+                            return Val::Unknown;
+                        }
+                    },
+                };
+                (main, extra)
+            }
+        };
+        let known = |me: &mut Self, t: &TVal, i: usize| -> Option<(DType, Vec<usize>)> {
+            match (&t.dtype, &t.shape) {
+                (Some(d), Some(s)) => Some((*d, s.clone())),
+                (None, _) => {
+                    me.unverifiable(arg_span(i), "a tensor whose dtype the macro cannot determine", "give the element type with a literal suffix (`1.0f32`), a turbofish (`zeros::<f32>`) or an annotation (`let t: Tensor<f32>`)");
+                    None
+                }
+                (_, None) => {
+                    me.unverifiable(arg_span(i), "a tensor whose shape the macro cannot determine", "build it with a shape of literals or values computed from `ctx.rank()` and `ctx.world()`");
+                    None
+                }
+            }
+        };
+        let (dtype, shape, output, root_input) = match (kind, main) {
+            (OpKind::Barrier, _) => (DType::U8, Vec::new(), None, None),
+            (OpKind::Scatter, Some(out)) => {
+                let Some((d, s)) = known(self, &out, 1) else {
+                    return Val::Unknown;
+                };
+                let root_input = match &extra {
+                    Some(t) => match known(self, t, 0) {
+                        Some((_, s)) => Some(s),
+                        None => return Val::Unknown,
+                    },
+                    None => None,
+                };
+                (d, s, None, root_input)
+            }
+            (_, Some(t)) => {
+                let Some((d, s)) = known(self, &t, 0) else {
+                    return Val::Unknown;
+                };
+                let output = match &extra {
+                    Some(o) => match known(self, o, 1) {
+                        Some((_, s)) => Some(s),
+                        None => return Val::Unknown,
+                    },
+                    None => None,
+                };
+                (d, s, output, None)
+            }
+            (_, None) => {
+                self.unverifiable(
+                    span,
+                    "a call without the tensor it needs",
+                    "pass the tensor",
+                );
+                return Val::Unknown;
+            }
+        };
+        let gid = if kind.is_p2p() {
+            GroupId::WORLD
+        } else {
+            group.id
+        };
+        let file = self.shared.file(span);
+        let start = span.start();
+        let site = CallSite {
+            file,
+            line: start.line as u32,
+            column: start.column as u32 + 1,
+        };
+        let desc = OpDesc {
+            kind,
+            group: gid,
+            peer,
+            op,
+            dtype,
+            shape: Shape::from_slice(&shape),
+            dim: dim.unwrap_or(0),
+            site,
+        };
+        // A split of a dimension given by a constant from outside the function: the verifier
+        // saw a placeholder divisible by the group size; rustc checks the real value.
+        if matches!(kind, OpKind::ReduceScatter | OpKind::AllToAll) {
+            let n = if group.id == GroupId::WORLD {
+                self.world
+            } else {
+                group.members.len()
+            };
+            let d = dim.unwrap_or(0);
+            if let Some(&(k, sym)) = shape.get(d).and_then(|x| self.shared.placeholders.get(x)) {
+                let what = format!(
+                    "{kind} splits dim {d} into {n} equal parts (world = {})",
+                    self.world
+                );
+                if !self
+                    .shared
+                    .assertions
+                    .iter()
+                    .any(|a| a.1 == k && a.2 == sym && a.3 == n && a.4 == what)
+                {
+                    self.shared.assertions.push((span, k, sym, n, what));
+                }
+            }
+        }
+        // Calls with a separate output whose shape follows from the input (all_gather, …) get
+        // the output the user passed; `rules` compares the two.
+        let output = match kind {
+            OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll | OpKind::Gather => {
+                output.map(|s| Shape::from_slice(&s))
+            }
+            _ => None,
+        };
+        let summary = desc.kind.name().to_string();
+        let buffers = [t_at, out_at]
+            .into_iter()
+            .flatten()
+            .map(|i| m.args.iter().nth(i).and_then(buffer_of))
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().flatten().collect());
+        let id = self
+            .shared
+            .site(m as *const ExprMethodCall as usize, span, || {
+                (summary, buffers)
+            });
+        let vop = VOp {
+            desc,
+            output,
+            root_input: root_input.map(|s| Shape::from_slice(&s)),
+            id,
+        };
+        match batch {
+            Some(b) => {
+                self.batches[b].push(vop);
+                Val::Batch(b)
+            }
+            None => {
+                self.program.ranks[self.rank].push(Item::Op(vop));
+                Val::Unit
+            }
+        }
+    }
+}
+
+/// The variable a buffer argument borrows, and whether mutably: `Some(None)` for `None`, `None`
+/// if the argument is anything but `&x`, `&mut x`, `x`, `Some(…)` of those, or `None`. A plain
+/// `x` (a reference held in a variable) counts as mutable, to be safe.
+pub(super) fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
+    match e {
+        Expr::Reference(r) => match &*r.expr {
+            Expr::Path(_) => ident_of(&r.expr).map(|n| Some((n, r.mutability.is_some()))),
+            _ => None,
+        },
+        Expr::Path(p) if p.path.is_ident("None") => Some(None),
+        Expr::Path(_) => ident_of(e).map(|n| Some((n, true))),
+        Expr::Paren(p) => buffer_of(&p.expr),
+        Expr::Call(c)
+            if c.args.len() == 1
+                && matches!(&*c.func, Expr::Path(p) if p.path.is_ident("Some")) =>
+        {
+            buffer_of(&c.args[0])
+        }
+        _ => None,
+    }
+}
+
+/// Where each argument of a call sits, by kind: (main tensor, other buffer, peer or root,
+/// reduce op, dim). The main tensor is the one whose shape must agree (see `OpDesc`).
+pub(super) type ArgLayout = (
+    Option<usize>,
+    Option<usize>,
+    Option<usize>,
+    Option<usize>,
+    Option<usize>,
+);
+
+pub(super) fn arg_layout(kind: OpKind) -> ArgLayout {
+    match kind {
+        OpKind::Send | OpKind::Recv | OpKind::Broadcast => (Some(0), None, Some(1), None, None),
+        OpKind::Reduce => (Some(0), None, Some(1), Some(2), None),
+        OpKind::AllReduce => (Some(0), None, None, Some(1), None),
+        OpKind::Gather => (Some(0), Some(1), Some(2), None, Some(3)),
+        OpKind::AllGather | OpKind::AllToAll => (Some(0), Some(1), None, None, Some(2)),
+        OpKind::Scatter => (Some(1), Some(0), Some(2), None, Some(3)),
+        OpKind::ReduceScatter => (Some(0), Some(1), None, Some(2), Some(3)),
+        OpKind::Barrier => (None, None, None, None, None),
+    }
+}
+
+/// `Tensor::full/zeros/from_vec/from_fn` and their `ctx.` forms: the shape from the first
+/// argument, the dtype from the value (`full`), the turbofish, or unknown (an annotation may
+/// supply it).
+pub(super) fn tensor_ctor(name: &str, args: &[Val], fish: Option<DType>) -> Val {
+    let shape = args.first().and_then(shape_of);
+    let dtype = match name {
+        "full" => match args.get(1) {
+            Some(Val::Scalar(d)) => d.or(fish),
+            Some(Val::Int(_)) => fish.or(Some(DType::I32)),
+            _ => fish,
+        },
+        "zeros" | "from_vec" | "from_fn" => fish,
+        _ => return Val::Unknown,
+    };
+    Val::Tensor(TVal { dtype, shape })
+}
