@@ -15,6 +15,8 @@
 //! at compile time and `spawn` at launch, so both apply the same checks.
 
 mod diag;
+mod findings;
+mod graph;
 mod interp;
 mod program;
 mod schedule;
@@ -24,7 +26,8 @@ pub use diag::{Code, Diagnostic, Diagnostics, SiteRef, Verdict, describe_ranks};
 pub use program::{Item, Program, RankBuilder, SiteId, VOp};
 pub use schedule::{Match, Schedule};
 
-use sim::{Finding, Render, Sim};
+use findings::{Finding, Render};
+use sim::Sim;
 
 /// Checks `program`: its schedule if every rank finishes and every meeting agrees, otherwise
 /// every independent problem found.

@@ -16,11 +16,14 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use super::diag::{Code, SiteRef, Verdict, describe_ranks};
+use super::diag::{Code, SiteRef, Verdict};
+use super::findings::{
+    Finding, Render, check_group, misuse_finding, never_matched, p2p_mismatch, site, subject, verb,
+};
+use super::graph::cycles;
 use super::program::{Item, Program, VOp};
 use super::schedule::{Match, Schedule};
-use crate::error::Error;
-use crate::model::{GroupId, OpKind, RanksFmt, ShapeFmt};
+use crate::model::{GroupId, OpKind, RanksFmt};
 use crate::rules::{self, Aux};
 
 /// A reference to one op: rank, item index, op index within the item.
@@ -63,28 +66,6 @@ struct GroupSim {
     poisoned: bool,
 }
 
-/// How a finding's message is rendered once findings from several ranks are merged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Render {
-    /// `"{ranks}: {message}"`.
-    Prefixed,
-    /// The message already names its ranks.
-    Exact,
-}
-
-/// One problem seen from one or more ranks, before merging.
-#[derive(Clone, Debug)]
-pub(super) struct Finding {
-    pub code: Code,
-    pub verdict: Verdict,
-    pub ranks: Vec<usize>,
-    pub message: String,
-    pub render: Render,
-    pub primary: SiteRef,
-    pub secondary: Vec<(SiteRef, String)>,
-    pub help: String,
-}
-
 pub(super) struct Sim<'p> {
     p: &'p Program,
     ranks: Vec<RankSim>,
@@ -94,13 +75,6 @@ pub(super) struct Sim<'p> {
     work: Vec<usize>,
     pub findings: Vec<Finding>,
     pub schedule: Schedule,
-}
-
-fn site(op: &VOp) -> SiteRef {
-    SiteRef {
-        id: op.id,
-        site: op.desc.site,
-    }
 }
 
 impl<'p> Sim<'p> {
@@ -138,6 +112,11 @@ impl<'p> Sim<'p> {
             findings,
             schedule: Schedule::new(p),
         }
+    }
+
+    /// The sorted members of a group (empty if it was invalid).
+    fn members(&self, g: GroupId) -> &[usize] {
+        self.groups[g.0 as usize].members.as_deref().unwrap_or(&[])
     }
 
     fn op(&self, r: OpRef) -> &'p VOp {
@@ -485,8 +464,13 @@ impl<'p> Sim<'p> {
                     .filter(|&w| self.ranks[w].state == RankState::Finished)
                     .collect();
                 if !finished.is_empty() {
-                    self.findings
-                        .push(never_matched(world, r, op, &finished, &self.groups));
+                    self.findings.push(never_matched(
+                        world,
+                        r,
+                        op,
+                        &finished,
+                        self.members(op.desc.group),
+                    ));
                     continue;
                 }
                 if awaited
@@ -593,314 +577,4 @@ impl<'p> Sim<'p> {
             },
         }
     }
-}
-
-/// "rank 2 calls", "ranks 0, 1 call": ranks as a person would name them, with the verb agreeing.
-fn subject(ranks: &[usize], world: usize, base: &str) -> String {
-    format!("{} {}", describe_ranks(ranks, world), verb(ranks, base))
-}
-
-/// A verb agreeing with the number of ranks it is said of: `call` → "calls" for one rank.
-fn verb(ranks: &[usize], base: &str) -> String {
-    match (ranks.len(), base) {
-        (1, b) if b.ends_with('h') => format!("{b}es"),
-        (1, b) => format!("{b}s"),
-        (_, b) => b.to_string(),
-    }
-}
-
-/// Validates a declared group: sorted members, or `None` with a finding.
-fn check_group(
-    p: &Program,
-    i: usize,
-    given: &[usize],
-    findings: &mut Vec<Finding>,
-) -> Option<Vec<usize>> {
-    let mut m = given.to_vec();
-    m.sort_unstable();
-    let problem = if m.is_empty() {
-        Some("it has no members".to_string())
-    } else if let Some(w) = m.windows(2).find(|w| w[0] == w[1]) {
-        Some(format!("rank {} is listed twice", w[0]))
-    } else {
-        m.iter()
-            .find(|&&r| r >= p.world)
-            .map(|r| format!("rank {r} is outside a world of {}", p.world))
-    };
-    let Some(problem) = problem else {
-        return Some(m);
-    };
-    // Point at the first call that uses the group, if any does.
-    let user = p
-        .ranks
-        .iter()
-        .flatten()
-        .flat_map(Item::ops)
-        .find(|o| o.desc.group.0 as usize == i && !o.desc.kind.is_p2p());
-    if let Some(op) = user {
-        findings.push(Finding {
-            code: Code::RW011,
-            verdict: Verdict::Misuse,
-            ranks: Vec::new(),
-            message: format!("group {given:?} is invalid: {problem}"),
-            render: Render::Exact,
-            primary: site(op),
-            secondary: Vec::new(),
-            help: "list each member once, every one below the world size".into(),
-        });
-    }
-    None
-}
-
-/// A rule broken by one call, as a finding whose message does not depend on the rank (so the
-/// same mistake on many ranks merges into one diagnostic).
-fn misuse_finding(err: &Error, r: usize, op: &VOp) -> Finding {
-    let kind = op.desc.kind;
-    let (code, message, help) = match err {
-        Error::RankOutOfRange { role, value, world, .. } => (
-            Code::RW009,
-            format!("{kind} names {role} {value}, but the world has {world} ranks (0..={})", world.saturating_sub(1)),
-            format!("use a rank below {world}, e.g. `(ctx.rank() + 1) % ctx.world()`"),
-        ),
-        Error::NotAMember { members, .. } => (
-            Code::RW011,
-            format!("{kind} on group [{}] is called by a non-member", RanksFmt(members)),
-            "only members may call collectives on a group: guard the call with `if group.contains(ctx.rank())`".into(),
-        ),
-        Error::RootNotInGroup { root, members, .. } => (
-            Code::RW011,
-            format!("{kind} has root {root}, which is not a member of group [{}]", RanksFmt(members)),
-            "pick a root among the group's members (roots are global ranks)".into(),
-        ),
-        Error::SelfP2p { .. } => (
-            Code::RW010,
-            format!("{kind} with itself as the peer outside a batch waits for itself forever"),
-            "post the send and the matching recv together in one `ctx.batch()`".into(),
-        ),
-        Error::OpNotSupported { op: rop, dtype, .. } => (
-            Code::RW013,
-            format!("reduce op {rop} is not defined for {dtype}"),
-            "bitwise ops need an integer dtype; floats support Sum, Prod, Min, Max, Avg and PreMulSum".into(),
-        ),
-        Error::DimOutOfRange { dim, shape, .. } => (
-            Code::RW014,
-            format!("{kind} along dim {dim}, but the tensor {} has {} dimension(s)", ShapeFmt(shape), shape.len()),
-            format!("use a dim below {}", shape.len()),
-        ),
-        Error::NotDivisible { dim, size, parts, .. } => (
-            Code::RW007,
-            format!("{kind} splits dim {dim} (size {size}) into {parts} equal parts, but {size} is not divisible by {parts}"),
-            format!("make dim {dim} a multiple of the group size {parts}"),
-        ),
-        Error::BadShape { detail, .. } => (
-            Code::RW006,
-            format!("{kind}: {detail}"),
-            "allocate the tensor with the shape the call needs".into(),
-        ),
-        other => (Code::RW006, other.to_string(), String::new()),
-    };
-    Finding {
-        code,
-        verdict: Verdict::Misuse,
-        ranks: vec![r],
-        message,
-        render: Render::Prefixed,
-        primary: site(op),
-        secondary: Vec::new(),
-        help,
-    }
-}
-
-fn p2p_mismatch(s: OpRef, send: &VOp, d: OpRef, recv: &VOp) -> Finding {
-    let dtype_differs = send.desc.dtype != recv.desc.dtype;
-    let what = |o: &VOp| format!("{}{}", o.desc.dtype, ShapeFmt(&o.desc.shape));
-    Finding {
-        code: if dtype_differs {
-            Code::RW008
-        } else {
-            Code::RW006
-        },
-        verdict: Verdict::Mismatch,
-        ranks: vec![s.rank as usize, d.rank as usize],
-        message: format!(
-            "a recv of {} here meets a send of {} ({} differ)",
-            what(recv),
-            what(send),
-            if dtype_differs {
-                "dtypes"
-            } else {
-                "element counts"
-            }
-        ),
-        render: Render::Prefixed,
-        primary: site(recv),
-        secondary: vec![(site(send), "the matching send".into())],
-        help:
-            "the k-th send from one rank to another meets the k-th recv there; give both the same \
-               dtype and element count"
-                .into(),
-    }
-}
-
-/// An op whose counterpart can never come: the awaited ranks finished without it.
-fn never_matched(
-    world: usize,
-    r: usize,
-    op: &VOp,
-    finished: &[usize],
-    groups: &[GroupSim],
-) -> Finding {
-    let who = describe_ranks(finished, world);
-    let (code, message, help) = match op.desc.kind {
-        OpKind::Send => (
-            Code::RW002,
-            format!(
-                "{} is never received: {who} {} without a matching recv",
-                op.desc.summary(),
-                verb(finished, "finish")
-            ),
-            "add the matching `recv` on the peer, or remove this send".to_string(),
-        ),
-        OpKind::Recv => (
-            Code::RW003,
-            format!(
-                "{} is never sent: {who} {} without a matching send",
-                op.desc.summary(),
-                verb(finished, "finish")
-            ),
-            "add the matching `send` on the peer, or remove this recv".to_string(),
-        ),
-        _ => {
-            let members = groups[op.desc.group.0 as usize]
-                .members
-                .clone()
-                .unwrap_or_default();
-            (
-                Code::RW005,
-                format!(
-                    "{} on group [{}] waits forever: {who} {} without calling it",
-                    op.desc.summary(),
-                    RanksFmt(&members),
-                    verb(finished, "finish"),
-                ),
-                "every member must make the same collective calls: call it on every member of \
-                 the group (a collective behind `if rank == …` is the usual cause)"
-                    .to_string(),
-            )
-        }
-    };
-    Finding {
-        code,
-        verdict: Verdict::Hang,
-        ranks: vec![r],
-        message,
-        render: Render::Prefixed,
-        primary: site(op),
-        secondary: Vec::new(),
-        help,
-    }
-}
-
-/// One representative cycle per strongly connected component of the wait-for graph (`edges[r]`
-/// lists whom rank r waits for, and in which op), each starting at its smallest rank.
-fn cycles(edges: &[Vec<(usize, OpRef)>]) -> Vec<Vec<(usize, OpRef)>> {
-    let n = edges.len();
-    let comp = scc(n, |v| edges[v].iter().map(|e| e.0));
-    let mut out = Vec::new();
-    let mut seen = vec![false; n];
-    for start in 0..n {
-        let c = comp[start];
-        if seen[start] || edges[start].is_empty() {
-            continue;
-        }
-        let size = comp.iter().filter(|&&x| x == c).count();
-        let self_loop = edges[start].iter().any(|e| e.0 == start);
-        if size < 2 && !self_loop {
-            continue;
-        }
-        // Walk inside the component, always to the smallest next rank, until a rank repeats.
-        let mut path: Vec<(usize, OpRef)> = Vec::new();
-        let mut pos = vec![usize::MAX; n];
-        let mut v = start;
-        loop {
-            if pos[v] != usize::MAX {
-                path.drain(..pos[v]);
-                break;
-            }
-            let Some(&(w, at)) = edges[v]
-                .iter()
-                .filter(|e| comp[e.0] == c)
-                .min_by_key(|e| e.0)
-            else {
-                break;
-            };
-            pos[v] = path.len();
-            path.push((v, at));
-            v = w;
-        }
-        for (r, x) in comp.iter().enumerate() {
-            if *x == c {
-                seen[r] = true;
-            }
-        }
-        if !path.is_empty() {
-            out.push(path);
-        }
-    }
-    out
-}
-
-/// Strongly connected components (iterative Tarjan): a component id per vertex.
-fn scc<I: Iterator<Item = usize>>(n: usize, succ: impl Fn(usize) -> I) -> Vec<usize> {
-    let mut index = vec![usize::MAX; n];
-    let mut low = vec![0; n];
-    let mut on_stack = vec![false; n];
-    let mut stack = Vec::new();
-    let mut comp = vec![usize::MAX; n];
-    let mut next_index = 0;
-    let mut next_comp = 0;
-    for root in 0..n {
-        if index[root] != usize::MAX {
-            continue;
-        }
-        let mut call: Vec<(usize, Vec<usize>, usize)> = vec![(root, succ(root).collect(), 0)];
-        index[root] = next_index;
-        low[root] = next_index;
-        next_index += 1;
-        stack.push(root);
-        on_stack[root] = true;
-        while let Some((v, ws, i)) = call.last_mut() {
-            let v = *v;
-            if *i < ws.len() {
-                let w = ws[*i];
-                *i += 1;
-                if index[w] == usize::MAX {
-                    index[w] = next_index;
-                    low[w] = next_index;
-                    next_index += 1;
-                    stack.push(w);
-                    on_stack[w] = true;
-                    call.push((w, succ(w).collect(), 0));
-                } else if on_stack[w] {
-                    low[v] = low[v].min(index[w]);
-                }
-            } else {
-                call.pop();
-                if let Some((u, _, _)) = call.last() {
-                    low[*u] = low[*u].min(low[v]);
-                }
-                if low[v] == index[v] {
-                    while let Some(w) = stack.pop() {
-                        on_stack[w] = false;
-                        comp[w] = next_comp;
-                        if w == v {
-                            break;
-                        }
-                    }
-                    next_comp += 1;
-                }
-            }
-        }
-    }
-    comp
 }
