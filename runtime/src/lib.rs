@@ -33,6 +33,7 @@ pub mod exec;
 pub mod group;
 pub mod guard;
 pub mod model;
+pub mod plan;
 pub mod reduce;
 pub mod rules;
 #[cfg(feature = "local")]

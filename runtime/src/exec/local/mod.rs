@@ -27,6 +27,7 @@
 mod kernels;
 mod world;
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -35,7 +36,8 @@ use smallvec::SmallVec;
 
 use crate::error::{CollectiveMismatch, Error, P2pMismatch, PeerFailure, RankWait, Result};
 use crate::exec::{Backend, Op};
-use crate::model::{GroupId, OpKind};
+use crate::model::GroupId;
+use crate::plan::Target;
 
 use kernels::{Step, copy_rows};
 use world::GroupState;
@@ -60,22 +62,6 @@ pub struct LocalBackend {
     /// Messages posted to each peer, and received from each peer.
     sent: Vec<u64>,
     received: Vec<u64>,
-}
-
-/// Where a run of ops goes.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
-enum Target {
-    Coll(GroupId),
-    Send(usize),
-    Recv(usize),
-}
-
-fn target(op: &Op) -> Target {
-    match op.desc.kind {
-        OpKind::Send => Target::Send(op.desc.peer.unwrap_or(0)),
-        OpKind::Recv => Target::Recv(op.desc.peer.unwrap_or(0)),
-        _ => Target::Coll(op.desc.group),
-    }
 }
 
 /// A maximal run of a batch's ops with one target, and this rank's progress through it.
@@ -141,12 +127,10 @@ impl LocalBackend {
     }
 
     /// Splits the (sorted) batch into runs and publishes them.
-    fn post(&mut self, ops: &[Op]) -> Result<SmallVec<[Run; 4]>> {
+    fn post(&mut self, ops: &[Op], plan: &[(Target, Range<usize>)]) -> Result<SmallVec<[Run; 4]>> {
         let mut runs: SmallVec<[Run; 4]> = SmallVec::new();
-        let mut i = 0;
-        while i < ops.len() {
-            let t = target(&ops[i]);
-            let len = ops[i..].iter().take_while(|o| target(o) == t).count();
+        for (t, range) in plan {
+            let (t, i, len) = (*t, range.start, range.len());
             let (base, me, group) = match t {
                 Target::Coll(id) => {
                     let g = self.group_state(id)?;
@@ -182,7 +166,6 @@ impl LocalBackend {
                 group,
                 complete: false,
             });
-            i += len;
         }
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
         for run in &runs {
@@ -584,11 +567,8 @@ impl Backend for LocalBackend {
             let site = ops.first().map(|o| o.desc.site);
             return Err(self.shared.abort_error(self.rank, site));
         }
-        if ops.len() > 1 {
-            // Stable: order within one communicator or channel is the user's order.
-            ops.sort_by_key(target);
-        }
-        let mut runs = self.post(ops)?;
+        let plan = crate::plan::plan(ops);
+        let mut runs = self.post(ops, &plan)?;
         let result = self.wait(&mut runs, ops);
         if let Err(e) = &result {
             // Peers may be reading our posted ops right now. Stop the world (a no-op if it is

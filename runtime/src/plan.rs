@@ -1,0 +1,106 @@
+//! Planning a batch: which ops go where, in which order.
+//!
+//! Every op of a batch has a *target* — a communicator (collectives), or the ordered channel to
+//! one peer (sends, receives). Ops on one target must run in the user's order (NCCL and MPI match
+//! collectives per communicator and messages per peer in order); ops on different targets are
+//! independent. The plan sorts a batch by target, stably, and cuts it into runs, one per target:
+//! a backend posts each run as a unit (the local backend publishes it with one atomic store;
+//! NCCL will issue it inside one `ncclGroupStart/End`; MPI will pack same-kind collectives).
+
+use std::ops::Range;
+
+use smallvec::SmallVec;
+
+use crate::exec::Op;
+use crate::model::{GroupId, OpKind};
+
+/// Where an op goes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
+pub enum Target {
+    /// The collectives of one communicator.
+    Coll(GroupId),
+    /// Messages to one peer.
+    Send(usize),
+    /// Messages from one peer.
+    Recv(usize),
+}
+
+/// The target of `op`.
+pub fn target(op: &Op) -> Target {
+    match op.desc.kind {
+        OpKind::Send => Target::Send(op.desc.peer.unwrap_or(0)),
+        OpKind::Recv => Target::Recv(op.desc.peer.unwrap_or(0)),
+        _ => Target::Coll(op.desc.group),
+    }
+}
+
+/// Sorts `ops` by target, keeping the user's order within each target, and returns the runs:
+/// each target once, with the range of `ops` it covers, in target order.
+pub fn plan(ops: &mut [Op]) -> SmallVec<[(Target, Range<usize>); 4]> {
+    if ops.len() > 1 {
+        ops.sort_by_key(target); // stable
+    }
+    let mut runs = SmallVec::new();
+    let mut i = 0;
+    while i < ops.len() {
+        let t = target(&ops[i]);
+        let len = ops[i..].iter().take_while(|o| target(o) == t).count();
+        runs.push((t, i..i + len));
+        i += len;
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Buf;
+    use crate::model::{CallSite, OpDesc, Shape};
+    use crate::{DType, ReduceOp};
+    use proptest::prelude::*;
+
+    fn op(kind: OpKind, peer: usize, group: u32, tag: usize) -> Op {
+        let desc = OpDesc {
+            kind,
+            group: GroupId(group),
+            peer: Some(peer),
+            op: Some(ReduceOp::Sum),
+            dtype: DType::U8,
+            // The tag records the op's position in the user's order.
+            shape: Shape::from_slice(&[tag]),
+            dim: 0,
+            site: CallSite::caller(),
+        };
+        Op {
+            desc,
+            input: Buf::NONE,
+            output: Buf::NONE,
+        }
+    }
+
+    proptest! {
+        /// Runs partition the batch, each run has one target, targets appear once, and within
+        /// a target the user's order is kept.
+        #[test]
+        fn runs_partition_by_target_in_user_order(spec in prop::collection::vec((0u8..3, 0usize..3, 0u32..3), 0..40)) {
+            let mut ops: Vec<Op> = spec.iter().enumerate().map(|(tag, &(k, peer, g))| {
+                let kind = [OpKind::Send, OpKind::Recv, OpKind::AllReduce][k as usize];
+                op(kind, peer, g, tag)
+            }).collect();
+            let before: Vec<(Target, usize)> = ops.iter().map(|o| (target(o), o.desc.shape[0])).collect();
+            let runs = plan(&mut ops);
+            let mut covered = 0;
+            let mut seen = Vec::new();
+            for (t, r) in &runs {
+                prop_assert_eq!(r.start, covered);
+                covered = r.end;
+                prop_assert!(!seen.contains(t));
+                seen.push(*t);
+                let tags: Vec<usize> = ops[r.clone()].iter().map(|o| { assert_eq!(target(o), *t); o.desc.shape[0] }).collect();
+                let want: Vec<usize> = before.iter().filter(|(bt, _)| bt == t).map(|&(_, tag)| tag).collect();
+                prop_assert_eq!(tags, want);
+            }
+            prop_assert_eq!(covered, ops.len());
+        }
+    }
+}
