@@ -54,11 +54,14 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         }
         programs.push((w, p));
     }
-    let unverifiable = shared.take_errors();
-    if !unverifiable.is_empty() {
-        let mut it = unverifiable.into_iter().map(|(s, m)| syn::Error::new(s, m));
-        let mut all = it.next().expect("non-empty");
-        it.for_each(|e| all.combine(e));
+    let unverifiable = shared
+        .take_errors()
+        .into_iter()
+        .map(|(s, m)| syn::Error::new(s, m));
+    if let Some(all) = unverifiable.reduce(|mut all, e| {
+        all.combine(e);
+        all
+    }) {
         return fail(all, &func);
     }
 
