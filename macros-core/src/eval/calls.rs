@@ -12,22 +12,36 @@ use super::value::*;
 use super::{Eval, Flow};
 
 impl Eval<'_> {
-    pub(super) fn call(&mut self, c: &syn::ExprCall) -> Flow {
-        let mut args = Vec::new();
-        for a in &c.args {
+    /// Evaluates call arguments in order. `Err` carries the flow to return: the evaluation
+    /// returned, or the context was handed to `callee` (reported as RW012).
+    fn eval_args<'e>(
+        &mut self,
+        args: impl IntoIterator<Item = &'e Expr>,
+        callee: &str,
+    ) -> Result<Vec<Val>, Flow> {
+        let mut out = Vec::new();
+        for a in args {
             if ident_of(a).as_deref() == Some(self.ctx.as_str()) {
                 self.unverifiable(
                     a.span(),
-                    "the context is passed to another function, whose calls the macro cannot see",
+                    &format!("the context is passed to {callee}, whose calls the macro cannot see"),
                     "make the communication calls in the program's own body (helpers may compute shapes, peers or data)",
                 );
-                return Flow::Normal(Val::Unknown);
+                return Err(Flow::Normal(Val::Unknown));
             }
             match self.expr(a) {
-                Flow::Return => return Flow::Return,
-                Flow::Normal(v) => args.push(v),
+                Flow::Return => return Err(Flow::Return),
+                Flow::Normal(v) => out.push(v),
             }
         }
+        Ok(out)
+    }
+
+    pub(super) fn call(&mut self, c: &syn::ExprCall) -> Flow {
+        let mut args = match self.eval_args(&c.args, "another function") {
+            Ok(args) => args,
+            Err(flow) => return flow,
+        };
         if args
             .iter()
             .any(|v| matches!(v, Val::Batch(_) | Val::BatchComm(..) | Val::Comm(_)))
@@ -85,21 +99,10 @@ impl Eval<'_> {
             Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
         };
-        let mut args = Vec::new();
-        for a in &m.args {
-            if ident_of(a).as_deref() == Some(self.ctx.as_str()) {
-                self.unverifiable(
-                    a.span(),
-                    "the context is passed to a method, whose calls the macro cannot see",
-                    "make the communication calls in the program's own body",
-                );
-                return Flow::Normal(Val::Unknown);
-            }
-            match self.expr(a) {
-                Flow::Return => return Flow::Return,
-                Flow::Normal(v) => args.push(v),
-            }
-        }
+        let mut args = match self.eval_args(&m.args, "a method") {
+            Ok(args) => args,
+            Err(flow) => return flow,
+        };
         if matches!(recv, Val::Poison) || args.iter().any(|a| matches!(a, Val::Poison)) {
             return Flow::Normal(Val::Poison);
         }

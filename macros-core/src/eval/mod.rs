@@ -315,26 +315,8 @@ impl<'a> Eval<'a> {
             Expr::If(i) => return self.if_expr(i),
             Expr::Match(m) => return self.match_expr(m),
             Expr::ForLoop(f) => return self.for_loop(f),
-            Expr::While(w) => {
-                if self.has_comm_block(&w.body) {
-                    self.unverifiable(
-                        w.while_token.span,
-                        "inside a `while` loop, whose iterations the macro cannot count",
-                        "use `for` over a range with bounds computed from literals, `ctx.rank()` and `ctx.world()`",
-                    );
-                }
-                Val::Unit
-            }
-            Expr::Loop(l) => {
-                if self.has_comm_block(&l.body) {
-                    self.unverifiable(
-                        l.loop_token.span,
-                        "inside a `loop`, whose iterations the macro cannot count",
-                        "use `for` over a range with bounds computed from literals, `ctx.rank()` and `ctx.world()`",
-                    );
-                }
-                Val::Unit
-            }
+            Expr::While(w) => self.uncounted(&w.body, w.while_token.span, "a `while` loop"),
+            Expr::Loop(l) => self.uncounted(&l.body, l.loop_token.span, "a `loop`"),
             Expr::Closure(c) => {
                 if self.has_comm_expr(&c.body) {
                     self.unverifiable(
@@ -398,6 +380,18 @@ impl<'a> Eval<'a> {
             }
         };
         Flow::Normal(v)
+    }
+
+    /// A loop the macro cannot unroll: fine unless it communicates.
+    fn uncounted(&mut self, body: &syn::Block, span: Span, what: &str) -> Val {
+        if self.has_comm_block(body) {
+            self.unverifiable(
+                span,
+                &format!("inside {what}, whose iterations the macro cannot count"),
+                "use `for` over a range with bounds computed from literals, `ctx.rank()` and `ctx.world()`",
+            );
+        }
+        Val::Unit
     }
 
     fn path(&mut self, p: &syn::ExprPath) -> Val {
