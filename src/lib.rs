@@ -60,3 +60,8 @@ pub mod prelude {
     #[cfg(feature = "local")]
     pub use rankwise_runtime::{Options, spawn, spawn_with};
 }
+
+/// The README's code, compiled and run as a doctest so that it cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
