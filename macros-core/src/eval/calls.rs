@@ -188,6 +188,12 @@ impl Eval<'_> {
                 None => Val::Unknown,
             },
             (Val::Array(a), "to_vec" | "clone" | "collect") => Val::Array(a.clone()),
+            (Val::Array(a), "contains") => match args.first() {
+                Some(Val::Int(x)) if a.iter().all(|v| matches!(v, Val::Int(_))) => {
+                    Val::Bool(a.iter().any(|v| matches!(v, Val::Int(y) if y == x)))
+                }
+                _ => Val::Unknown,
+            },
             (Val::Group(g), "index_of") => match args.first() {
                 Some(Val::Int(r)) => Val::Opt(
                     g.members

@@ -175,6 +175,12 @@ pub(super) fn syntactic_dtype(e: &Expr) -> Option<DType> {
         Expr::Paren(p) => syntactic_dtype(&p.expr),
         Expr::Unary(u) => syntactic_dtype(&u.expr),
         Expr::Binary(b) => syntactic_dtype(&b.left).or_else(|| syntactic_dtype(&b.right)),
+        // `Tensor::from_fn(shape, |i| … as f32)`: the element type is what the closure returns.
+        Expr::Closure(c) => syntactic_dtype(&c.body),
+        Expr::Block(b) => match b.block.stmts.last() {
+            Some(syn::Stmt::Expr(e, None)) => syntactic_dtype(e),
+            _ => None,
+        },
         _ => None,
     }
 }
