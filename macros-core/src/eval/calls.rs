@@ -429,35 +429,22 @@ impl Eval<'_> {
                 }
             }
         };
-        let (dtype, shape, output, root_input) = match (kind, main) {
-            (OpKind::Barrier, _) => (DType::U8, Vec::new(), None, None),
-            (OpKind::Scatter, Some(out)) => {
-                let Some((d, s)) = known(self, &out, 1) else {
+        let (dtype, shape, extra) = match main {
+            _ if kind == OpKind::Barrier => (DType::U8, Vec::new(), None),
+            Some(t) => {
+                let Some((d, s)) = known(self, &t, t_at.unwrap_or(0)) else {
                     return Val::Unknown;
                 };
-                let root_input = match &extra {
-                    Some(t) => match known(self, t, 0) {
+                let extra = match &extra {
+                    Some(x) => match known(self, x, out_at.unwrap_or(0)) {
                         Some((_, s)) => Some(s),
                         None => return Val::Unknown,
                     },
                     None => None,
                 };
-                (d, s, None, root_input)
+                (d, s, extra)
             }
-            (_, Some(t)) => {
-                let Some((d, s)) = known(self, &t, 0) else {
-                    return Val::Unknown;
-                };
-                let output = match &extra {
-                    Some(o) => match known(self, o, 1) {
-                        Some((_, s)) => Some(s),
-                        None => return Val::Unknown,
-                    },
-                    None => None,
-                };
-                (d, s, output, None)
-            }
-            (_, None) => {
+            None => {
                 self.unverifiable(
                     span,
                     "a call without the tensor it needs",
@@ -465,6 +452,12 @@ impl Eval<'_> {
                 );
                 return Val::Unknown;
             }
+        };
+        // The other buffer is scatter's root input, or every other call's separate output.
+        let (output, root_input) = if kind == OpKind::Scatter {
+            (None, extra)
+        } else {
+            (extra, None)
         };
         let gid = if kind.is_p2p() {
             GroupId::WORLD

@@ -29,6 +29,29 @@ pub(super) struct Finding {
     pub help: String,
 }
 
+impl Finding {
+    /// A problem of rank `r` at the call `op` alone, named with the ranks it merges with.
+    pub(super) fn at(
+        code: Code,
+        verdict: Verdict,
+        r: usize,
+        op: &VOp,
+        message: String,
+        help: String,
+    ) -> Self {
+        Finding {
+            code,
+            verdict,
+            ranks: vec![r],
+            message,
+            render: Render::Prefixed,
+            primary: site(op),
+            secondary: Vec::new(),
+            help,
+        }
+    }
+}
+
 pub(super) fn site(op: &VOp) -> SiteRef {
     SiteRef {
         id: op.id,
@@ -140,16 +163,7 @@ pub(super) fn misuse_finding(err: &Error, r: usize, op: &VOp) -> Finding {
         ),
         other => (Code::RW006, other.to_string(), String::new()),
     };
-    Finding {
-        code,
-        verdict: Verdict::Misuse,
-        ranks: vec![r],
-        message,
-        render: Render::Prefixed,
-        primary: site(op),
-        secondary: Vec::new(),
-        help,
-    }
+    Finding::at(code, Verdict::Misuse, r, op, message, help)
 }
 
 pub(super) fn p2p_mismatch(s: OpRef, send: &VOp, d: OpRef, recv: &VOp) -> Finding {
@@ -224,14 +238,5 @@ pub(super) fn never_matched(
                 .to_string(),
         ),
     };
-    Finding {
-        code,
-        verdict: Verdict::Hang,
-        ranks: vec![r],
-        message,
-        render: Render::Prefixed,
-        primary: site(op),
-        secondary: Vec::new(),
-        help,
-    }
+    Finding::at(code, Verdict::Hang, r, op, message, help)
 }

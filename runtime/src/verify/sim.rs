@@ -231,16 +231,14 @@ impl<'p> Sim<'p> {
     }
 
     fn undeclared(&self, r: usize, op: &VOp, what: &str) -> Finding {
-        Finding {
-            code: Code::RW011,
-            verdict: Verdict::Misuse,
-            ranks: vec![r],
-            message: format!("{} uses {what} (id {})", op.desc.kind, op.desc.group.0),
-            render: Render::Prefixed,
-            primary: site(op),
-            secondary: Vec::new(),
-            help: "create the group with `ctx.new_group(members)` on every member first".into(),
-        }
+        Finding::at(
+            Code::RW011,
+            Verdict::Misuse,
+            r,
+            op,
+            format!("{} uses {what} (id {})", op.desc.kind, op.desc.group.0),
+            "create the group with `ctx.new_group(members)` on every member first".into(),
+        )
     }
 
     fn complete(&mut self, r: OpRef) {
