@@ -277,7 +277,11 @@ macro_rules! comm_methods {
 impl Ctx {
     /// A context for `rank` of `world` ranks on `backend`.
     pub fn new(rank: usize, world: usize, backend: Box<dyn Backend>) -> Self {
-        let world_group = Group::new(GroupId::WORLD, (0..world).collect::<Vec<_>>().into());
+        let world_group = Group::new(
+            GroupId::WORLD,
+            (0..world).collect::<Vec<_>>().into(),
+            backend.world_id(),
+        );
         Ctx {
             rank,
             world,
@@ -360,7 +364,11 @@ impl Ctx {
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
         let id = self.backend.create_group(&sorted, *ordinal)?;
         *ordinal += 1;
-        Ok(Group::new(id, Arc::from(sorted)))
+        Ok(Group::new(
+            id,
+            Arc::from(sorted),
+            self.world_group.world_id(),
+        ))
     }
 
     /// Splits the world into disjoint groups (every rank in exactly one part, like
@@ -421,14 +429,23 @@ impl Ctx {
         }
     }
 
-    fn caller<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Caller<'g> {
-        Caller {
+    /// The op builder for one call on `group`, refusing a handle from another world (its id
+    /// would name another communicator, or none, in this one).
+    fn caller<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
+        if group.world_id() != self.world_group.world_id() {
+            return Err(Error::ForeignGroup {
+                site,
+                rank: self.rank,
+                members: group.members().to_vec(),
+            });
+        }
+        Ok(Caller {
             rank: self.rank,
             world: self.world,
             group,
             site,
             batched,
-        }
+        })
     }
 
     fn run_one(
@@ -439,7 +456,7 @@ impl Ctx {
     ) -> Result<()> {
         crate::guard::Guard::check(site)?;
         let group = group.unwrap_or(&self.world_group);
-        let mut op = build(&self.caller(group, site, false))?;
+        let mut op = build(&self.caller(group, site, false)?)?;
         self.backend.execute(std::slice::from_mut(&mut op))
     }
 
@@ -496,7 +513,7 @@ impl<'c, 'a> Batch<'c, 'a> {
                 return self;
             }
             let group = group.unwrap_or(&self.ctx.world_group);
-            match build(&self.ctx.caller(group, site, true)) {
+            match self.ctx.caller(group, site, true).and_then(|c| build(&c)) {
                 Ok(op) => self.ops.push(op),
                 Err(e) => self.error = Some(e),
             }

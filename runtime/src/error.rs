@@ -12,7 +12,11 @@ use crate::reduce::ReduceOp;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in rankwise.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// `Debug` prints the same text as `Display`, so that `fn main() -> rankwise::Result<()>`
+/// (which prints the error with `{:?}`) shows a readable message; match on the variants for the
+/// structured fields.
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A world must have at least one rank.
@@ -55,6 +59,34 @@ pub enum Error {
         /// The collective.
         kind: OpKind,
         /// The group's members.
+        members: Vec<usize>,
+    },
+
+    /// A hand-built call description (see `verify::Program`) lacks a field its kind needs, or
+    /// has one it must not have. `Ctx` never makes one.
+    #[error("{site}: rank {rank}: malformed call description: {detail}")]
+    MalformedCall {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// What is wrong.
+        detail: String,
+    },
+
+    /// A group handle from another world (e.g. kept from an earlier `spawn`) was used.
+    #[error(
+        "{site}: rank {rank} uses a handle for group [{members}] that was created in another \
+         world; group handles are only valid in the world (the `spawn` or launch) that created \
+         them: create the group again with `ctx.new_group(…)` in this world",
+        members = RanksFmt(members)
+    )]
+    ForeignGroup {
+        /// Call site.
+        site: CallSite,
+        /// The calling rank.
+        rank: usize,
+        /// The handle's members.
         members: Vec<usize>,
     },
 
@@ -295,6 +327,12 @@ pub enum Error {
     /// An error from the user's own code, carried through rankwise.
     #[error(transparent)]
     User(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl Error {

@@ -3,21 +3,30 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::model::{GroupId, RanksFmt};
+use crate::model::{GroupId, RanksFmt, WorldId};
 
 /// A set of ranks that run collectives together (torch's `ProcessGroup`).
 ///
 /// Members are kept sorted; a member's position in that order is its rank within the group, as
 /// in `torch.distributed.new_group`. Roots and peers in calls are still *global* ranks.
+///
+/// A handle belongs to the world that created it: using it with another world's context (a
+/// handle kept from an earlier `spawn`, say) is [`Error::ForeignGroup`](crate::Error::ForeignGroup).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Group {
     id: GroupId,
     members: Arc<[usize]>,
+    world: WorldId,
 }
 
 impl Group {
-    pub(crate) fn new(id: GroupId, members: Arc<[usize]>) -> Self {
-        Group { id, members }
+    pub(crate) fn new(id: GroupId, members: Arc<[usize]>, world: WorldId) -> Self {
+        Group { id, members, world }
+    }
+
+    /// The world this handle belongs to.
+    pub(crate) fn world_id(&self) -> WorldId {
+        self.world
     }
 
     /// The communicator id (`GroupId::WORLD` for the world).

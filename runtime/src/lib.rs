@@ -26,6 +26,9 @@
 // Kernels and helpers serve the backends; without any backend compiled in they sit unused.
 #![cfg_attr(not(feature = "local"), allow(dead_code))]
 
+#[macro_use]
+mod fail;
+
 pub mod ctx;
 pub mod element;
 pub mod error;

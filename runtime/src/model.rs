@@ -65,6 +65,25 @@ impl GroupId {
     pub const WORLD: GroupId = GroupId(0);
 }
 
+/// Identifies one running world (one `spawn`, one MPI job): every rank of it shares the id, and
+/// no two worlds of one process do.
+///
+/// Handles that name communicators ([`Group`](crate::Group)) carry it, so that a handle taken
+/// out of one world and used in another is refused with an error: group ids are only
+/// meaningful within the world that created them, and a backend sizing its copies by another
+/// world's communicator would write past a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WorldId(u64);
+
+impl WorldId {
+    /// A world id never handed out before in this process.
+    pub fn fresh() -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        WorldId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// The kind of a communication call (names follow `torch.distributed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpKind {
@@ -177,8 +196,14 @@ pub struct OpDesc {
 
 impl OpDesc {
     /// Number of elements described by `shape`.
+    ///
+    /// Saturates at `usize::MAX` for shapes too large to exist (only a hand-built description
+    /// can have one; [`rules::validate`](crate::rules::validate) refuses it).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .unwrap_or(usize::MAX)
     }
 
     /// Whether two members' descriptions of one collective step agree: same kind, group, root

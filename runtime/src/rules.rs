@@ -29,6 +29,24 @@ pub fn validate(
 ) -> Result<()> {
     let site = desc.site;
     let kind = desc.kind;
+    // Descriptions made by `Ctx` always have these; hand-built ones (`verify::Program`) might not.
+    let needs_peer = kind.is_p2p() || kind.is_rooted();
+    if needs_peer != desc.peer.is_some() || kind.is_reducing() != desc.op.is_some() {
+        return Err(Error::MalformedCall {
+            site,
+            rank,
+            detail: format!(
+                "a {kind} {} a {} and {} a reduce op",
+                if needs_peer { "needs" } else { "has no" },
+                if kind.is_p2p() { "peer" } else { "root" },
+                if kind.is_reducing() {
+                    "needs"
+                } else {
+                    "has no"
+                },
+            ),
+        });
+    }
     if let Some(peer) = desc.peer {
         if peer >= world {
             let role = if kind.is_p2p() { "peer" } else { "root" };
@@ -85,6 +103,41 @@ pub fn validate(
         });
     }
     let n = members.len();
+    let is_root = desc.peer == Some(rank);
+    let bad = |detail: String| {
+        Err(Error::BadShape {
+            site,
+            rank,
+            kind,
+            detail,
+        })
+    };
+    let es = desc.dtype.size();
+    if !fits(&desc.shape, es) {
+        return bad(format!(
+            "shape {} is larger than any tensor can be",
+            ShapeFmt(&desc.shape)
+        ));
+    }
+    // The shapes derived below multiply `dim` by the group size; they must exist too (a
+    // wrapped product would make a too-small output look right).
+    let concatenates = match kind {
+        OpKind::AllGather | OpKind::Gather => true,
+        OpKind::Scatter => is_root,
+        _ => false,
+    };
+    let dim_overflows = desc
+        .shape
+        .get(desc.dim)
+        .is_some_and(|d| d.checked_mul(n).is_none());
+    if concatenates && (dim_overflows || !fits(&concatenated(desc, n), es)) {
+        return bad(format!(
+            "{kind} of {} over {n} members along dim {} would need a tensor larger than any \
+             can be",
+            ShapeFmt(&desc.shape),
+            desc.dim
+        ));
+    }
     if matches!(kind, OpKind::ReduceScatter | OpKind::AllToAll) && desc.shape[desc.dim] % n != 0 {
         return Err(Error::NotDivisible {
             site,
@@ -95,15 +148,6 @@ pub fn validate(
             parts: n,
         });
     }
-    let is_root = desc.peer == Some(rank);
-    let bad = |detail: String| {
-        Err(Error::BadShape {
-            site,
-            rank,
-            kind,
-            detail,
-        })
-    };
     match kind {
         OpKind::Gather => match (is_root, aux.output) {
             (true, None) => {
@@ -163,11 +207,22 @@ pub fn validate(
     Ok(())
 }
 
-/// `desc.shape` with dimension `dim` multiplied by `n`.
+/// Whether a tensor of `shape` with `elem_size`-byte elements can exist (its byte size fits
+/// an allocation, `isize::MAX`).
+pub fn fits(shape: &[usize], elem_size: usize) -> bool {
+    shape
+        .iter()
+        .try_fold(elem_size, |acc, &d| acc.checked_mul(d))
+        .is_some_and(|bytes| bytes <= isize::MAX as usize)
+        || shape.contains(&0)
+}
+
+/// `desc.shape` with dimension `dim` multiplied by `n` (saturating: [`validate`] refuses a call
+/// whose concatenation overflows, see [`fits`]).
 pub fn concatenated(desc: &OpDesc, n: usize) -> Shape {
     let mut s = desc.shape.clone();
     if let Some(d) = s.get_mut(desc.dim) {
-        *d *= n;
+        *d = d.saturating_mul(n);
     }
     s
 }
@@ -191,6 +246,7 @@ pub fn expected_output(desc: &OpDesc, n: usize) -> Option<Shape> {
 /// Row-major geometry of a split or concatenation along `dim` of `shape`: `outer` rows of
 /// `row` elements each (everything from `dim` inward).
 pub(crate) fn rows(shape: &[usize], dim: usize) -> (usize, usize) {
+    // Validated shapes fit in memory, so these products cannot overflow.
     let outer = shape[..dim.min(shape.len())].iter().product();
     let row = shape[dim.min(shape.len())..].iter().product();
     (outer, row)

@@ -21,7 +21,8 @@ pub struct Options {
 }
 
 impl Options {
-    /// Sets [`Options::timeout`].
+    /// Sets [`Options::timeout`]. A duration too long to reach (`Duration::MAX`) means no
+    /// timeout.
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = Some(t);
         self
@@ -161,10 +162,7 @@ where
         }
     };
     if let Err(e) = &result {
-        shared.abort(Abort::Failed {
-            peer: rank,
-            reason: PeerFailure::Errored(e.to_string()),
-        });
+        shared.abort(Abort::for_error(rank, e));
     }
     shared.exit(rank);
     result

@@ -40,24 +40,41 @@ pub struct Tensor<T: Element> {
     storage: Storage<T>,
 }
 
-/// Number of elements of `shape`, or an error if it overflows `usize`.
-pub(crate) fn checked_numel(shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| {
-            Error::Tensor(format!(
-                "shape {} has more elements than fit in memory",
-                ShapeFmt(shape)
-            ))
-        })
+/// Number of elements of `shape` holding `T`s, or an error if the tensor could not exist: more
+/// elements than `usize` counts, or more bytes than an allocation may have (`isize::MAX`).
+pub(crate) fn checked_numel<T>(shape: &[usize]) -> Result<usize> {
+    let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let bytes = numel.and_then(|n| n.checked_mul(std::mem::size_of::<T>()));
+    match (numel, bytes) {
+        (Some(n), Some(b)) if b <= isize::MAX as usize => Ok(n),
+        _ => Err(Error::Tensor(format!(
+            "shape {} of {} is larger than any allocation can be ({} bytes at most)",
+            ShapeFmt(shape),
+            std::any::type_name::<T>(),
+            isize::MAX
+        ))),
+    }
+}
+
+/// An empty vector with room for `numel` elements: allocation failure is an `Err`, not an
+/// abort of the whole process.
+fn allocate<T>(shape: &[usize], numel: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(numel).map_err(|e| {
+        Error::Tensor(format!(
+            "cannot allocate a tensor of shape {} ({} bytes): {e}",
+            ShapeFmt(shape),
+            numel.saturating_mul(std::mem::size_of::<T>())
+        ))
+    })?;
+    Ok(v)
 }
 
 impl<T: Element> Tensor<T> {
     /// A tensor of `shape` holding `data` in row-major order.
     pub fn from_vec(shape: impl AsRef<[usize]>, data: Vec<T>) -> Result<Self> {
         let shape = shape.as_ref();
-        let numel = checked_numel(shape)?;
+        let numel = checked_numel::<T>(shape)?;
         if numel != data.len() {
             return Err(Error::Tensor(format!(
                 "shape {} holds {numel} element(s) but {} were given",
@@ -74,8 +91,10 @@ impl<T: Element> Tensor<T> {
     /// A tensor of `shape` with every element `value`.
     pub fn full(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
         let shape = shape.as_ref();
-        let numel = checked_numel(shape)?;
-        Tensor::from_vec(shape, vec![value; numel])
+        let numel = checked_numel::<T>(shape)?;
+        let mut data = allocate(shape, numel)?;
+        data.resize(numel, value);
+        Tensor::from_vec(shape, data)
     }
 
     /// A tensor of `shape` filled with zeros.
@@ -86,8 +105,8 @@ impl<T: Element> Tensor<T> {
     /// A tensor whose element at multi-index `idx` is `f(idx)`.
     pub fn from_fn(shape: impl AsRef<[usize]>, mut f: impl FnMut(&[usize]) -> T) -> Result<Self> {
         let shape = shape.as_ref();
-        let numel = checked_numel(shape)?;
-        let mut data = Vec::with_capacity(numel);
+        let numel = checked_numel::<T>(shape)?;
+        let mut data = allocate(shape, numel)?;
         let mut idx = vec![0usize; shape.len()];
         for _ in 0..numel {
             data.push(f(&idx));
@@ -169,7 +188,7 @@ impl<T: Element> Tensor<T> {
     /// The same data with another shape of the same element count.
     pub fn reshape(mut self, shape: impl AsRef<[usize]>) -> Result<Self> {
         let shape = shape.as_ref();
-        if checked_numel(shape)? != self.numel() {
+        if checked_numel::<T>(shape)? != self.numel() {
             return Err(Error::Tensor(format!(
                 "cannot reshape {} ({} elements) to {}",
                 ShapeFmt(&self.shape),
@@ -348,6 +367,12 @@ mod tests {
     fn constructors_check_sizes() {
         assert!(Tensor::from_vec([2, 3], vec![0f32; 5]).is_err());
         assert!(Tensor::<u8>::zeros([usize::MAX, 2]).is_err());
+        // Counted in bytes, not elements: 2^61 f64s are 2^64 bytes.
+        assert!(Tensor::<f64>::zeros([1 << 61]).is_err());
+        assert!(Tensor::<f64>::full([0, 1 << 61], 1.0).unwrap().numel() == 0);
+        // More than the machine has: an `Err` from the allocator, not an abort.
+        let err = Tensor::<u8>::zeros([1 << 62]).unwrap_err();
+        assert!(err.to_string().contains("cannot allocate"), "{err}");
         let t = Tensor::from_fn([2, 3], |i| (i[0] * 10 + i[1]) as i32).unwrap();
         assert_eq!(t.as_slice().unwrap(), &[0, 1, 2, 10, 11, 12]);
         assert!(t.clone().reshape([4]).is_err());

@@ -5,7 +5,7 @@
 //! Backends move the bytes; they never see `Tensor` or user types.
 
 use crate::error::Result;
-use crate::model::{GroupId, OpDesc};
+use crate::model::{GroupId, OpDesc, WorldId};
 use crate::tensor::Device;
 
 #[cfg(feature = "local")]
@@ -63,6 +63,10 @@ unsafe impl Sync for Op {}
 pub trait Backend: Send {
     /// Short name for messages (`"local"`, `"mpi"`, `"nccl"`).
     fn name(&self) -> &'static str;
+
+    /// The world this backend's rank belongs to: the same on every rank of it, different from
+    /// every other world in the process (see [`WorldId`]).
+    fn world_id(&self) -> WorldId;
 
     /// Registers the communicator for a sorted, validated member list, the `ordinal`-th group
     /// with exactly these members that this rank creates. Members that create the same groups in

@@ -161,6 +161,11 @@ pub(super) fn misuse_finding(err: &Error, r: usize, op: &VOp) -> Finding {
             format!("{kind}: {detail}"),
             "allocate the tensor with the shape the call needs".into(),
         ),
+        Error::MalformedCall { detail, .. } => (
+            Code::RW012,
+            format!("malformed description of a call: {detail}"),
+            "describe calls with `Program::rank`'s builder, which fills in every field".into(),
+        ),
         other => (Code::RW006, other.to_string(), String::new()),
     };
     Finding::at(code, Verdict::Misuse, r, op, message, help)

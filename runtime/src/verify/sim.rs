@@ -116,7 +116,10 @@ impl<'p> Sim<'p> {
 
     /// The sorted members of a group (empty if it was invalid).
     fn members(&self, g: GroupId) -> &[usize] {
-        self.groups[g.0 as usize].members.as_deref().unwrap_or(&[])
+        self.groups
+            .get(g.0 as usize)
+            .and_then(|g| g.members.as_deref())
+            .unwrap_or(&[])
     }
 
     fn op(&self, r: OpRef) -> &'p VOp {

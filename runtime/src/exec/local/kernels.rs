@@ -48,6 +48,7 @@ impl Step<'_> {
 /// descriptions agree), posted by a member that stays blocked in this step until every member
 /// has finished its share, so that all buffers are live and sized as their shapes say.
 pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
+    fail_point!("kernel");
     let desc = &step.mine().desc;
     let es = desc.dtype.size();
     let n = step.n();
@@ -175,6 +176,38 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             }
         }
     }
+}
+
+/// Whether every member's buffers have exactly the element counts `run_share` will touch for a
+/// step over the `n` members of `members` — the backend's own communicator, not whatever the
+/// caller validated against. Validation before posting already guarantees this; checking it
+/// again where the raw pointers are used makes the kernels' safety contract local, so a bug
+/// elsewhere (a handle resolved to the wrong communicator, a shape rule that overflowed) is an
+/// error instead of an out-of-bounds write.
+pub(crate) fn buffers_fit(ops: &[&Op], members: &[usize]) -> bool {
+    let n = members.len();
+    ops.len() == n
+        && ops.iter().zip(members).all(|(op, &rank)| {
+            let d = &op.desc;
+            let numel = d.numel();
+            let is_root = d.peer == Some(rank);
+            let split_ok = || d.shape.get(d.dim).is_some_and(|&s| s % n == 0);
+            let times_n = numel.checked_mul(n);
+            let want = match d.kind {
+                OpKind::Barrier | OpKind::Send | OpKind::Recv => Some((0, 0)),
+                OpKind::Broadcast | OpKind::AllReduce | OpKind::Reduce => Some((numel, numel)),
+                OpKind::AllGather => times_n.map(|t| (numel, t)),
+                OpKind::Gather if is_root => times_n.map(|t| (numel, t)),
+                OpKind::Gather => Some((numel, 0)),
+                OpKind::Scatter if is_root => times_n.map(|t| (t, numel)),
+                OpKind::Scatter => Some((0, numel)),
+                OpKind::ReduceScatter => split_ok().then(|| (numel, numel / n)),
+                OpKind::AllToAll => split_ok().then_some((numel, numel)),
+            };
+            let len = |b: &crate::exec::Buf| if b.is_none() { 0 } else { b.len };
+            let dim_ok = !d.kind.has_dim() || d.dim < d.shape.len();
+            dim_ok && want == Some((len(&op.input), len(&op.output)))
+        })
 }
 
 /// Whether member `me` of `n` must wait for step `seq` and take part in it. The step's owner

@@ -193,22 +193,22 @@ impl LocalBackend {
                 Target::Recv(_) => {}
             }
         }
+        fail_point!("post");
         self.shared.wake(woken);
         Ok(runs)
     }
 
     /// One pass over every unfinished run: do whatever work is possible.
     fn pass(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
-        if !self.shared.enter(self.rank) {
+        let Some(_busy) = self.shared.enter(self.rank) else {
             let site = runs
                 .iter()
                 .find(|r| !r.complete)
                 .map(|r| ops[r.start].desc.site);
             return Err(self.shared.abort_error(self.rank, site));
-        }
-        let result = self.pass_inner(runs, ops);
-        self.shared.leave(self.rank);
-        result
+        };
+        fail_point!("pass");
+        self.pass_inner(runs, ops)
     }
 
     fn pass_inner(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
@@ -313,6 +313,19 @@ impl LocalBackend {
                 entries.push(unsafe { &*ptr.add((k - base) as usize) });
             }
             self.check_agreement(&entries, &g.members, k)?;
+            if !kernels::buffers_fit(&entries, &g.members) {
+                let err = Error::Backend {
+                    backend: "local",
+                    detail: format!(
+                        "{}: the buffers of collective step {k} on group {:?} do not have the \
+                         sizes the call needs; this is a bug in rankwise, please report it",
+                        ops[idx].desc.site, g.members
+                    ),
+                };
+                self.shared.abort(Abort::Error(err.clone()));
+                return Err(err);
+            }
+            fail_point!("step");
             // SAFETY: all members posted agreeing, validated ops for step k and stay in it until
             // every member (us included) marks it done.
             unsafe {
@@ -333,6 +346,7 @@ impl LocalBackend {
 
     /// Whether every member is done with the run's steps; if not, whom we wait for.
     fn complete_coll(&self, run: &mut Run, g: &GroupState) -> Option<Waiting> {
+        fail_point!("complete");
         let behind: SmallVec<[usize; 8]> = g
             .slots
             .iter()
@@ -417,6 +431,7 @@ impl LocalBackend {
                 self.shared.abort(Abort::Error(err.clone()));
                 return Err(err);
             }
+            fail_point!("recv");
             let bytes = recv.output.len * recv.desc.dtype.size();
             // SAFETY: same dtype and length; the sender's tensor is live (above) and only read,
             // ours is exclusively borrowed by this call. A self-send in a batch reads one tensor
@@ -436,7 +451,8 @@ impl LocalBackend {
     /// Drives the posted runs to completion, spinning, yielding and finally parking.
     fn wait(&self, runs: &mut [Run], ops: &[Op]) -> Result<()> {
         let started = Instant::now();
-        let deadline = self.shared.timeout.map(|t| started + t);
+        // A timeout too long to represent as an instant (`Duration::MAX`) is no timeout.
+        let deadline = self.shared.timeout.and_then(|t| started.checked_add(t));
         let spins = if self.shared.oversubscribed {
             SPINS_OVERSUBSCRIBED
         } else {
@@ -517,6 +533,7 @@ impl LocalBackend {
                 };
                 self.shared.announce(self.rank, wait);
                 announced = true;
+                fail_point!("announce");
                 continue; // look for work once more before sleeping
             }
             announced = false;
@@ -553,9 +570,32 @@ impl LocalBackend {
     }
 }
 
+/// Stops the world and waits out peers' accesses when dropped; see `execute`.
+struct Posted<'a> {
+    shared: &'a Shared,
+    rank: usize,
+    /// Why we leave early; `None` while unwinding from a panic.
+    reason: Option<Abort>,
+}
+
+impl Drop for Posted<'_> {
+    fn drop(&mut self) {
+        let cause = self.reason.take().unwrap_or_else(|| Abort::Failed {
+            peer: self.rank,
+            reason: PeerFailure::Panicked("panicked inside the local backend".into()),
+        });
+        self.shared.abort(cause);
+        self.shared.quiesce(self.rank);
+    }
+}
+
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn world_id(&self) -> crate::model::WorldId {
+        self.shared.id
     }
 
     fn create_group(&mut self, members: &[usize], ordinal: u32) -> Result<GroupId> {
@@ -568,19 +608,26 @@ impl Backend for LocalBackend {
             return Err(self.shared.abort_error(self.rank, site));
         }
         let plan = crate::plan::plan(ops);
-        let mut runs = self.post(ops, &plan)?;
-        let result = self.wait(&mut runs, ops);
-        if let Err(e) = &result {
-            // Peers may be reading our posted ops right now. Stop the world (a no-op if it is
-            // already stopping) so no new access starts, and wait out the ones under way before
-            // our buffers can be freed.
-            let reason = PeerFailure::Errored(e.to_string());
-            self.shared.abort(Abort::Failed {
-                peer: self.rank,
-                reason,
-            });
-            self.shared.quiesce(self.rank);
+        // From the first publication on, peers may read our ops and buffers until the batch
+        // completes. If we leave early — an error, or a panic unwinding through here — the
+        // world must stop and every access under way must end before the buffers are freed.
+        // The guard does that on every path out but success.
+        let shared = Arc::clone(&self.shared);
+        let mut posted = Posted {
+            shared: &shared,
+            rank: self.rank,
+            reason: None,
+        };
+        let result = self
+            .post(ops, &plan)
+            .and_then(|mut runs| self.wait(&mut runs, ops));
+        match &result {
+            Ok(()) => std::mem::forget(posted),
+            Err(e) => posted.reason = Some(Abort::for_error(self.rank, e)),
         }
         result
     }
 }
+
+#[cfg(test)]
+mod tests;

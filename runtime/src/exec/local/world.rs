@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{DeadlockReport, Error, PeerFailure, RankWait};
 use crate::exec::Op;
-use crate::model::{CallSite, GroupId};
+use crate::model::{CallSite, GroupId, WorldId};
 
 /// A rank's published run of collective ops on one communicator.
 #[repr(align(128))]
@@ -55,6 +55,20 @@ pub(crate) struct PaddedU64(pub AtomicU64);
 #[derive(Default)]
 struct PaddedBool(AtomicBool);
 
+/// A rank's "inside a progress pass" mark; see [`Shared::enter`].
+pub(crate) struct Busy<'a> {
+    shared: &'a Shared,
+    rank: usize,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.shared.busy[self.rank]
+            .0
+            .store(false, Ordering::Release);
+    }
+}
+
 /// Why the world stopped early. The first cause wins; every rank reports it.
 #[derive(Debug, Clone)]
 pub(crate) enum Abort {
@@ -62,6 +76,28 @@ pub(crate) enum Abort {
     Failed { peer: usize, reason: PeerFailure },
     /// A world-level error every rank returns as is (deadlock, mismatch).
     Error(Error),
+}
+
+impl Abort {
+    /// The abort a rank publishes when it leaves with `err`: an echo of another rank's failure
+    /// passes on that rank and its reason (so every waiting rank names the rank that caused the
+    /// failure, not the one that relayed it), world-level errors pass as they are, and anything
+    /// else is this rank's own failure.
+    pub fn for_error(rank: usize, err: &Error) -> Abort {
+        match err {
+            Error::PeerFailed { peer, reason, .. } => Abort::Failed {
+                peer: *peer,
+                reason: reason.clone(),
+            },
+            Error::Deadlock(_) | Error::CollectiveMismatch(_) | Error::P2pMismatch(_) => {
+                Abort::Error(err.clone())
+            }
+            other => Abort::Failed {
+                peer: rank,
+                reason: PeerFailure::Errored(other.to_string()),
+            },
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -80,6 +116,8 @@ struct Ctl {
 
 /// Everything the ranks of one world share.
 pub(crate) struct Shared {
+    /// This world's identity, carried by its group handles.
+    pub id: WorldId,
     pub world: usize,
     pub timeout: Option<Duration>,
     /// Whether there are more ranks than cores (then waiting ranks yield early).
@@ -115,6 +153,7 @@ impl Shared {
         let mut registry = HashMap::new();
         registry.insert(((0..world).collect(), u32::MAX), GroupId::WORLD);
         Arc::new(Shared {
+            id: WorldId::fresh(),
             world,
             timeout,
             oversubscribed: world > cores,
@@ -158,23 +197,20 @@ impl Shared {
         groups.get(id.0 as usize).cloned()
     }
 
-    /// Marks `rank` as possibly touching peers' buffers; `false` if the world is stopping,
-    /// in which case it must not touch them.
+    /// Marks `rank` as possibly touching peers' buffers until the returned guard is dropped;
+    /// `None` if the world is stopping, in which case it must not touch them.
     ///
     /// `SeqCst` on both sides (here and in [`Shared::abort`] + [`Shared::quiesce`]): either
-    /// this check sees the abort, or the quiescing rank sees us busy and waits for us.
-    pub fn enter(&self, rank: usize) -> bool {
+    /// this check sees the abort, or the quiescing rank sees us busy and waits for us. The mark
+    /// is cleared by the guard's destructor, so a panic inside the pass cannot leave it set
+    /// (peers quiescing would wait for it forever).
+    pub fn enter(&self, rank: usize) -> Option<Busy<'_>> {
         self.busy[rank].0.store(true, Ordering::SeqCst);
+        let busy = Busy { shared: self, rank };
         if self.aborted.load(Ordering::SeqCst) {
-            self.busy[rank].0.store(false, Ordering::Release);
-            return false;
+            return None; // `busy` drops here and clears the mark
         }
-        true
-    }
-
-    /// Ends what [`Shared::enter`] began.
-    pub fn leave(&self, rank: usize) {
-        self.busy[rank].0.store(false, Ordering::Release);
+        Some(busy)
     }
 
     /// After an abort: waits until no other rank is inside a progress pass, so that buffers

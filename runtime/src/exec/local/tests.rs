@@ -1,0 +1,84 @@
+//! A panic at any point inside the backend must stop the world promptly — every other rank
+//! returns an error naming the panicking rank — and must not let a peer touch freed buffers
+//! (run under Miri: `cargo +nightly miri test -p rankwise-runtime --lib`).
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::{Error, ReduceOp, Result, Tensor, spawn_each};
+
+/// Every fail point in the backend, and a program that passes each of them on every rank.
+const POINTS: [&str; 7] = [
+    "post", "pass", "step", "kernel", "recv", "complete", "announce",
+];
+
+/// Collectives (small and sliced), point-to-point and a batch; rank `victim` arms `point`
+/// before its `skip + 1`-th hit.
+fn program(ctx: &mut crate::Ctx, victim: usize, point: &'static str, skip: u32) -> Result<f32> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    if r == victim {
+        crate::fail::arm(point, skip);
+    }
+    // Rank 0 arrives late, so that the others park and pass "announce".
+    if r == 0 {
+        std::thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 5 }));
+    }
+    let mut small = Tensor::full([3], r as f32)?;
+    ctx.all_reduce(&mut small, ReduceOp::Sum)?;
+    let mut big = Tensor::full([2100], 1.0f32)?;
+    ctx.all_reduce(&mut big, ReduceOp::Sum)?;
+    let x = Tensor::full([2], r as f32)?;
+    let mut out = Tensor::<f32>::zeros([2 * w])?;
+    ctx.all_gather(&x, &mut out, 0)?;
+    let mut got = Tensor::<f32>::zeros([2])?;
+    if r % 2 == 0 {
+        if r + 1 < w {
+            ctx.send(&x, r + 1)?;
+        }
+    } else {
+        ctx.recv(&mut got, r - 1)?;
+    }
+    let mut b = ctx.batch();
+    b.send(&x, (r + 1) % w).recv(&mut got, (r + w - 1) % w);
+    b.run()?;
+    Ok(small.to_vec()[0] + big.to_vec()[0] + got.to_vec()[0])
+}
+
+#[test]
+fn a_panic_at_any_fail_point_stops_every_rank() {
+    let skips: &[u32] = if cfg!(miri) { &[0] } else { &[0, 1, 3] };
+    for point in POINTS {
+        for &skip in skips {
+            for victim in [0, 1] {
+                let (tx, rx) = mpsc::channel();
+                std::thread::spawn(move || {
+                    let each = spawn_each(3, Default::default(), |ctx| {
+                        program(ctx, victim, point, skip)
+                    });
+                    let _ = tx.send(each);
+                });
+                let each = rx
+                    .recv_timeout(Duration::from_secs(if cfg!(miri) { 600 } else { 20 }))
+                    .unwrap_or_else(|_| panic!("hang after a panic at `{point}` (skip {skip})"))
+                    .unwrap();
+                // Every point is reached once by every rank (rank 0 arrives late, so the others
+                // park); later hits may not happen, and then nothing panics.
+                let victim_panicked = matches!(&each[victim], Err(Error::Panicked { .. }));
+                let reached = skip == 0 && (point != "announce" || victim != 0);
+                assert!(victim_panicked || !reached, "`{point}` never hit: {each:?}");
+                for (r, res) in each.iter().enumerate() {
+                    match res {
+                        // A rank that needed nothing more from the victim may finish.
+                        Ok(_) => assert!(r != victim || !victim_panicked),
+                        Err(Error::Panicked { rank, message }) => {
+                            assert_eq!(*rank, victim);
+                            assert!(message.contains(point), "{message}");
+                        }
+                        Err(Error::PeerFailed { peer, .. }) => assert_eq!(*peer, victim),
+                        Err(e) => panic!("rank {r} after a panic at `{point}`: {e}"),
+                    }
+                }
+            }
+        }
+    }
+}
