@@ -3,6 +3,8 @@
 //! current thread (one rank) with [`arm`]; outside `cfg(test)` the macro expands to nothing.
 
 /// Panics here if a test armed this point on this thread (see the module docs).
+// Only backends use it; without one compiled in (`--no-default-features`) it sits unused.
+#[allow(unused_macros)]
 macro_rules! fail_point {
     ($name:literal) => {
         #[cfg(test)]
