@@ -20,10 +20,22 @@ use std::collections::HashMap;
 use proc_macro2::TokenStream;
 use quote::quote;
 use rankwise_runtime::verify::{self, Program};
+
 use syn::spanned::Spanned;
 
 /// parse → model → check → lower. Never panics: every failure is a compile error.
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    // Too deep to parse safely: syn's parser recurses per nesting level, and a debug-built proc
+    // macro has a few MiB of stack (400 nested blocks crashed rustc). Refuse before parsing.
+    if let Some(span) = too_deep(item.clone()) {
+        let msg = format!(
+            "RW012: communication the macro cannot verify: code nested more than {MAX_TOKEN_NESTING} \
+             levels deep, which the macro does not read\n= help: split it with `let` bindings or \
+             helper functions that do not communicate"
+        );
+        let err = syn::Error::new(span, msg).to_compile_error();
+        return quote!(#err #item);
+    }
     // Parse: the function first, so that argument errors still leave it in place.
     let func: syn::ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
@@ -42,17 +54,41 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         Err(e) => return fail(e, &func),
     };
 
-    // Model: evaluate the body per world size and rank into program descriptions.
+    // Model and check, one world size at a time: evaluate the body for every rank into a
+    // program description, verify it with the runtime's verifier, and keep only the schedule
+    // the guard needs (so memory holds one world's description at a time).
     let mut shared = eval::Shared::default();
-    let mut programs: Vec<(usize, Program)> = Vec::with_capacity(worlds.sizes.len());
+    let mut schedules: Vec<(usize, Vec<Vec<u32>>)> = Vec::with_capacity(worlds.sizes.len());
+    let mut diags = Vec::new();
     for &w in &worlds.sizes {
         let mut p = Program::new(w);
         let mut registry = HashMap::new();
         for r in 0..w {
+            if shared.halted() {
+                break;
+            }
             eval::Eval::new(ctx.to_string(), r, w, &mut p, &mut registry, &mut shared)
                 .run(&func.block);
         }
-        programs.push((w, p));
+        if shared.over_budget() {
+            let msg = format!(
+                "RW012: checking `{}` at world sizes {:?} needs more work than the macro allows \
+                 ({} steps, spent by world size {w}); check fewer or smaller world sizes, e.g. \
+                 `world in [2, 4, 8]` (larger worlds can be checked at launch with \
+                 `rankwise::Options::verify`)",
+                func.sig.ident,
+                worlds.sizes,
+                eval::WORK_BUDGET
+            );
+            shared.error(func.sig.ident.span(), msg);
+        }
+        if shared.halted() {
+            break;
+        }
+        if let Err(d) = verify::verify(&p) {
+            diags.extend(d.0);
+        }
+        schedules.push((w, lower::site_sequences(&p)));
     }
     let unverifiable = shared
         .take_errors()
@@ -64,20 +100,13 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }) {
         return fail(all, &func);
     }
-
-    // Check: the runtime's verifier, on every world size.
-    let mut diags = Vec::new();
-    for (_, p) in &programs {
-        if let Err(d) = verify::verify(p) {
-            diags.extend(d.0);
-        }
-    }
     if let Some(e) = render::render(&diags, &shared, func.sig.ident.span()) {
         return fail(e, &func);
     }
 
     // Lower: the function with its schedule and guard.
-    let (table, enter) = lower::guard(&func.sig.ident.to_string(), &ctx, &shared.sites, &programs);
+    let enter = lower::guard(&func.sig.ident.to_string(), &ctx, &shared.sites, &schedules);
+    let asserts = lower::const_assertions(&shared, &func.sig.generics);
     let syn::ItemFn {
         attrs,
         vis,
@@ -85,17 +114,39 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         mut block,
     } = func;
     lower::batch_adjacent(&mut block, &ctx, &shared.sites);
-    let asserts = lower::const_assertions(&shared);
     let stmts = &block.stmts;
     quote! {
         #(#attrs)*
         #vis #sig {
-            #table
             #asserts
             #enter
             #(#stmts)*
         }
     }
+}
+
+/// How deeply brackets may nest in the function before the macro refuses to parse it.
+const MAX_TOKEN_NESTING: usize = 128;
+
+/// The span of a bracket nested deeper than [`MAX_TOKEN_NESTING`], if any (found without
+/// recursion).
+fn too_deep(item: TokenStream) -> Option<proc_macro2::Span> {
+    let mut stack = vec![item.into_iter()];
+    while let Some(top) = stack.last_mut() {
+        match top.next() {
+            Some(proc_macro2::TokenTree::Group(g)) => {
+                if stack.len() >= MAX_TOKEN_NESTING {
+                    return Some(g.span());
+                }
+                stack.push(g.stream().into_iter());
+            }
+            Some(_) => {}
+            None => {
+                stack.pop();
+            }
+        }
+    }
+    None
 }
 
 /// The errors, plus the function as written, so only the real problems are reported.
@@ -105,18 +156,52 @@ fn fail(e: syn::Error, func: &syn::ItemFn) -> TokenStream {
 }
 
 /// The name of the context parameter: the first parameter, `name: &mut Ctx`.
+///
+/// The context is found by its type (`&mut Ctx`, `&mut rankwise::Ctx`, …), so that one in
+/// another position gets an error saying where it must go, rather than the first parameter
+/// being taken for it.
 fn context_param(func: &syn::ItemFn) -> syn::Result<syn::Ident> {
-    let bad = |span| {
-        syn::Error::new(
-            span,
-            "RW015: a rank program takes the context first, like `fn step(ctx: &mut Ctx, …) -> rankwise::Result<T>`",
-        )
+    const USAGE: &str = "a rank program takes the context first, like `fn step(ctx: &mut Ctx, …) -> rankwise::Result<T>`";
+    let typed: Vec<&syn::PatType> = func
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|a| match a {
+            syn::FnArg::Typed(t) => Some(t),
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let is_ctx = |t: &syn::PatType| match &*t.ty {
+        syn::Type::Reference(r) => {
+            r.mutability.is_some()
+                && matches!(&*r.elem, syn::Type::Path(p)
+                    if p.path.segments.last().is_some_and(|s| s.ident == "Ctx"))
+        }
+        _ => false,
     };
-    let Some(syn::FnArg::Typed(first)) = func.sig.inputs.first() else {
-        return Err(bad(func.sig.span()));
+    let position = typed.iter().position(|t| is_ctx(t));
+    let first_is_param = matches!(func.sig.inputs.first(), Some(syn::FnArg::Typed(_)));
+    let ctx = match position {
+        Some(0) if first_is_param => typed[0],
+        Some(i) => {
+            return Err(syn::Error::new(
+                typed[i].span(),
+                format!("RW015: the context must be the first parameter; {USAGE}"),
+            ));
+        }
+        None => {
+            let span = typed.first().map_or(func.sig.span(), |t| t.ty.span());
+            return Err(syn::Error::new(
+                span,
+                format!("RW015: no `&mut Ctx` parameter; {USAGE}"),
+            ));
+        }
     };
-    let syn::Pat::Ident(name) = &*first.pat else {
-        return Err(bad(first.pat.span()));
+    let syn::Pat::Ident(name) = &*ctx.pat else {
+        return Err(syn::Error::new(
+            ctx.pat.span(),
+            format!("RW015: name the context with a plain identifier; {USAGE}"),
+        ));
     };
     if func.sig.output == syn::ReturnType::Default {
         return Err(syn::Error::new(
@@ -234,6 +319,117 @@ mod tests {
         assert!(!out.contains("__rankwise_batch"), "{out}");
     }
 
+    /// Runs the pipeline on a thread with the stack rustc gives proc macros (8 MiB), so that a
+    /// stack overflow fails the test instead of passing on a larger test-thread stack.
+    fn on_rustc_stack(args: TokenStream, item: TokenStream) -> String {
+        let (args, item) = (args.to_string(), item.to_string());
+        std::thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || {
+                let args: TokenStream = args.parse().unwrap();
+                let item: TokenStream = item.parse().unwrap();
+                no_panic(args, item).to_string()
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn deep_code_is_an_error_not_a_crash() {
+        // 400 nested blocks around a call.
+        let mut body = quote!(ctx.barrier()?;);
+        for _ in 0..400 {
+            body = quote!({ #body });
+        }
+        let out = on_rustc_stack(
+            quote!(world = 2),
+            quote!(fn f(ctx: &mut Ctx) -> Result<()> { #body Ok(()) }),
+        );
+        assert!(out.contains("nested more than"), "{out}");
+        // A 2000-term sum (rustc compiles it) used as a peer.
+        let mut sum = quote!(ctx.rank());
+        for _ in 0..2000 {
+            sum = quote!(#sum + 0);
+        }
+        let out = on_rustc_stack(
+            quote!(world = 2),
+            quote!(fn f(ctx: &mut Ctx) -> Result<()> {
+                let x = ctx.full([1], 1.0f32)?;
+                let p = #sum;
+                if p == 5 { ctx.send(&x, p)?; }
+                Ok(())
+            }),
+        );
+        assert!(out.contains("nested more than"), "{out}");
+        // Moderately deep code is read as usual.
+        let mut body = quote!(ctx.barrier()?;);
+        for _ in 0..20 {
+            body = quote!({ #body });
+        }
+        expanded(
+            quote!(world = 2),
+            quote!(fn f(ctx: &mut Ctx) -> Result<()> { #body Ok(()) }),
+        );
+    }
+
+    #[test]
+    fn the_work_budget_stops_huge_world_lists_with_a_diagnostic() {
+        let ring = quote! {
+            fn ring(ctx: &mut Ctx) -> Result<()> {
+                let x = ctx.full([4], 1.0f32)?;
+                let mut y = ctx.zeros::<f32>([4])?;
+                let (r, w) = (ctx.rank(), ctx.world());
+                for _ in 0..2 * (w - 1) {
+                    let mut b = ctx.batch();
+                    b.send(&x, (r + 1) % w).recv(&mut y, (r + w - 1) % w);
+                    b.run()?;
+                }
+                Ok(())
+            }
+        };
+        let t = std::time::Instant::now();
+        let out = no_panic(quote!(world in 1..=1024), ring.clone()).to_string();
+        assert!(
+            out.contains("needs more work than the macro allows"),
+            "{out}"
+        );
+        assert!(out.contains("world in [2, 4, 8]"), "{out}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(60),
+            "{:?}",
+            t.elapsed()
+        );
+        // A realistic list fits.
+        expanded(quote!(world in 1..=32), ring);
+    }
+
+    #[test]
+    fn long_functions_cost_linear_time() {
+        let mut body = TokenStream::new();
+        for i in 0..3000usize {
+            let v = quote::format_ident!("v{i}");
+            body.extend(quote!(let #v = ctx.rank() + #i;));
+            if i % 100 == 0 {
+                body.extend(quote!(ctx.all_reduce(&mut y, ReduceOp::Sum)?;));
+            }
+        }
+        let t = std::time::Instant::now();
+        expanded(
+            quote!(world in 1..=16),
+            quote!(fn f(ctx: &mut Ctx) -> Result<()> {
+                let mut y = ctx.zeros::<f32>([4])?;
+                #body
+                Ok(())
+            }),
+        );
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(30),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -246,7 +442,7 @@ mod tests {
 
         /// Small programs: random statements in a well-formed program function.
         #[test]
-        fn arbitrary_small_programs_never_panic(world in 1usize..5, stmts in prop::collection::vec(0usize..18, 0..10), ks in prop::collection::vec(0i64..6, 10)) {
+        fn arbitrary_small_programs_never_panic(world in 1usize..5, stmts in prop::collection::vec(0usize..28, 0..10), ks in prop::collection::vec(0i64..6, 10)) {
             let mut body = TokenStream::new();
             for (i, s) in stmts.iter().enumerate() {
                 let k = ks[i % ks.len()];
@@ -266,6 +462,16 @@ mod tests {
                     11 => quote!(ctx.all_gather(&x, &mut y, #k)?;),
                     12 => quote!(let k = 1 << #k;),
                     13 => quote!(for i in 0..(1usize << 60) { ctx.barrier()?; }),
+                    18 => quote!(let big = ctx.zeros::<f32>([1 << 62])?; ctx.all_gather(&big, &mut y, 0)?;),
+                    19 => quote!(for i in 0..=i128::MAX { ctx.barrier()?; }),
+                    20 => quote!(for i in (0..4).step_by(1 << 64) { ctx.barrier()?; }),
+                    21 => quote!(for i in (0..4).step_by(1 << 63) { ctx.barrier()?; }),
+                    22 => quote!('a: for i in 0..#k { for j in 0..3 { if j == i { continue 'a; } if j > 1 { break 'a; } ctx.barrier()?; } }),
+                    23 => quote!(let v = 'b: { if ctx.rank() == #k { break 'b 1; } 2 }; ctx.broadcast(&mut y, v)?;),
+                    24 => quote!(#[cfg(test)] ctx.barrier()?;),
+                    25 => quote!(let mut n = 0; while n < #k { n += 1; } ctx.send(&x, n)?;),
+                    26 => quote!(let c = &mut *ctx; c.barrier()?;),
+                    27 => quote!(for _ in 0..(1usize << 62) { let z = 1; }),
                     14 => quote!(let q = ctx.world().pow(40) - 170141183460469231731687303715884105727; ctx.send(&x, q)?;),
                     15 => quote!(ctx.all_reduce(&mut y, ReduceOp::PreMulSum(0.5))?;),
                     16 => quote!(let (a, b) = (ctx.rank(), #k); ctx.scatter((a == b).then_some(&x), &mut y, b, 0)?;),

@@ -10,7 +10,20 @@ use crate::eval::Site;
 /// `const` assertions for what the macro could not check itself: splits of dimensions given
 /// by constants from outside the function must divide evenly. rustc evaluates them, so a bad
 /// value is still a compile error, at the call.
-pub fn const_assertions(shared: &crate::eval::Shared) -> TokenStream {
+///
+/// An expression that uses a generic parameter of the function cannot be checked by a `const`
+/// item (E0401); it becomes an inline `const { … }` block, which rustc evaluates for each
+/// instantiation.
+pub fn const_assertions(shared: &crate::eval::Shared, generics: &syn::Generics) -> TokenStream {
+    let params: Vec<String> = generics
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            syn::GenericParam::Type(t) => Some(t.ident.to_string()),
+            syn::GenericParam::Const(c) => Some(c.ident.to_string()),
+            syn::GenericParam::Lifetime(_) => None,
+        })
+        .collect();
     let checks = shared.assertions.iter().map(|(span, k, sym, n, what)| {
         let e = &shared.symbols[*sym as usize];
         // The dimension is (num / den) · E; it splits into n parts iff num · E is a multiple of
@@ -20,8 +33,17 @@ pub fn const_assertions(shared: &crate::eval::Shared) -> TokenStream {
         let text = quote!(#e).to_string();
         let dim = crate::render::coefficient(*k, &text);
         let msg = format!("RW007: {what}, but {dim} is not a multiple of {n}; make the dimension a multiple of {n}");
-        quote::quote_spanned! {*span=>
-            const _: () = ::core::assert!(#num * ((#e) as u128) % #den_n == 0, #msg);
+        let generic = quote!(#e).into_iter().any(|t| {
+            matches!(&t, proc_macro2::TokenTree::Ident(i) if params.contains(&i.to_string()))
+        });
+        if generic {
+            quote::quote_spanned! {*span=>
+                const { ::core::assert!(#num * ((#e) as u128) % #den_n == 0, #msg) };
+            }
+        } else {
+            quote::quote_spanned! {*span=>
+                const _: () = ::core::assert!(#num * ((#e) as u128) % #den_n == 0, #msg);
+            }
         }
     });
     quote!(#(#checks)*)
@@ -52,44 +74,57 @@ fn compress(seq: &[u32]) -> Vec<(Vec<u32>, u32)> {
     runs
 }
 
-/// The guard table for the function and the statement that enters it.
+/// Each rank's sequence of call-site ids, in order: what the guard holds a run to.
+pub fn site_sequences(p: &Program) -> Vec<Vec<u32>> {
+    p.ranks
+        .iter()
+        .map(|items| {
+            items
+                .iter()
+                .flat_map(|i| i.ops().iter().map(|o| o.id.0))
+                .collect()
+        })
+        .collect()
+}
+
+/// The statement that enters the guard, with the function's verified schedule: per world
+/// size, each rank's sequence of call-site ids.
 pub fn guard(
     name: &str,
     ctx: &syn::Ident,
     sites: &[Site],
-    programs: &[(usize, Program)],
-) -> (TokenStream, TokenStream) {
+    schedules: &[(usize, Vec<Vec<u32>>)],
+) -> TokenStream {
+    // The table lives in a block of its own and the guard's binding is hygienic
+    // (`mixed_site`): user code can name neither, and two programs never collide.
     let table = format_ident!("__RANKWISE_SCHEDULE");
+    let guard = syn::Ident::new("__rankwise_guard", proc_macro2::Span::mixed_site());
     let site_rows = sites.iter().map(|s| {
         let start = s.span.start();
         let (line, col) = (start.line as u32, start.column as u32 + 1);
         let what = &s.what;
         quote!((#line, #col, #what))
     });
-    let worlds = programs.iter().map(|(w, p)| {
-        let ranks = p.ranks.iter().map(|items| {
-            let seq: Vec<u32> = items
-                .iter()
-                .flat_map(|i| i.ops().iter().map(|o| o.id.0))
-                .collect();
-            let runs = compress(&seq).into_iter().map(|(pattern, times)| {
+    let worlds = schedules.iter().map(|(w, seqs)| {
+        let ranks = seqs.iter().map(|seq| {
+            let runs = compress(seq).into_iter().map(|(pattern, times)| {
                 quote!(::rankwise::guard::Run { pattern: &[#(#pattern),*], times: #times })
             });
             quote!(::rankwise::guard::RankTable { runs: &[#(#runs),*] })
         });
         quote!((#w, &[#(#ranks),*]))
     });
-    let def = quote! {
-        static #table: ::rankwise::guard::Table = ::rankwise::guard::Table {
-            function: #name,
-            worlds: &[#(#worlds),*],
-            sites: &[#(#site_rows),*],
+    let enter = quote! {
+        let #guard = {
+            static #table: ::rankwise::guard::Table = ::rankwise::guard::Table {
+                function: #name,
+                worlds: &[#(#worlds),*],
+                sites: &[#(#site_rows),*],
+            };
+            ::rankwise::guard::Guard::enter(&#table, #ctx.rank(), #ctx.world())?
         };
     };
-    let enter = quote! {
-        let __rankwise_guard = ::rankwise::guard::Guard::enter(&#table, #ctx.rank(), #ctx.world())?;
-    };
-    (def, enter)
+    enter
 }
 
 /// Issues adjacent communication statements as one batch when they borrow disjoint tensors:

@@ -7,9 +7,30 @@ use rankwise_runtime::{DType, ReduceOp};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprMethodCall, Lit};
 
-use super::scan::COMM;
+use super::scan::{self, COMM, CTX_PURE};
 use super::value::*;
-use super::{Eval, Flow};
+use super::{Eval, Flow, holds_handle};
+
+/// Methods of a `Vec` that do not change it (anything else may: `push`, `sort`, `clear`, …).
+const ARRAY_PURE: [&str; 17] = [
+    "len",
+    "is_empty",
+    "contains",
+    "iter",
+    "into_iter",
+    "clone",
+    "to_vec",
+    "collect",
+    "first",
+    "last",
+    "get",
+    "copied",
+    "cloned",
+    "as_slice",
+    "binary_search",
+    "starts_with",
+    "ends_with",
+];
 
 impl Eval<'_> {
     /// Evaluates call arguments in order. `Err` carries the flow to return: the evaluation
@@ -21,7 +42,11 @@ impl Eval<'_> {
     ) -> Result<Vec<Val>, Flow> {
         let mut out = Vec::new();
         for a in args {
-            if ident_of(a).as_deref() == Some(self.ctx.as_str()) {
+            let v = match self.expr(a) {
+                Flow::Normal(v) => v,
+                other => return Err(other),
+            };
+            if matches!(v, Val::Ctx) {
                 self.unverifiable(
                     a.span(),
                     &format!("the context is passed to {callee}, whose calls the macro cannot see"),
@@ -29,12 +54,26 @@ impl Eval<'_> {
                 );
                 return Err(Flow::Normal(Val::Unknown));
             }
-            match self.expr(a) {
-                Flow::Return => return Err(Flow::Return),
-                Flow::Normal(v) => out.push(v),
+            if let Val::Closure(assigned) = &v {
+                // Whoever receives it may call it.
+                for n in assigned.clone() {
+                    self.havoc(&n);
+                }
             }
+            out.push(v);
         }
         Ok(out)
+    }
+
+    /// After a call to code the macro does not see: every variable an argument lends mutably
+    /// (`&mut x`, also inside `Some(&mut x)` or a tuple) may have changed.
+    fn havoc_lent<'e>(&mut self, args: impl IntoIterator<Item = &'e Expr>) {
+        for a in args {
+            let fx = scan::effects(&|f| syn::visit::Visit::visit_expr(f, a));
+            for n in &fx.assigned {
+                self.havoc(n);
+            }
+        }
     }
 
     pub(super) fn call(&mut self, c: &syn::ExprCall) -> Flow {
@@ -42,10 +81,16 @@ impl Eval<'_> {
             Ok(args) => args,
             Err(flow) => return flow,
         };
-        if args
-            .iter()
-            .any(|v| matches!(v, Val::Batch(_) | Val::BatchComm(..) | Val::Comm(_)))
-        {
+        let Expr::Path(p) = &*c.func else {
+            self.havoc_lent(&c.args);
+            return Flow::Normal(Val::Unknown);
+        };
+        let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
+        let last = segs.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        if segs.len() == 1 && last == "Some" {
+            return Flow::Normal(Val::Opt(args.into_iter().next().map(Box::new)));
+        }
+        if args.iter().any(holds_handle) {
             self.unverifiable(
                 c.span(),
                 "a batch or group handle is passed to another function, whose calls the macro cannot see",
@@ -53,13 +98,12 @@ impl Eval<'_> {
             );
             return Flow::Normal(Val::Unknown);
         }
-        let Expr::Path(p) = &*c.func else {
-            return Flow::Normal(Val::Unknown);
-        };
-        let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
-        let last = segs.last().map(|s| s.ident.to_string()).unwrap_or_default();
-        if segs.len() == 1 && last == "Some" {
-            return Flow::Normal(Val::Opt(args.into_iter().next().map(Box::new)));
+        if segs.len() == 1 {
+            if let Some(Val::Closure(assigned)) = self.lookup(&last).cloned() {
+                for n in &assigned {
+                    self.havoc(n);
+                }
+            }
         }
         if segs.len() >= 2 && segs[segs.len() - 2].ident == "ReduceOp" && last == "PreMulSum" {
             // The scalar is data: a literal is used as is; anything else is compared across
@@ -90,14 +134,15 @@ impl Eval<'_> {
             }
             return Flow::Normal(tensor_ctor(&last, &args, fish));
         }
+        self.havoc_lent(&c.args);
         Flow::Normal(Val::Unknown)
     }
 
     pub(super) fn method_call(&mut self, m: &ExprMethodCall) -> Flow {
         let name = m.method.to_string();
         let recv = match self.expr(&m.receiver) {
-            Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
+            other => return other,
         };
         let mut args = match self.eval_args(&m.args, "a method") {
             Ok(args) => args,
@@ -105,6 +150,9 @@ impl Eval<'_> {
         };
         if matches!(recv, Val::Poison) || args.iter().any(|a| matches!(a, Val::Poison)) {
             return Flow::Normal(Val::Poison);
+        }
+        if let Some(flow) = self.unknown_method(m, &name, &recv, &args) {
+            return flow;
         }
         let fish = turbofish(m.turbofish.as_ref());
         // Shapes may use constants from outside the function (see `Val::Sym`).
@@ -139,8 +187,14 @@ impl Eval<'_> {
                 id: GroupId::WORLD,
                 members: (0..self.world).collect(),
             }),
-            (Val::Ctx, "new_group") => self.new_group(m, args.into_iter().next()),
-            (Val::Ctx, "split") => self.split(m, args.into_iter().next()),
+            (Val::Ctx, "new_group") => {
+                self.check_untainted(m.method.span());
+                self.new_group(m, args.into_iter().next())
+            }
+            (Val::Ctx, "split") => {
+                self.check_untainted(m.method.span());
+                self.split(m, args.into_iter().next())
+            }
             (Val::Ctx, "group") => match args.into_iter().next() {
                 Some(Val::Group(g)) => Val::Comm(g),
                 _ => {
@@ -171,9 +225,13 @@ impl Eval<'_> {
             },
             (Val::Batch(b), "run") => {
                 let ops = std::mem::take(&mut self.batches[*b]);
+                if !ops.is_empty() {
+                    self.check_untainted(m.method.span());
+                }
                 self.program.ranks[self.rank].push(Item::Batch(ops));
                 Val::Unit
             }
+            (Val::Batch(b), "is_empty") => Val::Bool(self.batches[*b].is_empty()),
             (Val::Batch(b), "len") => Val::Int(self.batches[*b].len() as i128),
             (Val::Group(g), "contains") => match args.first() {
                 Some(Val::Int(r)) => Val::Bool(g.members.contains(&(*r as usize))),
@@ -226,7 +284,7 @@ impl Eval<'_> {
                 },
                 "step_by",
             ) => match args.first() {
-                Some(Val::Int(k)) if *k > 0 => Val::Range {
+                Some(Val::Int(k)) if *k > 0 && usize::try_from(*k).is_ok() => Val::Range {
                     start: *start,
                     end: *end,
                     step: *k,
@@ -255,9 +313,77 @@ impl Eval<'_> {
             },
             (Val::Opt(o), "as_mut" | "as_ref") => Val::Opt(o.clone()),
             (Val::Array(a), "len") => Val::Int(a.len() as i128),
-            _ => Val::Unknown,
+            (Val::Array(a), "push") => {
+                let mut a = a.clone();
+                a.extend(args.into_iter().next());
+                if let Some(name) = ident_of(&m.receiver) {
+                    self.assign(&name, Val::Array(a));
+                }
+                Val::Unit
+            }
+            (Val::Array(_), n) if !ARRAY_PURE.contains(&n) => {
+                if let Some(name) = scan::base_ident(&m.receiver) {
+                    self.havoc(&name);
+                }
+                Val::Unknown
+            }
+            _ => {
+                // A method the macro does not model: whatever it borrows mutably may change.
+                self.havoc_lent(&m.args);
+                Val::Unknown
+            }
         };
         Flow::Normal(v)
+    }
+
+    /// RW012 for a method the macro does not know called on the context, a batch or a group
+    /// communicator (an extension trait's, say), and for a communication method called on
+    /// something that may hold one (`pair.0.send(…)`): either may communicate unseen.
+    fn unknown_method(
+        &mut self,
+        m: &ExprMethodCall,
+        name: &str,
+        recv: &Val,
+        args: &[Val],
+    ) -> Option<Flow> {
+        let known = match recv {
+            Val::Ctx => {
+                CTX_PURE.contains(&name)
+                    || COMM.contains(&name)
+                    || matches!(name, "new_group" | "split" | "group" | "batch")
+            }
+            Val::Comm(_) | Val::BatchComm(..) => COMM.contains(&name),
+            Val::Batch(_) => {
+                COMM.contains(&name) || matches!(name, "group" | "run" | "len" | "is_empty")
+            }
+            _ => {
+                let comm_name = COMM.contains(&name) || name == "run";
+                let may_hold = !matches!(
+                    recv,
+                    Val::Int(_)
+                        | Val::Bool(_)
+                        | Val::Scalar(_)
+                        | Val::Tensor(_)
+                        | Val::Group(_)
+                        | Val::Range { .. }
+                        | Val::Op(_)
+                        | Val::Unit
+                );
+                let mentions = scan::communicates(&self.handles(), &|f| {
+                    syn::visit::Visit::visit_expr(f, &m.receiver)
+                });
+                !(comm_name && may_hold && mentions)
+            }
+        };
+        if known && !args.iter().any(holds_handle) {
+            return None;
+        }
+        self.unverifiable(
+            m.method.span(),
+            &format!("`{name}` is called on (or with) the context, a batch or a group communicator in a way the macro does not know"),
+            "call rankwise's own methods (`ctx.send`, `ctx.group(&g).all_reduce`, `batch.run`, …) directly in the program's body",
+        );
+        Some(Flow::Normal(Val::Unknown))
     }
 
     fn new_group(&mut self, m: &ExprMethodCall, members: Option<Val>) -> Val {
@@ -338,9 +464,24 @@ impl Eval<'_> {
             "scatter" => OpKind::Scatter,
             "reduce_scatter" => OpKind::ReduceScatter,
             "all_to_all" => OpKind::AllToAll,
-            _ => OpKind::Barrier,
+            "barrier" => OpKind::Barrier,
+            other => {
+                // Unreachable while `COMM` lists exactly the names above; never guess a kind.
+                self.unverifiable(
+                    m.method.span(),
+                    &format!("`{other}` is not a communication call the macro knows"),
+                    "use rankwise's communication methods",
+                );
+                return Val::Unknown;
+            }
         };
         let span = m.method.span();
+        if batch.is_none() && !self.check_untainted(span) {
+            return Val::Unknown;
+        }
+        if !self.shared.spend(super::shared::OP_COST) {
+            return Val::Unknown;
+        }
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
         // Positions of (main tensor, output, rank, op, dim) in the argument list, by kind.
         let (t_at, out_at, rank_at, op_at, dim_at) = arg_layout(kind);
@@ -545,8 +686,9 @@ impl Eval<'_> {
 }
 
 /// The variable a buffer argument borrows, and whether mutably: `Some(None)` for `None`, `None`
-/// if the argument is anything but `&x`, `&mut x`, `x`, `Some(…)` of those, or `None`. A plain
-/// `x` (a reference held in a variable) counts as mutable, to be safe.
+/// if the argument is anything but `&x`, `&mut x`, `Some(…)` of those, or `None`. A plain `x`
+/// is a reference held in a variable, which may borrow any tensor (`let r = &mut y;`): its
+/// call is not batched with others, since the two borrows might overlap.
 pub(super) fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
     match e {
         Expr::Reference(r) => match &*r.expr {
@@ -554,7 +696,6 @@ pub(super) fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
             _ => None,
         },
         Expr::Path(p) if p.path.is_ident("None") => Some(None),
-        Expr::Path(_) => ident_of(e).map(|n| Some((n, true))),
         Expr::Paren(p) => buffer_of(&p.expr),
         Expr::Call(c)
             if c.args.len() == 1

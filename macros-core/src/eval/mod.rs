@@ -9,6 +9,7 @@
 //! context), which is RW012: never silently unchecked.
 
 mod calls;
+mod env;
 mod scan;
 mod shared;
 mod value;
@@ -24,21 +25,44 @@ use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
 pub(crate) use scan::COMM;
-pub use shared::{Shared, Site};
+pub use shared::{Shared, Site, WORK_BUDGET};
 pub use value::Ratio;
 
-use scan::communicates;
+use env::Env;
+use scan::{EffectFinder, Exit, communicates};
 use value::*;
 
 /// Unrolled loop iterations allowed per rank before giving up (compile time must stay small).
 const BUDGET: usize = 1 << 20;
+
+/// How deeply expressions and blocks may nest before the evaluator stops with an error: deeper
+/// recursion would risk the compiler's stack (rustc compiles far deeper code, so this is ours).
+const MAX_NESTING: usize = 96;
+
+/// An evaluated loop or labelled block enclosing the current point: where `break` and
+/// `continue` go.
+struct Frame {
+    label: Option<String>,
+    is_loop: bool,
+}
+
+/// A call the macro cannot count on: code it did not run may leave the function (`frame:
+/// None`) or the given enclosing frame before reaching what follows.
+struct Taint {
+    frame: Option<usize>,
+    span: Span,
+    what: &'static str,
+}
 
 /// Evaluates the body for one (world, rank), appending the rank's items to `program`.
 pub struct Eval<'a> {
     ctx: String,
     rank: usize,
     world: usize,
-    scopes: Vec<Vec<(String, Val)>>,
+    env: Env,
+    frames: Vec<Frame>,
+    taints: Vec<Taint>,
+    depth: usize,
     batches: Vec<Vec<VOp>>,
     program: &'a mut Program,
     registry: &'a mut HashMap<(Vec<usize>, u32), GroupId>,
@@ -60,7 +84,10 @@ impl<'a> Eval<'a> {
             ctx,
             rank,
             world,
-            scopes: vec![Vec::new()],
+            env: Env::default(),
+            frames: Vec::new(),
+            taints: Vec::new(),
+            depth: 0,
             batches: Vec::new(),
             program,
             registry,
@@ -95,76 +122,198 @@ impl<'a> Eval<'a> {
     }
 
     fn lookup(&self, name: &str) -> Option<&Val> {
-        self.scopes
-            .iter()
-            .rev()
-            .find_map(|s| s.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v))
+        self.env.lookup(name)
     }
 
     fn bind(&mut self, name: String, v: Val) {
-        if let Some(scope) = self.scopes.last_mut() {
-            scope.push((name, v));
-        }
+        self.env.bind(name, v);
     }
 
     fn assign(&mut self, name: &str, v: Val) {
-        for s in self.scopes.iter_mut().rev() {
-            if let Some(slot) = s.iter_mut().rev().find(|(n, _)| n == name) {
-                slot.1 = v;
-                return;
-            }
-        }
+        self.env.assign(name, v);
     }
 
-    fn batch_names(&self) -> Vec<String> {
-        self.scopes
-            .iter()
-            .flatten()
-            .filter(|(_, v)| matches!(v, Val::Batch(_) | Val::BatchComm(..)))
-            .map(|(n, _)| n.clone())
-            .collect()
+    /// The context's name and every variable holding the context, a batch or a group
+    /// communicator (also inside an `Option`, tuple or array): code that mentions one of these
+    /// may communicate.
+    fn handles(&self) -> Vec<String> {
+        let mut out = vec![self.ctx.clone()];
+        out.extend(
+            self.env
+                .visible()
+                .filter(|(_, v)| holds_handle(v))
+                .map(|(n, _)| n.clone()),
+        );
+        out
     }
 
     fn has_comm_expr(&self, e: &Expr) -> bool {
-        communicates(&self.ctx, &self.batch_names(), &|f| f.visit_expr(e))
+        communicates(&self.handles(), &|f| f.visit_expr(e))
     }
 
     fn has_comm_block(&self, b: &syn::Block) -> bool {
-        communicates(&self.ctx, &self.batch_names(), &|f| f.visit_block(b))
+        communicates(&self.handles(), &|f| f.visit_block(b))
+    }
+
+    /// Code that is not run (a branch on run-time data, an uncounted loop, a `#[cfg]`'d
+    /// statement, a closure's body) but does not communicate: the variables it may change are
+    /// no longer known, and calls after a place it may leave from are no longer certain.
+    fn skip(&mut self, span: Span, node: &dyn Fn(&mut EffectFinder)) {
+        let fx = scan::effects(node);
+        if fx.too_deep {
+            self.too_deep(span);
+            return;
+        }
+        for name in &fx.assigned {
+            self.havoc(name);
+        }
+        for name in &fx.receivers {
+            if matches!(self.lookup(name), Some(Val::Array(_))) {
+                self.havoc(name);
+            }
+        }
+        for (exit, at) in fx.exits {
+            let (frame, what) = match &exit {
+                Exit::Return => (None, "a `return`"),
+                Exit::Loop { label, is_break } => {
+                    let found = self.frames.iter().rposition(|f| match label {
+                        None => f.is_loop,
+                        Some(l) => f.label.as_deref() == Some(l.as_str()),
+                    });
+                    let Some(i) = found else { continue };
+                    (
+                        Some(i),
+                        if *is_break {
+                            "a `break`"
+                        } else {
+                            "a `continue`"
+                        },
+                    )
+                }
+            };
+            self.taints.push(Taint {
+                frame,
+                span: at,
+                what,
+            });
+        }
+    }
+
+    /// Forgets what is known about a variable: its value, or a tensor's shape (its element type
+    /// is fixed by its Rust type).
+    fn havoc(&mut self, name: &str) {
+        let v = match self.lookup(name) {
+            Some(Val::Tensor(t)) => Val::Tensor(TVal {
+                dtype: t.dtype,
+                shape: None,
+            }),
+            Some(v) if holds_handle(v) => return,
+            Some(_) => Val::Unknown,
+            None => return,
+        };
+        self.assign(name, v);
+    }
+
+    /// RW012 for a communication call recorded while earlier code the macro did not run may
+    /// have left the function or a loop: on some ranks the call may not happen.
+    fn check_untainted(&mut self, span: Span) -> bool {
+        let Some(t) = self.taints.last() else {
+            return true;
+        };
+        let (what, line) = (t.what, t.span.start().line);
+        let left = if t.frame.is_none() {
+            "the function"
+        } else {
+            "the loop or block"
+        };
+        self.unverifiable(
+            span,
+            &format!(
+                "this call may be skipped: {what} at line {line}, under a condition the macro cannot \
+                 evaluate, can leave {left} before it"
+            ),
+            "make the early exit depend only on literals, `ctx.rank()` and `ctx.world()`, or \
+             communicate the decision first (e.g. `broadcast` a flag) so every rank exits alike; \
+             errors (`?`, `return Err(…)`) need no change: they stop every rank at run time",
+        );
+        false
+    }
+
+    fn too_deep(&mut self, span: Span) {
+        self.unverifiable(
+            span,
+            &format!("code nested more than {MAX_NESTING} levels deep, which the macro does not read"),
+            "split the expression or block with `let` bindings or helper functions that do not communicate",
+        );
+        self.shared.halt();
+    }
+
+    /// Enters a loop or labelled block; `leave_frame` ends it.
+    fn enter_frame(&mut self, label: Option<&syn::Label>, is_loop: bool) {
+        self.frames.push(Frame {
+            label: label.map(|l| l.name.ident.to_string()),
+            is_loop,
+        });
+    }
+
+    fn leave_frame(&mut self) {
+        let i = self.frames.len().saturating_sub(1);
+        self.taints.retain(|t| t.frame.is_none_or(|f| f < i));
+        self.frames.pop();
     }
 
     fn block(&mut self, b: &syn::Block) -> Flow {
-        self.scopes.push(Vec::new());
+        self.env.push();
         let mut last = Val::Unit;
         for stmt in &b.stmts {
             match self.stmt(stmt) {
-                Flow::Return => {
-                    self.scopes.pop();
-                    return Flow::Return;
-                }
                 Flow::Normal(v) => last = v,
+                other => {
+                    self.env.pop();
+                    return other;
+                }
             }
         }
-        self.scopes.pop();
+        self.env.pop();
         Flow::Normal(last)
     }
 
     fn stmt(&mut self, s: &Stmt) -> Flow {
+        if let Some(span) = cfg_attr(stmt_attrs(s)) {
+            return self.cfg_stmt(s, span);
+        }
         match s {
             Stmt::Local(l) => {
                 let v = match &l.init {
-                    Some(init) => match self.expr(&init.expr) {
-                        Flow::Return => return Flow::Return,
-                        Flow::Normal(v) => v,
-                    },
+                    Some(init) => {
+                        let v = match self.expr(&init.expr) {
+                            Flow::Normal(v) => v,
+                            other => return other,
+                        };
+                        if let Some((_, diverge)) = &init.diverge {
+                            // `let … else { … }`: the else block runs when the pattern fails,
+                            // which the macro cannot tell; it must diverge, so it is an exit.
+                            let diverge = &**diverge;
+                            if self.has_comm_expr(diverge) {
+                                self.unverifiable(
+                                    diverge.span(),
+                                    "in the `else` of a `let … else`, which runs when run-time data does not match",
+                                    "communicate before the `let … else`, or match on static values",
+                                );
+                            } else {
+                                self.skip(diverge.span(), &|f| f.visit_expr(diverge));
+                            }
+                        }
+                        v
+                    }
                     None => Val::Unknown,
                 };
                 self.bind_pat(&l.pat, v);
                 Flow::Normal(Val::Unit)
             }
             Stmt::Expr(e, semi) => match self.expr(e) {
-                Flow::Return => Flow::Return,
                 Flow::Normal(v) => Flow::Normal(if semi.is_some() { Val::Unit } else { v }),
+                other => other,
             },
             Stmt::Macro(m) => {
                 self.check_macro(&m.mac);
@@ -174,8 +323,35 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// A statement under `#[cfg(…)]`: whether it exists depends on the build, which the macro
+    /// does not know. Communication there is RW012; anything else is skipped code.
+    fn cfg_stmt(&mut self, s: &Stmt, span: Span) -> Flow {
+        let comm = communicates(&self.handles(), &|f| f.visit_stmt(s));
+        if comm {
+            self.unverifiable(
+                span,
+                "under `#[cfg(…)]`, which the macro cannot evaluate",
+                "move the communication out of the `#[cfg]` statement; let the `#[cfg]` code compute values only",
+            );
+            return Flow::Normal(Val::Unit);
+        }
+        self.skip(span, &|f| f.visit_stmt(s));
+        if let Stmt::Local(l) = s {
+            // The binding may or may not exist: either way its value is unknown.
+            let mut names = Vec::new();
+            pat_names(&l.pat, &mut names);
+            for n in names {
+                match self.lookup(&n) {
+                    Some(_) => self.havoc(&n),
+                    None => self.bind(n, Val::Unknown),
+                }
+            }
+        }
+        Flow::Normal(Val::Unit)
+    }
+
     fn check_macro(&mut self, m: &syn::Macro) {
-        let comm = communicates(&self.ctx, &self.batch_names(), &|f| f.visit_macro(m));
+        let comm = communicates(&self.handles(), &|f| f.visit_macro(m));
         if !comm {
             return;
         }
@@ -225,11 +401,28 @@ impl<'a> Eval<'a> {
     }
 
     fn expr(&mut self, e: &Expr) -> Flow {
+        if self.shared.halted() {
+            return Flow::Return;
+        }
+        if !self.shared.spend(1) {
+            return Flow::Return;
+        }
+        if self.depth >= MAX_NESTING {
+            self.too_deep(e.span());
+            return Flow::Return;
+        }
+        self.depth += 1;
+        let flow = self.expr_inner(e);
+        self.depth -= 1;
+        flow
+    }
+
+    fn expr_inner(&mut self, e: &Expr) -> Flow {
         macro_rules! val {
             ($e:expr) => {
                 match self.expr($e) {
-                    Flow::Return => return Flow::Return,
                     Flow::Normal(v) => v,
+                    other => return other,
                 }
             };
         }
@@ -240,7 +433,27 @@ impl<'a> Eval<'a> {
             Expr::Group(g) => val!(&g.expr),
             Expr::Reference(r) => val!(&r.expr),
             Expr::Try(t) => val!(&t.expr),
+            Expr::Block(b) if b.label.is_some() => {
+                self.enter_frame(b.label.as_ref(), false);
+                let flow = self.block(&b.block);
+                self.leave_frame();
+                let label = b.label.as_ref().map(|l| l.name.ident.to_string());
+                return match flow {
+                    Flow::Break(l, v) if l.is_some() && l == label => Flow::Normal(v),
+                    other => other,
+                };
+            }
             Expr::Block(b) => return self.block(&b.block),
+            Expr::Break(b) => {
+                let v = match &b.expr {
+                    Some(x) => val!(x),
+                    None => Val::Unit,
+                };
+                return Flow::Break(b.label.as_ref().map(|l| l.ident.to_string()), v);
+            }
+            Expr::Continue(c) => {
+                return Flow::Continue(c.label.as_ref().map(|l| l.ident.to_string()));
+            }
             Expr::Unsafe(u) => return self.block(&u.block),
             Expr::Array(a) => {
                 let mut out = Vec::new();
@@ -281,8 +494,14 @@ impl<'a> Eval<'a> {
             Expr::Binary(b) => return self.binary(b),
             Expr::Assign(a) => {
                 let v = val!(&a.right);
-                if let Some(name) = ident_of(&a.left) {
-                    self.assign(&name, v);
+                match (&*a.left, ident_of(&a.left)) {
+                    (Expr::Path(_), Some(name)) => self.assign(&name, v),
+                    // `a[i] = …`, `s.f = …`, `*r = …`: the variable changes in a way not modelled.
+                    (left, _) => {
+                        if let Some(name) = scan::base_ident(left) {
+                            self.havoc(&name);
+                        }
+                    }
                 }
                 Val::Unit
             }
@@ -298,15 +517,18 @@ impl<'a> Eval<'a> {
                 match (start, end) {
                     (Val::Int(a), Val::Int(b)) => {
                         let end = if matches!(r.limits, syn::RangeLimits::Closed(_)) {
-                            b + 1
+                            b.checked_add(1)
                         } else {
-                            b
+                            Some(b)
                         };
-                        Val::Range {
-                            start: a,
-                            end,
-                            step: 1,
-                            rev: false,
+                        match end {
+                            Some(end) => Val::Range {
+                                start: a,
+                                end,
+                                step: 1,
+                                rev: false,
+                            },
+                            None => Val::Unknown,
                         }
                     }
                     _ => Val::Unknown,
@@ -315,8 +537,8 @@ impl<'a> Eval<'a> {
             Expr::If(i) => return self.if_expr(i),
             Expr::Match(m) => return self.match_expr(m),
             Expr::ForLoop(f) => return self.for_loop(f),
-            Expr::While(w) => self.uncounted(&w.body, w.while_token.span, "a `while` loop"),
-            Expr::Loop(l) => self.uncounted(&l.body, l.loop_token.span, "a `loop`"),
+            Expr::While(w) => self.uncounted(e, &w.body, w.while_token.span, "a `while` loop"),
+            Expr::Loop(l) => self.uncounted(e, &l.body, l.loop_token.span, "a `loop`"),
             Expr::Closure(c) => {
                 if self.has_comm_expr(&c.body) {
                     self.unverifiable(
@@ -324,14 +546,41 @@ impl<'a> Eval<'a> {
                         "inside a closure, which may run any number of times",
                         "make the calls directly in the program's body",
                     );
+                    Val::Unknown
+                } else {
+                    // It may run at any time from here on: what it assigns is unknown now, and
+                    // again whenever it is called.
+                    let fx = scan::effects(&|f| f.visit_expr(e));
+                    if fx.too_deep {
+                        self.too_deep(c.span());
+                    }
+                    for n in &fx.assigned {
+                        self.havoc(n);
+                    }
+                    Val::Closure(fx.assigned)
                 }
-                Val::Unknown
             }
             Expr::Return(r) => {
                 if let Some(x) = &r.expr {
                     val!(x);
                 }
                 return Flow::Return;
+            }
+            Expr::Struct(st) => {
+                for f in &st.fields {
+                    let v = val!(&f.expr);
+                    if holds_handle(&v) {
+                        self.unverifiable(
+                            f.expr.span(),
+                            "the context or a batch is stored in a struct, whose use the macro cannot follow",
+                            "call the context's methods directly in the program's body",
+                        );
+                    }
+                }
+                if let Some(rest) = &st.rest {
+                    val!(rest);
+                }
+                Val::Unknown
             }
             Expr::Macro(m) => {
                 if m.mac.path.is_ident("vec") {
@@ -382,14 +631,17 @@ impl<'a> Eval<'a> {
         Flow::Normal(v)
     }
 
-    /// A loop the macro cannot unroll: fine unless it communicates.
-    fn uncounted(&mut self, body: &syn::Block, span: Span, what: &str) -> Val {
+    /// A loop the macro cannot unroll: fine unless it communicates; what it assigns is
+    /// unknown afterwards.
+    fn uncounted(&mut self, whole: &Expr, body: &syn::Block, span: Span, what: &str) -> Val {
         if self.has_comm_block(body) {
             self.unverifiable(
                 span,
                 &format!("inside {what}, whose iterations the macro cannot count"),
                 "use `for` over a range with bounds computed from literals, `ctx.rank()` and `ctx.world()`",
             );
+        } else {
+            self.skip(span, &|f| f.visit_expr(whole));
         }
         Val::Unit
     }
@@ -441,8 +693,8 @@ impl<'a> Eval<'a> {
 
     fn binary(&mut self, b: &syn::ExprBinary) -> Flow {
         let l = match self.expr(&b.left) {
-            Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
+            other => return other,
         };
         // Short-circuit like Rust: the right side of `&&`/`||` may not run.
         match (&b.op, &l) {
@@ -451,8 +703,8 @@ impl<'a> Eval<'a> {
             _ => {}
         }
         let r = match self.expr(&b.right) {
-            Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
+            other => return other,
         };
         let compound = |op: &BinOp| -> Option<BinOp> {
             Some(match op {
@@ -471,8 +723,13 @@ impl<'a> Eval<'a> {
         };
         if let Some(op) = compound(&b.op) {
             let v = binop(&op, l, r);
-            if let Some(name) = ident_of(&b.left) {
-                self.assign(&name, v);
+            match (&*b.left, ident_of(&b.left)) {
+                (Expr::Path(_), Some(name)) => self.assign(&name, v),
+                (left, _) => {
+                    if let Some(name) = scan::base_ident(left) {
+                        self.havoc(&name);
+                    }
+                }
             }
             return Flow::Normal(Val::Unit);
         }
@@ -492,8 +749,8 @@ impl<'a> Eval<'a> {
 
     fn if_expr(&mut self, i: &syn::ExprIf) -> Flow {
         let cond = match self.expr(&i.cond) {
-            Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
+            other => return other,
         };
         match cond {
             Val::Bool(true) => self.block(&i.then_branch),
@@ -514,6 +771,13 @@ impl<'a> Eval<'a> {
                         "branch only on values computed from literals, `ctx.rank()` and `ctx.world()`; if the data decides, \
                          communicate the decision first (e.g. `broadcast` a flag) and make every rank take the same calls",
                     );
+                } else {
+                    self.skip(i.if_token.span, &|f| {
+                        f.visit_block(&i.then_branch);
+                        if let Some((_, e)) = &i.else_branch {
+                            f.visit_expr(e);
+                        }
+                    });
                 }
                 Flow::Normal(Val::Unknown)
             }
@@ -522,39 +786,44 @@ impl<'a> Eval<'a> {
 
     fn match_expr(&mut self, m: &syn::ExprMatch) -> Flow {
         let scrut = match self.expr(&m.expr) {
-            Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
+            other => return other,
         };
         if let Val::Poison = scrut {
             return Flow::Normal(Val::Poison);
         }
-        if matches!(scrut, Val::Int(_) | Val::Bool(_)) {
+        // An arm under `#[cfg]` may not exist: then another arm matches.
+        let cfg_arms = m.arms.iter().any(|a| cfg_attr(&a.attrs).is_some());
+        if matches!(scrut, Val::Int(_) | Val::Bool(_)) && !cfg_arms {
             for arm in &m.arms {
                 if let Some(bound) = pat_matches(&arm.pat, &scrut) {
-                    self.scopes.push(bound);
+                    self.env.push();
+                    for (n, v) in bound {
+                        self.bind(n, v);
+                    }
                     let guard_ok = match &arm.guard {
                         Some((_, g)) => match self.expr(g) {
-                            Flow::Return => {
-                                self.scopes.pop();
-                                return Flow::Return;
-                            }
                             Flow::Normal(Val::Bool(b)) => Some(b),
                             Flow::Normal(_) => None,
+                            other => {
+                                self.env.pop();
+                                return other;
+                            }
                         },
                         None => Some(true),
                     };
                     match guard_ok {
                         Some(true) => {
                             let r = self.expr(&arm.body);
-                            self.scopes.pop();
+                            self.env.pop();
                             return r;
                         }
                         Some(false) => {
-                            self.scopes.pop();
+                            self.env.pop();
                             continue;
                         }
                         None => {
-                            self.scopes.pop();
+                            self.env.pop();
                             break;
                         }
                     }
@@ -567,14 +836,36 @@ impl<'a> Eval<'a> {
                 "in a `match` on a value that depends on run-time data",
                 "match only on values computed from literals, `ctx.rank()` and `ctx.world()`",
             );
+        } else {
+            self.skip(m.match_token.span, &|f| {
+                for a in &m.arms {
+                    if let Some((_, g)) = &a.guard {
+                        f.visit_expr(g);
+                    }
+                    f.visit_expr(&a.body);
+                }
+            });
         }
         Flow::Normal(Val::Unknown)
     }
 
     fn for_loop(&mut self, f: &syn::ExprForLoop) -> Flow {
         let iter = match self.expr(&f.expr) {
-            Flow::Return => return Flow::Return,
             Flow::Normal(v) => v,
+            other => return other,
+        };
+        let comm = self.has_comm_block(&f.body);
+        let too_many = |me: &mut Self| {
+            if comm {
+                me.unverifiable(
+                    f.for_token.span,
+                    "in a loop with too many iterations to unroll",
+                    "check a smaller world size",
+                );
+            } else {
+                me.skip(f.for_token.span, &|v| v.visit_block(&f.body));
+            }
+            Flow::Normal(Val::Unit)
         };
         let values: Option<Vec<Val>> = match iter {
             Val::Range {
@@ -582,15 +873,10 @@ impl<'a> Eval<'a> {
                 end,
                 step,
                 rev,
-            } if step > 0 => {
+            } if step > 0 && usize::try_from(step).is_ok() => {
                 // Refuse before materialising: a huge range must not exhaust memory or time.
                 if end.saturating_sub(start).max(0) / step > self.budget as i128 {
-                    self.unverifiable(
-                        f.for_token.span,
-                        "in a loop with too many iterations to unroll",
-                        "check a smaller world size",
-                    );
-                    return Flow::Normal(Val::Unit);
+                    return too_many(self);
                 }
                 let mut v: Vec<i128> = (start..end.max(start)).step_by(step as usize).collect();
                 if rev {
@@ -603,37 +889,104 @@ impl<'a> Eval<'a> {
             _ => None,
         };
         let Some(values) = values else {
-            if self.has_comm_block(&f.body) {
+            if comm {
                 self.unverifiable(
                     f.expr.span(),
                     "in a loop over something whose length the macro cannot compute",
                     "loop over a range with bounds computed from literals, `ctx.rank()` and `ctx.world()`",
                 );
+            } else {
+                self.skip(f.for_token.span, &|v| v.visit_block(&f.body));
             }
             return Flow::Normal(Val::Unit);
         };
-        if !self.has_comm_block(&f.body) {
-            // Nothing to check inside: do not spend the unrolling budget on it.
-            return Flow::Normal(Val::Unit);
+        if values.len() > self.budget {
+            return too_many(self);
         }
+        // Loops run whether or not they communicate: the values they compute (a peer found by
+        // searching, a counter) are what later calls use.
+        let label = f.label.as_ref().map(|l| l.name.ident.to_string());
+        let mine = |l: &Option<String>| l.is_none() || *l == label;
+        self.enter_frame(f.label.as_ref(), true);
+        let mut out = Flow::Normal(Val::Unit);
         for v in values {
-            if self.budget == 0 {
-                self.unverifiable(
-                    f.for_token.span,
-                    "in a loop with too many iterations to unroll",
-                    "check a smaller world size",
-                );
-                return Flow::Normal(Val::Unit);
-            }
-            self.budget -= 1;
-            self.scopes.push(Vec::new());
+            self.budget = self.budget.saturating_sub(1);
+            self.env.push();
             self.bind_pat(&f.pat, v);
             let r = self.block(&f.body);
-            self.scopes.pop();
-            if let Flow::Return = r {
-                return Flow::Return;
+            self.env.pop();
+            match r {
+                Flow::Normal(_) => {}
+                Flow::Continue(l) if mine(&l) => {}
+                Flow::Break(l, _) if mine(&l) => break,
+                other => {
+                    out = other;
+                    break;
+                }
             }
         }
-        Flow::Normal(Val::Unit)
+        self.leave_frame();
+        out
     }
+}
+
+/// Whether a value is, or contains, the context, a batch or a group communicator.
+fn holds_handle(v: &Val) -> bool {
+    match v {
+        Val::Ctx | Val::Comm(_) | Val::Batch(_) | Val::BatchComm(..) => true,
+        Val::Opt(Some(b)) => holds_handle(b),
+        Val::Tuple(vs) | Val::Array(vs) => vs.iter().any(holds_handle),
+        _ => false,
+    }
+}
+
+/// The names a pattern binds.
+fn pat_names(p: &Pat, out: &mut Vec<String>) {
+    match p {
+        Pat::Ident(i) => out.push(i.ident.to_string()),
+        Pat::Type(t) => pat_names(&t.pat, out),
+        Pat::Tuple(t) => t.elems.iter().for_each(|e| pat_names(e, out)),
+        Pat::TupleStruct(t) => t.elems.iter().for_each(|e| pat_names(e, out)),
+        Pat::Reference(r) => pat_names(&r.pat, out),
+        Pat::Slice(s) => s.elems.iter().for_each(|e| pat_names(e, out)),
+        Pat::Struct(s) => s.fields.iter().for_each(|f| pat_names(&f.pat, out)),
+        Pat::Or(o) => o.cases.iter().for_each(|c| pat_names(c, out)),
+        Pat::Paren(p) => pat_names(&p.pat, out),
+        _ => {}
+    }
+}
+
+/// The outer attributes of a statement.
+fn stmt_attrs(s: &Stmt) -> &[syn::Attribute] {
+    match s {
+        Stmt::Local(l) => &l.attrs,
+        Stmt::Macro(m) => &m.attrs,
+        Stmt::Item(_) => &[],
+        Stmt::Expr(e, _) => expr_attrs(e),
+    }
+}
+
+fn expr_attrs(e: &Expr) -> &[syn::Attribute] {
+    macro_rules! attrs {
+        ($($v:ident),*) => {
+            match e {
+                $(Expr::$v(x) => &x.attrs,)*
+                _ => &[],
+            }
+        };
+    }
+    attrs!(
+        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
+        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
+        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
+        Unsafe, While, Yield
+    )
+}
+
+/// The span of a `#[cfg(…)]` among `attrs`, if there is one.
+fn cfg_attr(attrs: &[syn::Attribute]) -> Option<Span> {
+    attrs
+        .iter()
+        .find(|a| a.path().is_ident("cfg"))
+        .map(|a| a.span())
 }

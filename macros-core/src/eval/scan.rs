@@ -1,7 +1,10 @@
-//! Finding communication in code the evaluator does not follow (to report it as RW012).
+//! Syntax the evaluator does not follow, read for what matters to the checks: whether it
+//! communicates (to report RW012), which variables it may change (so they are no longer
+//! trusted), and how control may leave it (so the calls it may skip are not trusted either).
 
-use syn::ExprMethodCall;
+use syn::spanned::Spanned;
 use syn::visit::Visit;
+use syn::{Expr, ExprMethodCall};
 
 use super::value::ident_of;
 
@@ -18,6 +21,17 @@ pub const COMM: [&str; 11] = [
     "reduce_scatter",
     "all_to_all",
     "barrier",
+];
+
+/// Methods of a context that neither communicate nor change what later calls mean.
+pub(super) const CTX_PURE: [&str; 7] = [
+    "rank",
+    "world",
+    "full",
+    "zeros",
+    "tensor",
+    "world_group",
+    "backend_name",
 ];
 
 /// Standard macros that only format, assert or build vectors: they may mention the context
@@ -41,40 +55,76 @@ pub(super) const KNOWN_MACROS: [&str; 16] = [
     "vec",
 ];
 
-/// Whether `node` contains communication (or hands the context to other code).
-pub(super) fn communicates(ctx: &str, batches: &[String], node: &dyn Fn(&mut CommFinder)) -> bool {
+/// How deep the readers below descend before giving up (and answering conservatively): deeper
+/// syntax would risk the compiler's stack.
+pub(super) const MAX_DEPTH: usize = 128;
+
+/// Whether `node` contains communication, or hands the context (or a batch or group
+/// communicator, named in `handles` with the context and its aliases) to other code.
+pub(super) fn communicates(handles: &[String], node: &dyn Fn(&mut CommFinder)) -> bool {
     let mut f = CommFinder {
-        ctx: ctx.to_string(),
-        batches: batches.to_vec(),
+        handles,
         found: false,
+        depth: 0,
     };
     node(&mut f);
     f.found
 }
 
-pub(super) struct CommFinder {
-    ctx: String,
-    batches: Vec<String>,
+pub(super) struct CommFinder<'h> {
+    handles: &'h [String],
     found: bool,
+    depth: usize,
 }
 
-impl<'ast> Visit<'ast> for CommFinder {
+impl CommFinder<'_> {
+    fn is_handle(&self, e: &Expr) -> bool {
+        ident_of(e).is_some_and(|n| self.handles.contains(&n))
+    }
+}
+
+impl<'ast> Visit<'ast> for CommFinder<'_> {
+    fn visit_expr(&mut self, e: &'ast Expr) {
+        if self.found {
+            return;
+        }
+        if self.depth >= MAX_DEPTH {
+            self.found = true; // too deep to read: assume the worst
+            return;
+        }
+        self.depth += 1;
+        syn::visit::visit_expr(self, e);
+        self.depth -= 1;
+    }
     fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
         let name = m.method.to_string();
-        let on_batch = ident_of(&m.receiver).is_some_and(|r| self.batches.contains(&r));
-        if COMM.contains(&name.as_str()) || (on_batch && name == "run") {
+        if COMM.contains(&name.as_str()) {
             self.found = true;
+            return;
+        }
+        if self.is_handle(&m.receiver) {
+            // `ctx.rank()` is harmless; anything else on a handle (`b.run()`, `ctx.new_group`,
+            // an extension trait's method) communicates or changes what later calls mean.
+            if CTX_PURE.contains(&name.as_str()) {
+                for a in &m.args {
+                    self.visit_expr(a);
+                }
+            } else {
+                self.found = true;
+            }
+            return;
         }
         syn::visit::visit_expr_method_call(self, m);
     }
-    fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
-        if c.args
-            .iter()
-            .any(|a| ident_of(a).as_deref() == Some(self.ctx.as_str()))
+    fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+        // A handle used other than as the receiver of a known method: handed on.
+        if p.qself.is_none()
+            && p.path
+                .get_ident()
+                .is_some_and(|i| self.handles.contains(&i.to_string()))
         {
             self.found = true;
         }
-        syn::visit::visit_expr_call(self, c);
     }
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
         let text = m.tokens.to_string();
@@ -88,13 +138,187 @@ impl<'ast> Visit<'ast> for CommFinder {
             .get_ident()
             .is_some_and(|i| KNOWN_MACROS.contains(&i.to_string().as_str()));
         let mentions = m.tokens.clone().into_iter().any(|t| match t {
-            proc_macro2::TokenTree::Ident(i) => {
-                i == self.ctx.as_str() || self.batches.iter().any(|b| i == b.as_str())
-            }
+            proc_macro2::TokenTree::Ident(i) => self.handles.iter().any(|h| i == h.as_str()),
             _ => false,
         });
         if !known && mentions {
             self.found = true;
+        }
+    }
+    fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
+/// How control may leave a piece of code without running to its end.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Exit {
+    /// `return` (other than `return Err(…)`, an error path that stops the world at run time).
+    Return,
+    /// `break` or `continue`, unlabelled or to a label defined outside the code.
+    Loop {
+        label: Option<String>,
+        is_break: bool,
+    },
+}
+
+/// What a piece of code the evaluator does not run may do to the state around it.
+#[derive(Default, Debug)]
+pub(super) struct Effects {
+    /// Variables it may assign or mutably borrow (by their base name: `a` for `a[i] = …`).
+    pub assigned: Vec<String>,
+    /// Variables it calls methods on (a `Vec` may be pushed to).
+    pub receivers: Vec<String>,
+    /// How control may leave it, with where.
+    pub exits: Vec<(Exit, proc_macro2::Span)>,
+    /// Whether it was too deep to read whole (then every variable is suspect).
+    pub too_deep: bool,
+}
+
+/// Reads the effects of `node`; see [`Effects`].
+pub(super) fn effects(node: &dyn Fn(&mut EffectFinder)) -> Effects {
+    let mut f = EffectFinder::default();
+    node(&mut f);
+    f.out
+}
+
+#[derive(Default)]
+pub(super) struct EffectFinder {
+    out: Effects,
+    /// Labels defined inside, and how many unlabelled loops enclose the current point.
+    labels: Vec<String>,
+    loops: usize,
+    /// Inside a closure: its `return`/`break` are its own; its assignments still count.
+    closures: usize,
+    depth: usize,
+}
+
+/// The variable an assignment target or borrowed place is rooted at: `a` in `a`, `a[i]`,
+/// `a.f`, `*a`, `(a)`.
+pub(super) fn base_ident(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Index(i) => base_ident(&i.expr),
+        Expr::Field(f) => base_ident(&f.base),
+        Expr::Paren(p) => base_ident(&p.expr),
+        Expr::Unary(u) => base_ident(&u.expr),
+        Expr::MethodCall(m) => base_ident(&m.receiver),
+        _ => ident_of(e),
+    }
+}
+
+impl EffectFinder {
+    fn exit(&mut self, exit: Exit, span: proc_macro2::Span) {
+        if self.closures == 0 {
+            self.out.exits.push((exit, span));
+        }
+    }
+
+    fn in_loop(&mut self, label: Option<&syn::Label>, body: impl FnOnce(&mut Self)) {
+        let name = label.map(|l| l.name.ident.to_string());
+        self.loops += 1;
+        self.labels.extend(name.clone());
+        body(self);
+        if name.is_some() {
+            self.labels.pop();
+        }
+        self.loops -= 1;
+    }
+}
+
+impl<'ast> Visit<'ast> for EffectFinder {
+    fn visit_expr(&mut self, e: &'ast Expr) {
+        if self.depth >= MAX_DEPTH {
+            self.out.too_deep = true;
+            return;
+        }
+        self.depth += 1;
+        syn::visit::visit_expr(self, e);
+        self.depth -= 1;
+    }
+    fn visit_expr_assign(&mut self, a: &'ast syn::ExprAssign) {
+        self.out.assigned.extend(base_ident(&a.left));
+        syn::visit::visit_expr_assign(self, a);
+    }
+    fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
+        use syn::BinOp::*;
+        if matches!(
+            b.op,
+            AddAssign(_)
+                | SubAssign(_)
+                | MulAssign(_)
+                | DivAssign(_)
+                | RemAssign(_)
+                | BitXorAssign(_)
+                | BitAndAssign(_)
+                | BitOrAssign(_)
+                | ShlAssign(_)
+                | ShrAssign(_)
+        ) {
+            self.out.assigned.extend(base_ident(&b.left));
+        }
+        syn::visit::visit_expr_binary(self, b);
+    }
+    fn visit_expr_reference(&mut self, r: &'ast syn::ExprReference) {
+        if r.mutability.is_some() {
+            self.out.assigned.extend(base_ident(&r.expr));
+        }
+        syn::visit::visit_expr_reference(self, r);
+    }
+    fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
+        self.out.receivers.extend(base_ident(&m.receiver));
+        syn::visit::visit_expr_method_call(self, m);
+    }
+    fn visit_expr_return(&mut self, r: &'ast syn::ExprReturn) {
+        let is_err = matches!(r.expr.as_deref(), Some(Expr::Call(c))
+            if matches!(&*c.func, Expr::Path(p) if p.path.is_ident("Err")));
+        if !is_err {
+            self.exit(Exit::Return, r.span());
+        }
+        syn::visit::visit_expr_return(self, r);
+    }
+    fn visit_expr_break(&mut self, b: &'ast syn::ExprBreak) {
+        self.jump(b.label.as_ref(), true, b.span());
+        syn::visit::visit_expr_break(self, b);
+    }
+    fn visit_expr_continue(&mut self, c: &'ast syn::ExprContinue) {
+        self.jump(c.label.as_ref(), false, c.span());
+    }
+    fn visit_expr_for_loop(&mut self, f: &'ast syn::ExprForLoop) {
+        self.visit_expr(&f.expr);
+        self.in_loop(f.label.as_ref(), |me| me.visit_block(&f.body));
+    }
+    fn visit_expr_while(&mut self, w: &'ast syn::ExprWhile) {
+        self.in_loop(w.label.as_ref(), |me| {
+            me.visit_expr(&w.cond);
+            me.visit_block(&w.body)
+        });
+    }
+    fn visit_expr_loop(&mut self, l: &'ast syn::ExprLoop) {
+        self.in_loop(l.label.as_ref(), |me| me.visit_block(&l.body));
+    }
+    fn visit_expr_block(&mut self, b: &'ast syn::ExprBlock) {
+        let name = b.label.as_ref().map(|l| l.name.ident.to_string());
+        self.labels.extend(name.clone());
+        self.visit_block(&b.block);
+        if name.is_some() {
+            self.labels.pop();
+        }
+    }
+    fn visit_expr_closure(&mut self, c: &'ast syn::ExprClosure) {
+        self.closures += 1;
+        syn::visit::visit_expr_closure(self, c);
+        self.closures -= 1;
+    }
+    fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
+impl EffectFinder {
+    fn jump(&mut self, label: Option<&syn::Lifetime>, is_break: bool, span: proc_macro2::Span) {
+        let escapes = match label {
+            None => self.loops == 0,
+            Some(l) => !self.labels.contains(&l.ident.to_string()),
+        };
+        if escapes {
+            let label = label.map(|l| l.ident.to_string());
+            self.exit(Exit::Loop { label, is_break }, span);
         }
     }
 }

@@ -34,7 +34,20 @@ pub struct Shared {
     /// Divisibility the verifier could not check (a split of a symbolic dimension):
     /// (call span, coefficient, symbol, parts, what is split).
     pub assertions: Vec<(Span, Ratio, u32, usize, String)>,
+    /// Work spent so far, over every world size and rank (see [`WORK_BUDGET`]).
+    pub work: u64,
+    /// Set when evaluation must stop (budget spent, code too deep): nothing further is run.
+    halted: bool,
 }
+
+/// Units of work the macro may spend on one program, over all its world sizes and ranks: one
+/// per expression evaluated, [`OP_COST`] per communication call recorded (calls are kept in
+/// memory until checked). About ten seconds and a few hundred MiB at most, so that a large
+/// world list is a clear error instead of an exhausted machine.
+pub const WORK_BUDGET: u64 = 60_000_000;
+
+/// Work charged per recorded communication call.
+pub const OP_COST: u64 = 64;
 
 impl Shared {
     pub(super) fn site(
@@ -56,7 +69,32 @@ impl Shared {
         SiteId(id)
     }
 
-    pub(super) fn error(&mut self, span: Span, msg: String) {
+    /// Charges `units` of work; `false` (and the evaluation halts) once the budget is spent.
+    pub(super) fn spend(&mut self, units: u64) -> bool {
+        self.work = self.work.saturating_add(units);
+        if self.work > WORK_BUDGET {
+            self.halted = true;
+            return false;
+        }
+        true
+    }
+
+    /// Stops every further evaluation of this program.
+    pub(super) fn halt(&mut self) {
+        self.halted = true;
+    }
+
+    /// Whether evaluation has stopped.
+    pub fn halted(&self) -> bool {
+        self.halted
+    }
+
+    /// Whether the work budget ran out.
+    pub fn over_budget(&self) -> bool {
+        self.work > WORK_BUDGET
+    }
+
+    pub fn error(&mut self, span: Span, msg: String) {
         let start = span.start();
         if !self
             .errors

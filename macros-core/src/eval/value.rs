@@ -48,13 +48,21 @@ pub(super) enum Val {
     Comm(GroupVal),
     Batch(usize),
     BatchComm(usize, GroupVal),
+    /// A closure that does not communicate, with the variables it may assign when called.
+    Closure(Vec<String>),
     Unit,
     Unknown,
 }
 
+/// How evaluating a piece of code ended.
 pub(super) enum Flow {
     Normal(Val),
+    /// `return`, or the evaluation stopped (an error that ends it was reported).
     Return,
+    /// `break` with its label, if any, and value.
+    Break(Option<String>, Val),
+    /// `continue` with its label, if any.
+    Continue(Option<String>),
 }
 
 pub(super) fn gcd(a: u64, b: u64) -> u64 {
@@ -343,12 +351,18 @@ pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
             end,
             step,
             rev: false,
-        } if *start >= 0 && *step > 0 && (*end - *start) / *step <= 1 << 16 => Some(
-            (*start..*end)
-                .step_by(*step as usize)
-                .map(|x| x as usize)
-                .collect(),
-        ),
+        } if *start >= 0
+            && *step > 0
+            && usize::try_from(*step).is_ok()
+            && end.saturating_sub(*start) / *step <= 1 << 16 =>
+        {
+            Some(
+                (*start..*end)
+                    .step_by(*step as usize)
+                    .map(|x| x as usize)
+                    .collect(),
+            )
+        }
         _ => None,
     }
 }
