@@ -13,6 +13,7 @@ fn ui() {
         "p2p",
         "ranks",
         "shapes",
+        "trust",
         "unverifiable",
         "worlds",
     ] {

@@ -131,6 +131,19 @@ pub fn parse(args: TokenStream) -> syn::Result<Worlds> {
     parse_inner.parse2(args)
 }
 
+/// World sizes as a person would write them: `1..=1024`, or `[2, 4, 8]` (long lists cut).
+pub fn describe(sizes: &[usize]) -> String {
+    match sizes {
+        [] => "[]".into(),
+        [a, .., b] if sizes.windows(2).all(|w| w[1] == w[0] + 1) => format!("{a}..={b}"),
+        _ if sizes.len() <= 8 => format!("{sizes:?}"),
+        _ => {
+            let head: Vec<String> = sizes[..6].iter().map(ToString::to_string).collect();
+            format!("[{}, … ({} sizes)]", head.join(", "), sizes.len())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

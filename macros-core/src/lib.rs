@@ -72,12 +72,12 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         }
         if shared.over_budget() {
             let msg = format!(
-                "RW012: checking `{}` at world sizes {:?} needs more work than the macro allows \
+                "RW012: checking `{}` at world sizes {} needs more work than the macro allows \
                  ({} steps, spent by world size {w}); check fewer or smaller world sizes, e.g. \
                  `world in [2, 4, 8]` (larger worlds can be checked at launch with \
                  `rankwise::Options::verify`)",
                 func.sig.ident,
-                worlds.sizes,
+                args::describe(&worlds.sizes),
                 eval::WORK_BUDGET
             );
             shared.error(func.sig.ident.span(), msg);

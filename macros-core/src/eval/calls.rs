@@ -472,15 +472,15 @@ impl Eval<'_> {
                     &format!("`{other}` is not a communication call the macro knows"),
                     "use rankwise's communication methods",
                 );
-                return Val::Unknown;
+                return Val::Poison;
             }
         };
         let span = m.method.span();
         if batch.is_none() && !self.check_untainted(span) {
-            return Val::Unknown;
+            return Val::Poison;
         }
         if !self.shared.spend(super::shared::OP_COST) {
-            return Val::Unknown;
+            return Val::Poison;
         }
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
         // Positions of (main tensor, output, rank, op, dim) in the argument list, by kind.
@@ -508,10 +508,10 @@ impl Eval<'_> {
         };
         let Some(peer) = need_int(self, rank_at, if kind.is_p2p() { "peer" } else { "root" })
         else {
-            return Val::Unknown;
+            return Val::Poison;
         };
         let Some(dim) = need_int(self, dim_at, "dim") else {
-            return Val::Unknown;
+            return Val::Poison;
         };
         let op = match op_at.map(|i| args.get(i)) {
             None => None,
@@ -522,7 +522,7 @@ impl Eval<'_> {
                     "a reduce op the macro cannot identify",
                     "name it directly, like `ReduceOp::Sum`",
                 );
-                return Val::Unknown;
+                return Val::Poison;
             }
         };
         // The tensor whose shape must agree (see `OpDesc`), and the optional extra buffer.
@@ -542,7 +542,7 @@ impl Eval<'_> {
             (Some(t), o) => {
                 let Some(main) = tensor(args.get(t)) else {
                     self.unverifiable(arg_span(t), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape (`ctx.zeros::<f32>([2, 5])`) or annotate its type");
-                    return Val::Unknown;
+                    return Val::Poison;
                 };
                 let extra = match o {
                     None => None,
@@ -550,7 +550,7 @@ impl Eval<'_> {
                         Some(x) => x,
                         None => {
                             self.unverifiable(arg_span(o), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape, or pass `None` / `Some(&mut t)` directly");
-                            return Val::Unknown;
+                            return Val::Poison;
                         }
                     },
                 };
@@ -574,12 +574,12 @@ impl Eval<'_> {
             _ if kind == OpKind::Barrier => (DType::U8, Vec::new(), None),
             Some(t) => {
                 let Some((d, s)) = known(self, &t, t_at.unwrap_or(0)) else {
-                    return Val::Unknown;
+                    return Val::Poison;
                 };
                 let extra = match &extra {
                     Some(x) => match known(self, x, out_at.unwrap_or(0)) {
                         Some((_, s)) => Some(s),
-                        None => return Val::Unknown,
+                        None => return Val::Poison,
                     },
                     None => None,
                 };
@@ -591,7 +591,7 @@ impl Eval<'_> {
                     "a call without the tensor it needs",
                     "pass the tensor",
                 );
-                return Val::Unknown;
+                return Val::Poison;
             }
         };
         // The other buffer is scatter's root input, or every other call's separate output.
