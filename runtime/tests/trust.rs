@@ -104,9 +104,12 @@ mod no_panic {
             Tensor::<u8>::zeros([1 << 40, 1 << 40]),
             Err(Error::Tensor(_))
         ));
-        // Fits the address space but not the machine: the allocator says no, as an `Err`.
-        let err = Tensor::<f32>::full([1 << 60], 0.0).unwrap_err();
-        assert!(err.to_string().contains("cannot allocate"), "{err}");
+        // Fits the address space but not the machine: the allocator says no, as an `Err`. (Miri
+        // stops the program on such a request instead of failing it.)
+        if !cfg!(miri) {
+            let err = Tensor::<f32>::full([1 << 60], 0.0).unwrap_err();
+            assert!(err.to_string().contains("cannot allocate"), "{err}");
+        }
         assert!(Tensor::<f64>::from_fn([1 << 61], |_| 0.0).is_err());
     }
 
@@ -236,8 +239,10 @@ mod no_panic {
 
         /// Any value the public API can build — mismatched rank lists, undeclared groups, empty
         /// or invalid groups, absent peers, huge shapes, dims out of range — gets a verdict and
-        /// never a panic.
+        /// never a panic. (Safe code, no `unsafe` below it: skipped under Miri, where proptest
+        /// cannot reach the file system.)
         #[test]
+        #[cfg_attr(miri, ignore)]
         fn the_verifier_never_panics(p in program_strategy(), drop_world in any::<bool>()) {
             let mut p = p;
             if drop_world {

@@ -192,14 +192,15 @@ pub(super) struct EffectFinder {
 }
 
 /// The variable an assignment target or borrowed place is rooted at: `a` in `a`, `a[i]`,
-/// `a.f`, `*a`, `(a)`.
+/// `a.f`, `*a`, `(a)`. A place reached through a method (`t.as_mut_slice()?[0]`) has none:
+/// the method's receiver is accounted for as a receiver (a `Vec`'s `last_mut` changes it; a
+/// tensor's `as_mut_slice` cannot change its shape).
 pub(super) fn base_ident(e: &Expr) -> Option<String> {
     match e {
         Expr::Index(i) => base_ident(&i.expr),
         Expr::Field(f) => base_ident(&f.base),
         Expr::Paren(p) => base_ident(&p.expr),
         Expr::Unary(u) => base_ident(&u.expr),
-        Expr::MethodCall(m) => base_ident(&m.receiver),
         _ => ident_of(e),
     }
 }
