@@ -63,9 +63,12 @@ thread_local! {
 }
 
 /// Installed for the duration of one call of a program function; see the module docs.
+///
+/// Neither `Send` nor `Sync`: it stands for an entry in this thread's stack of active guards,
+/// and dropping it on another thread would pop that thread's entry instead.
 #[must_use]
 pub struct Guard {
-    _private: (),
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Guard {
@@ -97,7 +100,9 @@ impl Guard {
             })
         });
         ANY.with(|any| any.set(true));
-        Ok(Guard { _private: () })
+        Ok(Guard {
+            _not_send: std::marker::PhantomData,
+        })
     }
 
     /// Checks that the call at `site` is the next one the verified schedule expects (no-op when

@@ -234,8 +234,16 @@ mod no_panic {
             })
     }
 
+    /// 4000 programs by default; `RANKWISE_FUZZ_CASES=20000` for a longer run.
+    fn fuzz_cases() -> u32 {
+        std::env::var("RANKWISE_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4000)
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: fuzz_cases(), ..ProptestConfig::default() })]
 
         /// Any value the public API can build — mismatched rank lists, undeclared groups, empty
         /// or invalid groups, absent peers, huge shapes, dims out of range — gets a verdict and

@@ -70,7 +70,16 @@ fn generic<const N: usize>(ctx: &mut Ctx) -> Result<Vec<f32>> {
     Ok(output.to_vec())
 }
 
+// The attribute twice: each expansion keeps its names to itself, and both guards hold.
+#[rankwise::program(world = 2)]
+#[rankwise::program(world in [2, 3])]
+fn twice(ctx: &mut Ctx) -> Result<()> {
+    ctx.barrier()
+}
+
 fn main() {
+    assert!(spawn(2, twice).is_ok());
+    assert!(spawn(3, twice).is_err()); // the outer guard was checked for 2 only
     for world in 2..=5 {
         let got = spawn(world, control_flow).unwrap();
         for (r, v) in got.into_iter().enumerate() {
