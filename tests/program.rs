@@ -2,7 +2,7 @@
 //! others before communicating, and the guard turns any call off the verified schedule into an
 //! error naming the call site.
 
-use rankwise::guard::{Guard, RankTable, Run, Table};
+use rankwise::__private::{Guard, RankTable, Run, Table};
 use rankwise::prelude::*;
 use rankwise::{Error, Options, spawn_each};
 

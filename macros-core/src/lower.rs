@@ -108,20 +108,20 @@ pub fn guard(
     let worlds = schedules.iter().map(|(w, seqs)| {
         let ranks = seqs.iter().map(|seq| {
             let runs = compress(seq).into_iter().map(|(pattern, times)| {
-                quote!(::rankwise::guard::Run { pattern: &[#(#pattern),*], times: #times })
+                quote!(::rankwise::__private::Run { pattern: &[#(#pattern),*], times: #times })
             });
-            quote!(::rankwise::guard::RankTable { runs: &[#(#runs),*] })
+            quote!(::rankwise::__private::RankTable { runs: &[#(#runs),*] })
         });
         quote!((#w, &[#(#ranks),*]))
     });
     let enter = quote! {
         let #guard = {
-            static #table: ::rankwise::guard::Table = ::rankwise::guard::Table {
+            static #table: ::rankwise::__private::Table = ::rankwise::__private::Table {
                 function: #name,
                 worlds: &[#(#worlds),*],
                 sites: &[#(#site_rows),*],
             };
-            ::rankwise::guard::Guard::enter(&#table, #ctx.rank(), #ctx.world())?
+            ::rankwise::__private::Guard::enter(&#table, #ctx.rank(), #ctx.world())?
         };
     };
     enter

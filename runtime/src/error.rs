@@ -262,12 +262,14 @@ pub enum Error {
     },
 
     /// An error raised by the user's code on one rank (as reported by `spawn`).
-    #[error("rank {rank}: {source}")]
+    #[error("rank {rank}: {error}")]
     Rank {
         /// The rank whose function returned the error.
         rank: usize,
         /// The error.
-        source: Box<Error>,
+        /// Not a `#[source]`: the message already contains it, and error-chain printers would
+        /// show it twice.
+        error: Box<Error>,
     },
 
     /// Tensor data does not fit its shape, or a shape is too large.
@@ -318,6 +320,14 @@ pub enum Error {
         site: CallSite,
         /// What the schedule expected instead.
         expected: String,
+    },
+
+    /// A program description (`verify::Program`) does not fit how it is used: described for
+    /// another world size, or lacking what a call needs.
+    #[error("invalid program description: {detail}")]
+    BadProgram {
+        /// What does not fit.
+        detail: String,
     },
 
     /// The verifier rejected the program before it started.
@@ -507,6 +517,7 @@ impl Error {
                 | Error::Tensor(_)
                 | Error::NotOnHost(_)
                 | Error::Backend { .. }
+                | Error::BadProgram { .. }
                 | Error::InvalidWorld { .. }
         )
     }

@@ -86,7 +86,13 @@ impl Guard {
         let ranks = table.worlds[i]
             .1
             .get(rank)
-            .ok_or(Error::InvalidWorld { world })?;
+            .ok_or_else(|| Error::RankOutOfRange {
+                site: CallSite::caller(),
+                rank,
+                role: "rank",
+                value: rank,
+                world,
+            })?;
         ACTIVE.with(|a| {
             a.borrow_mut().push(Active {
                 table,
@@ -117,7 +123,11 @@ impl Guard {
             let next = g.ranks.runs.get(g.run).map(|r| r.pattern[g.pos]);
             let expected = next.and_then(|id| g.table.sites.get(id as usize));
             if let Some(&(line, column, _)) = expected {
-                if (line, column) == (site.line, site.column) {
+                // Same file too: a helper in another file may have a call at the same line and
+                // column (`&'static str`s from `file!()` usually share an address; compare the
+                // text when they do not).
+                let same_file = std::ptr::eq(site.file, g.file) || site.file == g.file;
+                if (line, column) == (site.line, site.column) && same_file {
                     let run = &g.ranks.runs[g.run];
                     g.pos += 1;
                     if g.pos == run.pattern.len() {
@@ -178,9 +188,27 @@ mod tests {
     };
 
     #[test]
+    fn a_call_at_the_same_place_in_another_file_diverges() {
+        let _g = Guard::enter(&TABLE, 0, 1).unwrap();
+        let here = CallSite::caller().file;
+        let elsewhere = CallSite {
+            file: "other.rs",
+            line: 3,
+            column: 5,
+        };
+        assert!(Guard::check(elsewhere).is_err());
+        let same = CallSite {
+            file: here,
+            line: 3,
+            column: 5,
+        };
+        assert!(Guard::check(same).is_ok());
+    }
+
+    #[test]
     fn follows_the_pattern_and_names_divergence() {
         let at = |line, column| CallSite {
-            file: "f.rs",
+            file: file!(),
             line,
             column,
         };

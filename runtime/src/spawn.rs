@@ -43,8 +43,7 @@ fn check_program(world: usize, options: &Options) -> Result<()> {
         return Ok(());
     };
     if p.world != world {
-        return Err(Error::Backend {
-            backend: "local",
+        return Err(Error::BadProgram {
             detail: format!(
                 "the program was described for {} ranks but spawned on {world}",
                 p.world
@@ -199,7 +198,7 @@ fn root_cause<T>(results: Vec<Result<T>>, cause: Option<&Abort>) -> Error {
     } else {
         Error::Rank {
             rank,
-            source: Box::new(err),
+            error: Box::new(err),
         }
     }
 }

@@ -284,8 +284,12 @@ fn a_rank_returning_an_error_is_the_root_cause() {
         })
     })
     .unwrap_err();
-    match err {
-        Error::Rank { rank: 1, source } => assert_eq!(source.to_string(), "input file missing"),
+    match &err {
+        Error::Rank { rank: 1, error } => {
+            assert_eq!(error.to_string(), "input file missing");
+            // The message holds the cause once; it is not also a `source` for chain printers.
+            assert!(std::error::Error::source(&err).is_none());
+        }
         other => panic!("{other}"),
     }
 }

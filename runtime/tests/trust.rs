@@ -136,6 +136,21 @@ mod no_panic {
         assert!(err.to_string().contains("larger than any"), "{err}");
     }
 
+    /// A description with no communicators at all still runs (it used to slice `groups[1..]`).
+    #[test]
+    fn a_program_without_groups_runs() {
+        let mut p = Program::new(2);
+        p.groups.clear();
+        p.rank(0).send(DType::F32, &[2], 1);
+        p.rank(1).recv(DType::F32, &[2], 0);
+        spawn(2, |ctx| p.run_rank(ctx)).unwrap();
+        let err = spawn(3, |ctx| p.run_rank(ctx)).unwrap_err();
+        assert!(
+            err.to_string().contains("invalid program description"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn the_longest_timeout_means_none() {
         let got = spawn_with(2, Options::default().timeout(Duration::MAX), |ctx| {

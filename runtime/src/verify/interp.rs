@@ -82,8 +82,7 @@ fn bufs(op: &VOp) -> Result<Bufs> {
 }
 
 fn missing() -> Error {
-    Error::Backend {
-        backend: "interp",
+    Error::BadProgram {
         detail: "a described op lacks the buffer its kind needs".into(),
     }
 }
@@ -133,12 +132,14 @@ impl Program {
     /// Every rank creates every declared group, in order, so that ids agree.
     pub fn run_rank(&self, ctx: &mut Ctx) -> Result<()> {
         let rank = ctx.rank();
-        let items = self
-            .ranks
-            .get(rank)
-            .ok_or(Error::InvalidWorld { world: self.world })?;
+        let items = self.ranks.get(rank).ok_or_else(|| Error::BadProgram {
+            detail: format!(
+                "no items for rank {rank}: the program describes {} rank(s)",
+                self.ranks.len()
+            ),
+        })?;
         let mut groups: Vec<Result<Group>> = vec![Ok(ctx.world_group().clone())];
-        for members in &self.groups[1..] {
+        for members in self.groups.iter().skip(1) {
             groups.push(ctx.new_group(members));
         }
         let group = |op: &VOp| -> Result<Group> {
