@@ -71,27 +71,27 @@ pub fn validate(
                 members: members.to_vec(),
             });
         }
-        if let Some(root) = desc.peer {
-            if members.binary_search(&root).is_err() {
-                return Err(Error::RootNotInGroup {
-                    site,
-                    rank,
-                    kind,
-                    root,
-                    members: members.to_vec(),
-                });
-            }
-        }
-    }
-    if let Some(op) = desc.op {
-        if !op.supports(desc.dtype) {
-            return Err(Error::OpNotSupported {
+        if let Some(root) = desc.peer
+            && members.binary_search(&root).is_err()
+        {
+            return Err(Error::RootNotInGroup {
                 site,
                 rank,
-                op,
-                dtype: desc.dtype,
+                kind,
+                root,
+                members: members.to_vec(),
             });
         }
+    }
+    if let Some(op) = desc.op
+        && !op.supports(desc.dtype)
+    {
+        return Err(Error::OpNotSupported {
+            site,
+            rank,
+            op,
+            dtype: desc.dtype,
+        });
     }
     if kind.has_dim() && desc.dim >= desc.shape.len() {
         return Err(Error::DimOutOfRange {
@@ -138,7 +138,9 @@ pub fn validate(
             desc.dim
         ));
     }
-    if matches!(kind, OpKind::ReduceScatter | OpKind::AllToAll) && desc.shape[desc.dim] % n != 0 {
+    if matches!(kind, OpKind::ReduceScatter | OpKind::AllToAll)
+        && !desc.shape[desc.dim].is_multiple_of(n)
+    {
         return Err(Error::NotDivisible {
             site,
             rank,
@@ -191,18 +193,18 @@ pub fn validate(
         },
         _ => {}
     }
-    if let (Some(want), Some(got)) = (expected_output(desc, n), aux.output) {
-        if got != want.as_slice() {
-            return bad(format!(
-                "the output has shape {}, but {} of {} over {} members along dim {} gives {}",
-                ShapeFmt(got),
-                kind,
-                ShapeFmt(&desc.shape),
-                n,
-                desc.dim,
-                ShapeFmt(&want)
-            ));
-        }
+    if let (Some(want), Some(got)) = (expected_output(desc, n), aux.output)
+        && got != want.as_slice()
+    {
+        return bad(format!(
+            "the output has shape {}, but {} of {} over {} members along dim {} gives {}",
+            ShapeFmt(got),
+            kind,
+            ShapeFmt(&desc.shape),
+            n,
+            desc.dim,
+            ShapeFmt(&want)
+        ));
     }
     Ok(())
 }

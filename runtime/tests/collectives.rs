@@ -124,7 +124,7 @@ fn run_case<T: Element>(
     let in_shape = input_shape(case, n);
     let mut x = Tensor::from_vec(&in_shape, data::<T>(rank, c, in_shape.iter().product()))?;
     // Alternate between the world methods on `Ctx` and the same methods on a group handle.
-    let direct = g == world_group && c % 2 == 0;
+    let direct = g == world_group && c.is_multiple_of(2);
     macro_rules! call {
         ($($m:tt)*) => {
             if direct { ctx.$($m)* } else { ctx.group(g).$($m)* }

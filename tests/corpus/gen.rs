@@ -143,10 +143,10 @@ fn verdict(name: &str, body: &str) -> (String, Vec<usize>) {
             .chars()
             .take_while(char::is_ascii_digit)
             .collect();
-        if let Ok(w) = digits.parse::<usize>() {
-            if !worlds.contains(&w) {
-                worlds.push(w);
-            }
+        if let Ok(w) = digits.parse::<usize>()
+            && !worlds.contains(&w)
+        {
+            worlds.push(w);
         }
     }
     codes.sort();

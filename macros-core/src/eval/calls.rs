@@ -98,11 +98,11 @@ impl Eval<'_> {
             );
             return Flow::Normal(Val::Unknown);
         }
-        if segs.len() == 1 {
-            if let Some(Val::Closure(assigned)) = self.lookup(&last).cloned() {
-                for n in &assigned {
-                    self.havoc(n);
-                }
+        if segs.len() == 1
+            && let Some(Val::Closure(assigned)) = self.lookup(&last).cloned()
+        {
+            for n in &assigned {
+                self.havoc(n);
             }
         }
         if segs.len() >= 2 && segs[segs.len() - 2].ident == "ReduceOp" && last == "PreMulSum" {
@@ -159,10 +159,9 @@ impl Eval<'_> {
         if matches!(
             (&recv, name.as_str()),
             (Val::Ctx, "full" | "zeros" | "tensor") | (Val::Tensor(_), "reshape")
-        ) {
-            if let Some(shape) = args.first_mut() {
-                *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
-            }
+        ) && let Some(shape) = args.first_mut()
+        {
+            *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
         }
         let world_group = || GroupVal {
             id: GroupId::WORLD,
@@ -435,10 +434,10 @@ impl Eval<'_> {
         let mut mine = Val::Unknown;
         for part in parts {
             let g = self.new_group(m, Some(part));
-            if let Val::Group(gv) = &g {
-                if gv.members.contains(&self.rank) {
-                    mine = g;
-                }
+            if let Val::Group(gv) = &g
+                && gv.members.contains(&self.rank)
+            {
+                mine = g;
             }
         }
         mine

@@ -583,16 +583,16 @@ impl<'a> Eval<'a> {
                 Val::Unknown
             }
             Expr::Macro(m) => {
-                if m.mac.path.is_ident("vec") {
-                    if let Ok(list) = m.mac.parse_body_with(
+                if m.mac.path.is_ident("vec")
+                    && let Ok(list) = m.mac.parse_body_with(
                         syn::punctuated::Punctuated::<Expr, syn::Token![,]>::parse_terminated,
-                    ) {
-                        let mut out = Vec::new();
-                        for x in &list {
-                            out.push(val!(x));
-                        }
-                        return Flow::Normal(Val::Array(out));
+                    )
+                {
+                    let mut out = Vec::new();
+                    for x in &list {
+                        out.push(val!(x));
                     }
+                    return Flow::Normal(Val::Array(out));
                 }
                 self.check_macro(&m.mac);
                 Val::Unknown

@@ -210,10 +210,10 @@ pub(super) fn lit(l: &Lit) -> Val {
 
 pub(super) fn cast(v: Val, ty: &syn::Type) -> Val {
     let target = dtype_of_type(ty);
-    if let (Val::Sym { .. }, Some(d)) = (&v, target) {
-        if d.is_float() {
-            return Val::Scalar(Some(d));
-        }
+    if let (Val::Sym { .. }, Some(d)) = (&v, target)
+        && d.is_float()
+    {
+        return Val::Scalar(Some(d));
     }
     let int_target = match ty {
         syn::Type::Path(p) => p.path.get_ident().is_some_and(|i| {

@@ -192,10 +192,11 @@ pub fn describe_ranks(ranks: &[usize], world: usize) -> String {
             "every rank".into()
         };
     }
-    if world >= 4 && r.len() == world - 1 {
-        if let Some(missing) = all.iter().find(|x| !r.contains(x)) {
-            return format!("every rank but {missing}");
-        }
+    if world >= 4
+        && r.len() == world - 1
+        && let Some(missing) = all.iter().find(|x| !r.contains(x))
+    {
+        return format!("every rank but {missing}");
     }
     if world >= 4 {
         let evens: Vec<usize> = (0..world).step_by(2).collect();

@@ -297,11 +297,11 @@ impl<'p> Sim<'p> {
                     g.nonempty -= 1;
                 }
             }
-            if !g.poisoned {
-                if let Some(f) = self.collective_mismatch(gid, step, &refs) {
-                    self.groups[gid.0 as usize].poisoned = true;
-                    self.findings.push(f);
-                }
+            if !g.poisoned
+                && let Some(f) = self.collective_mismatch(gid, step, &refs)
+            {
+                self.groups[gid.0 as usize].poisoned = true;
+                self.findings.push(f);
             }
             for &r in &refs {
                 self.schedule.set(r, Match::Collective { group: gid, step });

@@ -503,15 +503,10 @@ impl LocalBackend {
                 }
                 continue;
             }
-            if let Some(d) = deadline {
-                if Instant::now() >= d {
-                    return Err(self.timed_out(
-                        &ops[op_idx],
-                        waiting_for.to_vec(),
-                        started,
-                        announced,
-                    ));
-                }
+            if let Some(d) = deadline
+                && Instant::now() >= d
+            {
+                return Err(self.timed_out(&ops[op_idx], waiting_for.to_vec(), started, announced));
             }
             idle = idle.saturating_add(1);
             if idle < spins {
