@@ -57,7 +57,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     // Model and check, one world size at a time: evaluate the body for every rank into a
     // program description, verify it with the runtime's verifier, and keep only the schedule
     // the guard needs (so memory holds one world's description at a time).
-    let mut shared = eval::Shared::default();
+    let mut shared = eval::Analysis::default();
     let mut schedules: Vec<(usize, Vec<Vec<u32>>)> = Vec::with_capacity(worlds.sizes.len());
     let mut diags = Vec::new();
     for &w in &worlds.sizes {

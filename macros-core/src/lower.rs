@@ -14,7 +14,7 @@ use crate::eval::Site;
 /// An expression that uses a generic parameter of the function cannot be checked by a `const`
 /// item (E0401); it becomes an inline `const { … }` block, which rustc evaluates for each
 /// instantiation.
-pub fn const_assertions(shared: &crate::eval::Shared, generics: &syn::Generics) -> TokenStream {
+pub fn const_assertions(shared: &crate::eval::Analysis, generics: &syn::Generics) -> TokenStream {
     let params: Vec<String> = generics
         .params
         .iter()

@@ -7,7 +7,7 @@
 use proc_macro2::Span;
 use rankwise_runtime::verify::Diagnostic;
 
-use crate::eval::{Ratio, Shared, Site};
+use crate::eval::{Analysis, Ratio, Site};
 
 /// Call sites in messages as "line N": the error already points into this file.
 fn local(message: &str, sites: &[Site]) -> String {
@@ -30,9 +30,9 @@ pub fn coefficient(k: Ratio, e: &str) -> String {
     }
 }
 
-/// A placeholder dimension (see `Shared::placeholder`), or one the verifier derived from it
+/// A placeholder dimension (see `Analysis::placeholder`), or one the verifier derived from it
 /// (an all_gather output, a reduce_scatter part), shown as what the user would write.
-fn decode(v: usize, world: usize, shared: &Shared) -> Option<String> {
+fn decode(v: usize, world: usize, shared: &Analysis) -> Option<String> {
     let text = |sym: u32| {
         let e = &shared.symbols[sym as usize];
         quote::quote!(#e).to_string()
@@ -56,7 +56,7 @@ fn decode(v: usize, world: usize, shared: &Shared) -> Option<String> {
 }
 
 /// Placeholder numbers in a message replaced by the constants they stand for.
-fn symbolic(message: &str, world: usize, shared: &Shared) -> String {
+fn symbolic(message: &str, world: usize, shared: &Analysis) -> String {
     if shared.bases.is_empty() {
         return message.to_string();
     }
@@ -84,7 +84,7 @@ fn symbolic(message: &str, world: usize, shared: &Shared) -> String {
 }
 
 /// Renders `diags` (from every checked world size) into one combined error, or `None`.
-pub fn render(diags: &[Diagnostic], shared: &Shared, fallback: Span) -> Option<syn::Error> {
+pub fn render(diags: &[Diagnostic], shared: &Analysis, fallback: Span) -> Option<syn::Error> {
     let sites = &shared.sites[..];
     let span_of = |id: u32| sites.get(id as usize).map_or(fallback, |s| s.span);
     let mut shown: Vec<(&Diagnostic, Vec<usize>)> = Vec::new();

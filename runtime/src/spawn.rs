@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::ctx::Ctx;
 use crate::error::{Error, PeerFailure, Result};
-use crate::exec::local::{Abort, LocalBackend, Shared};
+use crate::exec::local::{Abort, LocalBackend, WorldState};
 use crate::verify::Program;
 
 /// Settings for [`spawn_with`].
@@ -90,7 +90,7 @@ where
     Ok(run_ranks(world, &options, &f)?.0)
 }
 
-type RankResults<T> = (Vec<Result<T>>, Arc<Shared>);
+type RankResults<T> = (Vec<Result<T>>, Arc<WorldState>);
 
 fn run_ranks<T, F>(world: usize, options: &Options, f: &F) -> Result<RankResults<T>>
 where
@@ -101,7 +101,7 @@ where
         return Err(Error::InvalidWorld { world });
     }
     check_program(world, options)?;
-    let shared = Shared::new(world, options.timeout);
+    let shared = WorldState::new(world, options.timeout);
     let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
         let mut handles = Vec::with_capacity(world);
         for rank in 0..world {
@@ -143,7 +143,7 @@ where
     Ok((results, shared))
 }
 
-fn run_rank<T, F>(rank: usize, world: usize, shared: Arc<Shared>, f: &F) -> Result<T>
+fn run_rank<T, F>(rank: usize, world: usize, shared: Arc<WorldState>, f: &F) -> Result<T>
 where
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {

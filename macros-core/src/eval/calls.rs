@@ -478,7 +478,7 @@ impl Eval<'_> {
         if batch.is_none() && !self.check_untainted(span) {
             return Val::Poison;
         }
-        if !self.shared.spend(super::shared::OP_COST) {
+        if !self.shared.spend(super::analysis::OP_COST) {
             return Val::Poison;
         }
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());

@@ -8,10 +8,10 @@
 //! in a loop over a run-time collection, in a closure or macro, or in a helper that receives the
 //! context), which is RW012: never silently unchecked.
 
+mod analysis;
 mod calls;
 mod env;
 mod scan;
-mod shared;
 mod value;
 
 use std::collections::HashMap;
@@ -24,8 +24,8 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
+pub use analysis::{Analysis, Site, WORK_BUDGET};
 pub(crate) use scan::COMM;
-pub use shared::{Shared, Site, WORK_BUDGET};
 pub use value::Ratio;
 
 use env::Env;
@@ -67,7 +67,7 @@ pub struct Eval<'a> {
     program: &'a mut Program,
     registry: &'a mut HashMap<(Vec<usize>, u32), GroupId>,
     ordinals: HashMap<Vec<usize>, u32>,
-    shared: &'a mut Shared,
+    shared: &'a mut Analysis,
     budget: usize,
 }
 
@@ -78,7 +78,7 @@ impl<'a> Eval<'a> {
         world: usize,
         program: &'a mut Program,
         registry: &'a mut HashMap<(Vec<usize>, u32), GroupId>,
-        shared: &'a mut Shared,
+        shared: &'a mut Analysis,
     ) -> Self {
         Eval {
             ctx,

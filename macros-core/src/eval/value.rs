@@ -23,7 +23,7 @@ pub(super) enum Val {
     Bool(bool),
     /// A number whose value is not known statically, with its type if known.
     Scalar(Option<DType>),
-    /// `k ·` a constant defined outside the function (`Shared::symbols[sym]`): usable in shapes,
+    /// `k ·` a constant defined outside the function (`Analysis::symbols[sym]`): usable in shapes,
     /// with checks that depend on its value left to rustc as `const` assertions.
     Sym {
         k: Ratio,

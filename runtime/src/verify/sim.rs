@@ -50,7 +50,7 @@ struct RankSim {
 }
 
 #[derive(Default)]
-struct Chan {
+struct PairQueues {
     sends: VecDeque<OpRef>,
     recvs: VecDeque<OpRef>,
 }
@@ -69,7 +69,7 @@ struct GroupSim {
 pub(super) struct Sim<'p> {
     p: &'p Program,
     ranks: Vec<RankSim>,
-    chans: Vec<Chan>,
+    chans: Vec<PairQueues>,
     chan_index: FxHashMap<(u32, u32), u32>,
     groups: Vec<GroupSim>,
     work: Vec<usize>,
@@ -133,7 +133,7 @@ impl<'p> Sim<'p> {
             .entry((src as u32, dst as u32))
             .or_insert(next);
         if idx == next {
-            self.chans.push(Chan::default());
+            self.chans.push(PairQueues::default());
         }
         idx as usize
     }

@@ -41,7 +41,7 @@ use crate::plan::Target;
 
 use kernels::{Step, copy_rows};
 use world::GroupState;
-pub(crate) use world::{Abort, Shared};
+pub(crate) use world::{Abort, WorldState};
 
 /// Spin iterations before yielding, when every rank has a core.
 const SPINS: u32 = 200;
@@ -53,7 +53,7 @@ const YIELD_FOR: Duration = Duration::from_micros(300);
 
 /// The local backend's handle for one rank.
 pub struct LocalBackend {
-    shared: Arc<Shared>,
+    shared: Arc<WorldState>,
     rank: usize,
     /// Communicators this rank has used, by id.
     groups: Vec<Option<Arc<GroupState>>>,
@@ -65,7 +65,7 @@ pub struct LocalBackend {
 }
 
 /// A maximal run of a batch's ops with one target, and this rank's progress through it.
-struct Run {
+struct TargetRun {
     target: Target,
     /// Index of the first op in the (sorted) batch.
     start: usize,
@@ -80,7 +80,7 @@ struct Run {
     complete: bool,
 }
 
-impl Run {
+impl TargetRun {
     fn end(&self) -> u64 {
         self.base + self.len as u64
     }
@@ -99,7 +99,7 @@ struct Pass {
 }
 
 impl LocalBackend {
-    pub(crate) fn new(shared: Arc<Shared>, rank: usize) -> Self {
+    pub(crate) fn new(shared: Arc<WorldState>, rank: usize) -> Self {
         let world = shared.world;
         LocalBackend {
             shared,
@@ -127,8 +127,12 @@ impl LocalBackend {
     }
 
     /// Splits the (sorted) batch into runs and publishes them.
-    fn post(&mut self, ops: &[Op], plan: &[(Target, Range<usize>)]) -> Result<SmallVec<[Run; 4]>> {
-        let mut runs: SmallVec<[Run; 4]> = SmallVec::new();
+    fn post(
+        &mut self,
+        ops: &[Op],
+        plan: &[(Target, Range<usize>)],
+    ) -> Result<SmallVec<[TargetRun; 4]>> {
+        let mut runs: SmallVec<[TargetRun; 4]> = SmallVec::new();
         for (t, range) in plan {
             let (t, i, len) = (*t, range.start, range.len());
             let (base, me, group) = match t {
@@ -156,7 +160,7 @@ impl LocalBackend {
                     (base, 0, None)
                 }
             };
-            runs.push(Run {
+            runs.push(TargetRun {
                 target: t,
                 start: i,
                 len,
@@ -199,7 +203,7 @@ impl LocalBackend {
     }
 
     /// One pass over every unfinished run: do whatever work is possible.
-    fn pass(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
+    fn pass(&self, runs: &mut [TargetRun], ops: &[Op]) -> Result<Pass> {
         let Some(_busy) = self.shared.enter(self.rank) else {
             let site = runs
                 .iter()
@@ -211,7 +215,7 @@ impl LocalBackend {
         self.pass_inner(runs, ops)
     }
 
-    fn pass_inner(&self, runs: &mut [Run], ops: &[Op]) -> Result<Pass> {
+    fn pass_inner(&self, runs: &mut [TargetRun], ops: &[Op]) -> Result<Pass> {
         let mut pass = Pass::default();
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
         for run in runs.iter_mut().filter(|r| !r.complete) {
@@ -249,7 +253,7 @@ impl LocalBackend {
 
     fn progress_coll(
         &self,
-        run: &mut Run,
+        run: &mut TargetRun,
         ops: &[Op],
         pass: &mut Pass,
         woken: &mut SmallVec<[usize; 8]>,
@@ -273,7 +277,12 @@ impl LocalBackend {
 
     /// Processes the run's steps that can go ahead; `Some` names whom the first blocked step
     /// waits for.
-    fn step_coll(&self, run: &mut Run, g: &GroupState, ops: &[Op]) -> Result<Option<Waiting>> {
+    fn step_coll(
+        &self,
+        run: &mut TargetRun,
+        g: &GroupState,
+        ops: &[Op],
+    ) -> Result<Option<Waiting>> {
         let n = g.members.len();
         while run.next < run.end() {
             let k = run.next;
@@ -345,7 +354,7 @@ impl LocalBackend {
     }
 
     /// Whether every member is done with the run's steps; if not, whom we wait for.
-    fn complete_coll(&self, run: &mut Run, g: &GroupState) -> Option<Waiting> {
+    fn complete_coll(&self, run: &mut TargetRun, g: &GroupState) -> Option<Waiting> {
         fail_point!("complete");
         let behind: SmallVec<[usize; 8]> = g
             .slots
@@ -396,7 +405,7 @@ impl LocalBackend {
 
     fn progress_recv(
         &self,
-        run: &mut Run,
+        run: &mut TargetRun,
         src: usize,
         ops: &[Op],
         pass: &mut Pass,
@@ -449,7 +458,7 @@ impl LocalBackend {
     }
 
     /// Drives the posted runs to completion, spinning, yielding and finally parking.
-    fn wait(&self, runs: &mut [Run], ops: &[Op]) -> Result<()> {
+    fn wait(&self, runs: &mut [TargetRun], ops: &[Op]) -> Result<()> {
         let started = Instant::now();
         // A timeout too long to represent as an instant (`Duration::MAX`) is no timeout.
         let deadline = self.shared.timeout.and_then(|t| started.checked_add(t));
@@ -567,7 +576,7 @@ impl LocalBackend {
 
 /// Stops the world and waits out peers' accesses when dropped; see `execute`.
 struct Posted<'a> {
-    shared: &'a Shared,
+    shared: &'a WorldState,
     rank: usize,
     /// Why we leave early; `None` while unwinding from a panic.
     reason: Option<Abort>,

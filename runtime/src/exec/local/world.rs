@@ -39,7 +39,7 @@ pub(crate) struct GroupState {
 /// The sender's side of the ordered channel `src → dst`.
 #[repr(align(128))]
 #[derive(Default)]
-pub(crate) struct Chan {
+pub(crate) struct Channel {
     pub posted: AtomicU64,
     pub base: AtomicU64,
     pub entries: AtomicPtr<Op>,
@@ -55,9 +55,9 @@ pub(crate) struct PaddedU64(pub AtomicU64);
 #[derive(Default)]
 struct PaddedBool(AtomicBool);
 
-/// A rank's "inside a progress pass" mark; see [`Shared::enter`].
+/// A rank's "inside a progress pass" mark; see [`WorldState::enter`].
 pub(crate) struct Busy<'a> {
-    shared: &'a Shared,
+    shared: &'a WorldState,
     rank: usize,
 }
 
@@ -115,14 +115,14 @@ struct Ctl {
 }
 
 /// Everything the ranks of one world share.
-pub(crate) struct Shared {
+pub(crate) struct WorldState {
     /// This world's identity, carried by its group handles.
     pub id: WorldId,
     pub world: usize,
     pub timeout: Option<Duration>,
     /// Whether there are more ranks than cores (then waiting ranks yield early).
     pub oversubscribed: bool,
-    chans: Box<[Chan]>,
+    chans: Box<[Channel]>,
     groups: RwLock<Vec<Arc<GroupState>>>,
     registry: Mutex<HashMap<(Vec<usize>, u32), GroupId>>,
     exited: Box<[AtomicBool]>,
@@ -141,7 +141,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Shared {
+impl WorldState {
     pub fn new(world: usize, timeout: Option<Duration>) -> Arc<Self> {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -152,12 +152,12 @@ impl Shared {
         });
         let mut registry = HashMap::new();
         registry.insert(((0..world).collect(), u32::MAX), GroupId::WORLD);
-        Arc::new(Shared {
+        Arc::new(WorldState {
             id: WorldId::fresh(),
             world,
             timeout,
             oversubscribed: world > cores,
-            chans: (0..world * world).map(|_| Chan::default()).collect(),
+            chans: (0..world * world).map(|_| Channel::default()).collect(),
             groups: RwLock::new(vec![world_group]),
             registry: Mutex::new(registry),
             exited: (0..world).map(|_| AtomicBool::new(false)).collect(),
@@ -173,7 +173,7 @@ impl Shared {
         })
     }
 
-    pub fn chan(&self, src: usize, dst: usize) -> &Chan {
+    pub fn chan(&self, src: usize, dst: usize) -> &Channel {
         &self.chans[src * self.world + dst]
     }
 
@@ -200,7 +200,7 @@ impl Shared {
     /// Marks `rank` as possibly touching peers' buffers until the returned guard is dropped;
     /// `None` if the world is stopping, in which case it must not touch them.
     ///
-    /// `SeqCst` on both sides (here and in [`Shared::abort`] + [`Shared::quiesce`]): either
+    /// `SeqCst` on both sides (here and in [`WorldState::abort`] + [`WorldState::quiesce`]): either
     /// this check sees the abort, or the quiescing rank sees us busy and waits for us. The mark
     /// is cleared by the guard's destructor, so a panic inside the pass cannot leave it set
     /// (peers quiescing would wait for it forever).
@@ -299,7 +299,7 @@ impl Shared {
     }
 
     /// First half of going to sleep: announce it (with what we wait for). The caller must then
-    /// look for work once more before calling [`Shared::sleep`].
+    /// look for work once more before calling [`WorldState::sleep`].
     pub fn announce(&self, rank: usize, wait: RankWait) {
         {
             let mut ctl = lock(&self.ctl);

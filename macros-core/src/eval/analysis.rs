@@ -20,7 +20,7 @@ pub struct Site {
 
 /// What all evaluations of one function share: the call sites and the errors found.
 #[derive(Default)]
-pub struct Shared {
+pub struct Analysis {
     pub sites: Vec<Site>,
     site_ids: HashMap<usize, u32>,
     errors: Vec<(Span, String)>,
@@ -49,7 +49,7 @@ pub const WORK_BUDGET: u64 = 60_000_000;
 /// Work charged per recorded communication call.
 pub const OP_COST: u64 = 64;
 
-impl Shared {
+impl Analysis {
     pub(super) fn site(
         &mut self,
         key: usize,
