@@ -6,10 +6,10 @@ use syn::punctuated::Punctuated;
 use syn::{Ident, LitInt, Token};
 
 /// The largest world size a program may be checked for (compile time grows with it).
-pub const MAX_WORLD: usize = 4096;
+pub(crate) const MAX_WORLD: usize = 4096;
 
 /// The checked world sizes, ascending and distinct.
-pub struct Worlds {
+pub(crate) struct Worlds {
     pub sizes: Vec<usize>,
 }
 
@@ -127,12 +127,12 @@ fn parse_inner(input: ParseStream<'_>) -> syn::Result<Worlds> {
 }
 
 /// Parses the attribute's arguments.
-pub fn parse(args: TokenStream) -> syn::Result<Worlds> {
+pub(crate) fn parse(args: TokenStream) -> syn::Result<Worlds> {
     parse_inner.parse2(args)
 }
 
 /// World sizes as a person would write them: `1..=1024`, or `[2, 4, 8]` (long lists cut).
-pub fn describe(sizes: &[usize]) -> String {
+pub(crate) fn describe(sizes: &[usize]) -> String {
     match sizes {
         [] => "[]".into(),
         [a, .., b] if sizes.windows(2).all(|w| w[1] == w[0] + 1) => format!("{a}..={b}"),

@@ -8,7 +8,7 @@
 //! function with its verified schedule and run-time guard, or the errors and the unchanged
 //! function (so that no cascade of unrelated errors follows).
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod args;
 mod eval;

@@ -14,7 +14,10 @@ use crate::eval::Site;
 /// An expression that uses a generic parameter of the function cannot be checked by a `const`
 /// item (E0401); it becomes an inline `const { … }` block, which rustc evaluates for each
 /// instantiation.
-pub fn const_assertions(shared: &crate::eval::Analysis, generics: &syn::Generics) -> TokenStream {
+pub(crate) fn const_assertions(
+    shared: &crate::eval::Analysis,
+    generics: &syn::Generics,
+) -> TokenStream {
     let params: Vec<String> = generics
         .params
         .iter()
@@ -75,7 +78,7 @@ fn compress(seq: &[u32]) -> Vec<(Vec<u32>, u32)> {
 }
 
 /// Each rank's sequence of call-site ids, in order: what the guard holds a run to.
-pub fn site_sequences(p: &Program) -> Vec<Vec<u32>> {
+pub(crate) fn site_sequences(p: &Program) -> Vec<Vec<u32>> {
     p.ranks
         .iter()
         .map(|items| {
@@ -89,7 +92,7 @@ pub fn site_sequences(p: &Program) -> Vec<Vec<u32>> {
 
 /// The statement that enters the guard, with the function's verified schedule: per world
 /// size, each rank's sequence of call-site ids.
-pub fn guard(
+pub(crate) fn guard(
     name: &str,
     ctx: &syn::Ident,
     sites: &[Site],
@@ -132,7 +135,7 @@ pub fn guard(
 /// can only let more operations match (per-peer and per-group order is unchanged), so a program
 /// the verifier proved deadlock-free stays so; it saves a rendezvous per call. The method names
 /// keep their spans, so the guard still sees the user's call sites.
-pub fn batch_adjacent(block: &mut syn::Block, ctx: &syn::Ident, sites: &[Site]) {
+pub(crate) fn batch_adjacent(block: &mut syn::Block, ctx: &syn::Ident, sites: &[Site]) {
     use syn::visit_mut::VisitMut;
     struct Batcher<'a> {
         ctx: &'a syn::Ident,

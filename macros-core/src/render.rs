@@ -21,7 +21,7 @@ fn local(message: &str, sites: &[Site]) -> String {
 }
 
 /// `k · E` as the user would write it: `CHUNK`, `4*CHUNK`, `CHUNK/2`, `3*CHUNK/2`.
-pub fn coefficient(k: Ratio, e: &str) -> String {
+pub(crate) fn coefficient(k: Ratio, e: &str) -> String {
     match (k.num, k.den) {
         (1, 1) => e.to_string(),
         (n, 1) => format!("{n}*{e}"),
@@ -84,7 +84,11 @@ fn symbolic(message: &str, world: usize, shared: &Analysis) -> String {
 }
 
 /// Renders `diags` (from every checked world size) into one combined error, or `None`.
-pub fn render(diags: &[Diagnostic], shared: &Analysis, fallback: Span) -> Option<syn::Error> {
+pub(crate) fn render(
+    diags: &[Diagnostic],
+    shared: &Analysis,
+    fallback: Span,
+) -> Option<syn::Error> {
     let sites = &shared.sites[..];
     let span_of = |id: u32| sites.get(id as usize).map_or(fallback, |s| s.span);
     let mut shown: Vec<(&Diagnostic, Vec<usize>)> = Vec::new();

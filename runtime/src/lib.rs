@@ -22,7 +22,8 @@
 //! makes its waiting peers return [`Error::PeerFailed`]; misuse (a peer out of range, a split the
 //! group size does not divide, …) is a specific error before anything is sent.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 // Kernels and helpers serve the backends; without any backend compiled in they sit unused.
 #![cfg_attr(not(feature = "local"), allow(dead_code))]
 

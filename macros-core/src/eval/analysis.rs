@@ -10,7 +10,7 @@ use syn::Expr;
 use super::value::{Ratio, gcd};
 
 /// A communication call site: its span and a short description, indexed by `SiteId`.
-pub struct Site {
+pub(crate) struct Site {
     pub span: Span,
     pub what: String,
     /// The tensors the call borrows (name, mutably?), or `None` if an argument is not a plain
@@ -20,7 +20,7 @@ pub struct Site {
 
 /// What all evaluations of one function share: the call sites and the errors found.
 #[derive(Default)]
-pub struct Analysis {
+pub(crate) struct Analysis {
     pub sites: Vec<Site>,
     site_ids: HashMap<usize, u32>,
     errors: Vec<(Span, String)>,
@@ -44,10 +44,10 @@ pub struct Analysis {
 /// per expression evaluated, [`OP_COST`] per communication call recorded (calls are kept in
 /// memory until checked). About ten seconds and a few hundred MiB at most, so that a large
 /// world list is a clear error instead of an exhausted machine.
-pub const WORK_BUDGET: u64 = 60_000_000;
+pub(crate) const WORK_BUDGET: u64 = 60_000_000;
 
 /// Work charged per recorded communication call.
-pub const OP_COST: u64 = 64;
+pub(super) const OP_COST: u64 = 64;
 
 impl Analysis {
     pub(super) fn site(
@@ -85,16 +85,16 @@ impl Analysis {
     }
 
     /// Whether evaluation has stopped.
-    pub fn halted(&self) -> bool {
+    pub(crate) fn halted(&self) -> bool {
         self.halted
     }
 
     /// Whether the work budget ran out.
-    pub fn over_budget(&self) -> bool {
+    pub(crate) fn over_budget(&self) -> bool {
         self.work > WORK_BUDGET
     }
 
-    pub fn error(&mut self, span: Span, msg: String) {
+    pub(crate) fn error(&mut self, span: Span, msg: String) {
         let start = span.start();
         if !self
             .errors
@@ -106,7 +106,7 @@ impl Analysis {
     }
 
     /// The errors found so far (RW011, RW012), in source order.
-    pub fn take_errors(&mut self) -> Vec<(Span, String)> {
+    pub(crate) fn take_errors(&mut self) -> Vec<(Span, String)> {
         let mut e = std::mem::take(&mut self.errors);
         e.sort_by_key(|(s, _)| (s.start().line, s.start().column));
         e

@@ -14,11 +14,11 @@ pub(super) struct Env {
 }
 
 impl Env {
-    pub fn push(&mut self) {
+    pub(super) fn push(&mut self) {
         self.scopes.push(Vec::new());
     }
 
-    pub fn pop(&mut self) {
+    pub(super) fn pop(&mut self) {
         for name in self.scopes.pop().unwrap_or_default() {
             if let Some(stack) = self.vars.get_mut(&name) {
                 stack.pop();
@@ -29,7 +29,7 @@ impl Env {
         }
     }
 
-    pub fn bind(&mut self, name: String, v: Val) {
+    pub(super) fn bind(&mut self, name: String, v: Val) {
         if self.scopes.is_empty() {
             self.push();
         }
@@ -39,19 +39,19 @@ impl Env {
         }
     }
 
-    pub fn lookup(&self, name: &str) -> Option<&Val> {
+    pub(super) fn lookup(&self, name: &str) -> Option<&Val> {
         self.vars.get(name).and_then(|s| s.last())
     }
 
     /// Sets the innermost binding of `name`, if there is one.
-    pub fn assign(&mut self, name: &str, v: Val) {
+    pub(super) fn assign(&mut self, name: &str, v: Val) {
         if let Some(slot) = self.vars.get_mut(name).and_then(|s| s.last_mut()) {
             *slot = v;
         }
     }
 
     /// Every visible binding.
-    pub fn visible(&self) -> impl Iterator<Item = (&String, &Val)> {
+    pub(super) fn visible(&self) -> impl Iterator<Item = (&String, &Val)> {
         self.vars
             .iter()
             .filter_map(|(n, s)| s.last().map(|v| (n, v)))

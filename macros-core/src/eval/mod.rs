@@ -24,9 +24,9 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
-pub use analysis::{Analysis, Site, WORK_BUDGET};
+pub(crate) use analysis::{Analysis, Site, WORK_BUDGET};
 pub(crate) use scan::COMM;
-pub use value::Ratio;
+pub(crate) use value::Ratio;
 
 use env::Env;
 use scan::{EffectFinder, Exit, communicates};
@@ -55,7 +55,7 @@ struct Taint {
 }
 
 /// Evaluates the body for one (world, rank), appending the rank's items to `program`.
-pub struct Eval<'a> {
+pub(crate) struct Eval<'a> {
     ctx: String,
     rank: usize,
     world: usize,
@@ -72,7 +72,7 @@ pub struct Eval<'a> {
 }
 
 impl<'a> Eval<'a> {
-    pub fn new(
+    pub(crate) fn new(
         ctx: String,
         rank: usize,
         world: usize,
@@ -98,7 +98,7 @@ impl<'a> Eval<'a> {
     }
 
     /// Evaluates the function body (statements of its block).
-    pub fn run(&mut self, body: &syn::Block) {
+    pub(crate) fn run(&mut self, body: &syn::Block) {
         let _ = self.block(body);
     }
 

@@ -9,7 +9,7 @@ use syn::{Expr, ExprMethodCall};
 use super::value::ident_of;
 
 /// Method names that communicate, on a context, a group handle or a batch.
-pub const COMM: [&str; 11] = [
+pub(crate) const COMM: [&str; 11] = [
     "send",
     "recv",
     "broadcast",

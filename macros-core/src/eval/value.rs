@@ -72,7 +72,7 @@ pub(super) fn gcd(a: u64, b: u64) -> u64 {
 /// An exact non-negative fraction `num / den` (den > 0, in lowest terms): the coefficient of a
 /// constant in a dimension like `CHUNK * 4 / world`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ratio {
+pub(crate) struct Ratio {
     pub num: i128,
     pub den: i128,
 }

@@ -78,7 +78,7 @@ pub(super) struct Sim<'p> {
 }
 
 impl<'p> Sim<'p> {
-    pub fn new(p: &'p Program) -> Self {
+    pub(super) fn new(p: &'p Program) -> Self {
         let mut findings = Vec::new();
         let groups = p
             .groups
@@ -139,7 +139,7 @@ impl<'p> Sim<'p> {
     }
 
     /// Runs the simulation to quiescence, then explains every rank that did not finish.
-    pub fn run(&mut self) {
+    pub(super) fn run(&mut self) {
         for r in 0..self.p.world {
             self.post(r);
         }

@@ -82,10 +82,12 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             let dsts: SmallVec<[*mut u8; 8]> = if desc.kind == OpKind::AllReduce {
                 step.ops
                     .iter()
+                    // SAFETY: `lo < numel`, inside every member's output (agreed shape).
                     .map(|o| unsafe { o.output.ptr.add(lo * es) })
                     .collect()
             } else {
                 let root = step.ops[step.root(members)];
+                // SAFETY: `lo < numel`, inside the root's output (agreed shape).
                 SmallVec::from_slice(&[unsafe { root.output.ptr.add(lo * es) }])
             };
             let srcs: SmallVec<[*const u8; 8]> =
@@ -291,9 +293,14 @@ unsafe fn reduce_strided<T: Element>(
     width: usize,
 ) {
     // 2048 elements: at most 16 KiB, so a block of the accumulator stays in L1.
+    // SAFETY: the caller's contract, passed on unchanged.
     unsafe { reduce_blocks::<T, 2048>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
 }
 
+/// [`reduce_strided`] with the accumulator block size `B` (elements) as a parameter.
+///
+/// # Safety
+/// As for [`reduce_strided`].
 #[allow(clippy::too_many_arguments)]
 unsafe fn reduce_blocks<T: Element, const B: usize>(
     r: &Reducer<T>,
@@ -314,8 +321,9 @@ unsafe fn reduce_blocks<T: Element, const B: usize>(
             let m = (width - start).min(B);
             let at = row * src_pitch + col + start;
             let to = row * dst_pitch + start;
-            // SAFETY (offsets): within source 0 and destination 0 per the contract.
+            // SAFETY: `at` is within source 0 per the contract.
             let first = unsafe { (srcs[0] as *const T).add(at) };
+            // SAFETY: `to` is within destination 0 per the contract.
             let out0 = unsafe { (dsts[0] as *mut T).add(to) };
             // In place (all_reduce): destination 0 *is* source 0, so it can be the accumulator,
             // saving two passes over the block. Otherwise accumulate in `block`.
@@ -385,6 +393,8 @@ mod tests {
         // Copy a [3, 2] block into columns 2..4 of a [3, 4] matrix.
         let src: Vec<u8> = (0..6).collect();
         let mut dst = vec![9u8; 12];
+        // SAFETY: 3 rows of 2 bytes, read 2 apart from a 6-byte source and written 4 apart
+        // from byte 2 of a 12-byte destination: both in bounds, distinct vectors.
         unsafe { copy_rows(dst.as_mut_ptr().add(2), 4, src.as_ptr(), 2, 3, 2) };
         assert_eq!(dst, [9, 9, 0, 1, 9, 9, 2, 3, 9, 9, 4, 5]);
     }

@@ -83,7 +83,7 @@ impl Abort {
     /// passes on that rank and its reason (so every waiting rank names the rank that caused the
     /// failure, not the one that relayed it), world-level errors pass as they are, and anything
     /// else is this rank's own failure.
-    pub fn for_error(rank: usize, err: &Error) -> Abort {
+    pub(crate) fn for_error(rank: usize, err: &Error) -> Abort {
         match err {
             Error::PeerFailed { peer, reason, .. } => Abort::Failed {
                 peer: *peer,
@@ -142,7 +142,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WorldState {
-    pub fn new(world: usize, timeout: Option<Duration>) -> Arc<Self> {
+    pub(crate) fn new(world: usize, timeout: Option<Duration>) -> Arc<Self> {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -173,11 +173,11 @@ impl WorldState {
         })
     }
 
-    pub fn chan(&self, src: usize, dst: usize) -> &Channel {
+    pub(crate) fn chan(&self, src: usize, dst: usize) -> &Channel {
         &self.chans[src * self.world + dst]
     }
 
-    pub fn group_id(&self, members: &[usize], ordinal: u32) -> GroupId {
+    pub(crate) fn group_id(&self, members: &[usize], ordinal: u32) -> GroupId {
         let mut reg = lock(&self.registry);
         if let Some(&id) = reg.get(&(members.to_vec(), ordinal)) {
             return id;
@@ -192,7 +192,7 @@ impl WorldState {
         id
     }
 
-    pub fn group(&self, id: GroupId) -> Option<Arc<GroupState>> {
+    pub(crate) fn group(&self, id: GroupId) -> Option<Arc<GroupState>> {
         let groups = self.groups.read().unwrap_or_else(PoisonError::into_inner);
         groups.get(id.0 as usize).cloned()
     }
@@ -204,7 +204,7 @@ impl WorldState {
     /// this check sees the abort, or the quiescing rank sees us busy and waits for us. The mark
     /// is cleared by the guard's destructor, so a panic inside the pass cannot leave it set
     /// (peers quiescing would wait for it forever).
-    pub fn enter(&self, rank: usize) -> Option<Busy<'_>> {
+    pub(crate) fn enter(&self, rank: usize) -> Option<Busy<'_>> {
         self.busy[rank].0.store(true, Ordering::SeqCst);
         let busy = Busy { shared: self, rank };
         if self.aborted.load(Ordering::SeqCst) {
@@ -215,7 +215,7 @@ impl WorldState {
 
     /// After an abort: waits until no other rank is inside a progress pass, so that buffers
     /// `rank` posted can no longer be read or written by anyone.
-    pub fn quiesce(&self, rank: usize) {
+    pub(crate) fn quiesce(&self, rank: usize) {
         for (r, b) in self.busy.iter().enumerate() {
             while r != rank && b.0.load(Ordering::SeqCst) {
                 std::thread::yield_now();
@@ -223,16 +223,16 @@ impl WorldState {
         }
     }
 
-    pub fn has_exited(&self, rank: usize) -> bool {
+    pub(crate) fn has_exited(&self, rank: usize) -> bool {
         self.exited[rank].load(Ordering::Acquire)
     }
 
-    pub fn is_aborted(&self) -> bool {
+    pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Acquire)
     }
 
     /// The error rank `rank` (waiting at `site`) reports for the abort.
-    pub fn abort_error(&self, rank: usize, site: Option<CallSite>) -> Error {
+    pub(crate) fn abort_error(&self, rank: usize, site: Option<CallSite>) -> Error {
         match self.abort.get() {
             Some(Abort::Failed { peer, reason }) => Error::PeerFailed {
                 rank,
@@ -249,13 +249,13 @@ impl WorldState {
     }
 
     /// The first abort cause, if any.
-    pub fn abort_cause(&self) -> Option<&Abort> {
+    pub(crate) fn abort_cause(&self) -> Option<&Abort> {
         self.abort.get()
     }
 
     /// Stops the world: every waiting rank wakes and returns the error for `cause` (unless an
     /// earlier cause won).
-    pub fn abort(&self, cause: Abort) {
+    pub(crate) fn abort(&self, cause: Abort) {
         let _ = self.abort.set(cause);
         self.aborted.store(true, Ordering::SeqCst);
         self.wake_all();
@@ -263,7 +263,7 @@ impl WorldState {
 
     /// Marks `rank` as finished (its function returned) and wakes everyone so that ranks
     /// waiting on it notice.
-    pub fn exit(&self, rank: usize) {
+    pub(crate) fn exit(&self, rank: usize) {
         self.exited[rank].store(true, Ordering::Release);
         self.wake_all();
     }
@@ -285,7 +285,7 @@ impl WorldState {
     }
 
     /// Called after publishing progress that `targets` may be waiting for.
-    pub fn wake(&self, targets: impl IntoIterator<Item = usize>) {
+    pub(crate) fn wake(&self, targets: impl IntoIterator<Item = usize>) {
         // Pairs with the fence in `announce`: either the sleeper's re-check sees our progress,
         // or we see its announcement here.
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -300,7 +300,7 @@ impl WorldState {
 
     /// First half of going to sleep: announce it (with what we wait for). The caller must then
     /// look for work once more before calling [`WorldState::sleep`].
-    pub fn announce(&self, rank: usize, wait: RankWait) {
+    pub(crate) fn announce(&self, rank: usize, wait: RankWait) {
         {
             let mut ctl = lock(&self.ctl);
             if ctl.park[rank] == Park::Running {
@@ -313,14 +313,14 @@ impl WorldState {
     }
 
     /// Withdraws an announcement after finding work.
-    pub fn withdraw(&self, rank: usize) {
+    pub(crate) fn withdraw(&self, rank: usize) {
         let mut ctl = lock(&self.ctl);
         self.unpark(&mut ctl, rank);
     }
 
     /// Second half: sleep until woken. If every unfinished rank is asleep, nobody can wake
     /// anybody: that is a deadlock, reported to all. Returns `Err` after `deadline`.
-    pub fn sleep(&self, rank: usize, deadline: Option<Instant>) -> Result<(), ()> {
+    pub(crate) fn sleep(&self, rank: usize, deadline: Option<Instant>) -> Result<(), ()> {
         let mut ctl = lock(&self.ctl);
         if ctl.park[rank] != Park::Announced {
             return Ok(()); // woken between the announcement and now
