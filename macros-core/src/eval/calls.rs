@@ -73,6 +73,18 @@ impl Eval<'_> {
             for n in &fx.assigned {
                 self.havoc(n);
             }
+            // A variable holding a mutable reference, passed on as it is (`helper(r)`).
+            let held: Vec<String> = quote::quote!(#a)
+                .into_iter()
+                .filter_map(|t| match t {
+                    proc_macro2::TokenTree::Ident(i) => Some(i.to_string()),
+                    _ => None,
+                })
+                .filter(|n| self.refs.contains_key(n))
+                .collect();
+            for n in held {
+                self.havoc(&n);
+            }
         }
     }
 

@@ -60,6 +60,9 @@ pub(crate) struct Eval<'a> {
     rank: usize,
     world: usize,
     env: Env,
+    /// Variables that may hold a mutable reference to others (`let r = &mut x;`): whatever
+    /// may change `r` may change `x`.
+    refs: HashMap<String, Vec<String>>,
     frames: Vec<Frame>,
     taints: Vec<Taint>,
     depth: usize,
@@ -85,6 +88,7 @@ impl<'a> Eval<'a> {
             rank,
             world,
             env: Env::default(),
+            refs: HashMap::new(),
             frames: Vec::new(),
             taints: Vec::new(),
             depth: 0,
@@ -199,9 +203,22 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// Forgets what is known about a variable: its value, or a tensor's shape (its element type
-    /// is fixed by its Rust type).
+    /// Forgets what is known about a variable — its value, or a tensor's shape (its element
+    /// type is fixed by its Rust type) — and about every variable it may refer to mutably.
     fn havoc(&mut self, name: &str) {
+        let mut todo = vec![name.to_string()];
+        let mut seen: Vec<String> = Vec::new();
+        while let Some(n) = todo.pop() {
+            if seen.contains(&n) {
+                continue;
+            }
+            self.havoc_one(&n);
+            todo.extend(self.refs.get(&n).into_iter().flatten().cloned());
+            seen.push(n);
+        }
+    }
+
+    fn havoc_one(&mut self, name: &str) {
         let v = match self.lookup(name) {
             Some(Val::Tensor(t)) => Val::Tensor(TVal {
                 dtype: t.dtype,
@@ -309,6 +326,9 @@ impl<'a> Eval<'a> {
                     None => Val::Unknown,
                 };
                 self.bind_pat(&l.pat, v);
+                if let Some(init) = &l.init {
+                    self.note_references(&l.pat, &init.expr);
+                }
                 Flow::Normal(Val::Unit)
             }
             Stmt::Expr(e, semi) => match self.expr(e) {
@@ -320,6 +340,28 @@ impl<'a> Eval<'a> {
                 Flow::Normal(Val::Unit)
             }
             Stmt::Item(_) => Flow::Normal(Val::Unit),
+        }
+    }
+
+    /// After `let r = <init>`: if `init` lends variables mutably (`&mut x`, also inside a branch
+    /// or a call), `r` may be a reference to them. A value other than a tensor's is forgotten at
+    /// once (it may change through `r` at any time while `r` lives); a tensor's shape is
+    /// forgotten when something may change `r` (see [`Eval::havoc`]).
+    fn note_references(&mut self, pat: &Pat, init: &Expr) {
+        let fx = scan::effects(&|f| f.visit_expr(init));
+        if fx.assigned.is_empty() {
+            return;
+        }
+        let mut names = Vec::new();
+        pat_names(pat, &mut names);
+        for t in &fx.assigned {
+            if !matches!(self.lookup(t), Some(Val::Tensor(_))) {
+                self.havoc(t);
+            }
+        }
+        for n in names {
+            let targets: Vec<String> = fx.assigned.iter().filter(|t| **t != n).cloned().collect();
+            self.refs.entry(n).or_default().extend(targets);
         }
     }
 
