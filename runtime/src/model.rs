@@ -112,6 +112,21 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [OpKind; 11] = [
+        OpKind::Send,
+        OpKind::Recv,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::AllReduce,
+        OpKind::Gather,
+        OpKind::AllGather,
+        OpKind::Scatter,
+        OpKind::ReduceScatter,
+        OpKind::AllToAll,
+        OpKind::Barrier,
+    ];
+
     /// The method name users call.
     pub fn name(self) -> &'static str {
         match self {
@@ -312,5 +327,27 @@ mod tests {
             site: CallSite::caller(),
         };
         assert_eq!(d.summary(), "reduce_scatter(Sum, f32[4, 5], dim 1)");
+    }
+
+    /// `OpKind::ALL` lists every kind once, in order: the match fails to compile when a kind is
+    /// added, and the assertion when `ALL` is not updated with it.
+    #[test]
+    fn all_lists_every_kind() {
+        let index = |k: OpKind| match k {
+            OpKind::Send => 0,
+            OpKind::Recv => 1,
+            OpKind::Broadcast => 2,
+            OpKind::Reduce => 3,
+            OpKind::AllReduce => 4,
+            OpKind::Gather => 5,
+            OpKind::AllGather => 6,
+            OpKind::Scatter => 7,
+            OpKind::ReduceScatter => 8,
+            OpKind::AllToAll => 9,
+            OpKind::Barrier => 10,
+        };
+        for (i, k) in OpKind::ALL.into_iter().enumerate() {
+            assert_eq!(index(k), i, "{k}");
+        }
     }
 }

@@ -184,19 +184,7 @@ mod no_panic {
     }
 
     fn vop_strategy() -> impl Strategy<Value = VOp> {
-        let kind = prop::sample::select(vec![
-            OpKind::Send,
-            OpKind::Recv,
-            OpKind::Broadcast,
-            OpKind::Reduce,
-            OpKind::AllReduce,
-            OpKind::Gather,
-            OpKind::AllGather,
-            OpKind::Scatter,
-            OpKind::ReduceScatter,
-            OpKind::AllToAll,
-            OpKind::Barrier,
-        ]);
+        let kind = prop::sample::select(OpKind::ALL.to_vec());
         let small = || prop_oneof![4 => 0usize..6, 1 => Just(usize::MAX)];
         (
             (kind, 0u32..5, prop::option::of(small())),

@@ -380,10 +380,14 @@ impl Eval<'_> {
                         | Val::Op(_)
                         | Val::Unit
                 );
-                let mentions = scan::communicates(&self.handles(), &|f| {
-                    syn::visit::Visit::visit_expr(f, &m.receiver)
-                });
-                !(comm_name && may_hold && mentions)
+                // Only then is the receiver read (it costs a pass over the variables in scope,
+                // and every method call comes through here).
+                let mentions = || {
+                    scan::communicates(&self.handles(), &|f| {
+                        syn::visit::Visit::visit_expr(f, &m.receiver)
+                    })
+                };
+                !(comm_name && may_hold && mentions())
             }
         };
         if known && !args.iter().any(holds_handle) {

@@ -126,12 +126,9 @@ impl LocalBackend {
         })
     }
 
-    /// Splits the (sorted) batch into runs and publishes them.
-    fn post(
-        &mut self,
-        ops: &[Op],
-        plan: &[(Target, Range<usize>)],
-    ) -> Result<SmallVec<[TargetRun; 4]>> {
+    /// Turns the (sorted) batch's plan into runs, numbering their steps and messages; nothing
+    /// is visible to peers yet (see [`LocalBackend::publish`]).
+    fn number(&mut self, plan: &[(Target, Range<usize>)]) -> Result<SmallVec<[TargetRun; 4]>> {
         let mut runs: SmallVec<[TargetRun; 4]> = SmallVec::new();
         for (t, range) in plan {
             let (t, i, len) = (*t, range.start, range.len());
@@ -171,8 +168,13 @@ impl LocalBackend {
                 complete: false,
             });
         }
+        Ok(runs)
+    }
+
+    /// Makes the runs visible to peers, who may read `ops` and their buffers from here on.
+    fn publish(&self, ops: &[Op], runs: &[TargetRun]) {
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
-        for run in &runs {
+        for run in runs {
             // Peers only ever read through this pointer.
             let entries = ops[run.start..].as_ptr().cast_mut();
             match run.target {
@@ -199,7 +201,6 @@ impl LocalBackend {
         }
         fail_point!("post");
         self.shared.wake(woken);
-        Ok(runs)
     }
 
     /// One pass over every unfinished run: do whatever work is possible.
@@ -612,19 +613,20 @@ impl Backend for LocalBackend {
             return Err(self.shared.abort_error(self.rank, site));
         }
         let plan = crate::plan::plan(ops);
+        let numbered = self.number(&plan);
         // From the first publication on, peers may read our ops and buffers until the batch
         // completes. If we leave early — an error, or a panic unwinding through here — the
         // world must stop and every access under way must end before the buffers are freed.
         // The guard does that on every path out but success.
-        let shared = Arc::clone(&self.shared);
         let mut posted = Posted {
-            shared: &shared,
+            shared: &self.shared,
             rank: self.rank,
             reason: None,
         };
-        let result = self
-            .post(ops, &plan)
-            .and_then(|mut runs| self.wait(&mut runs, ops));
+        let result = numbered.and_then(|mut runs| {
+            self.publish(ops, &runs);
+            self.wait(&mut runs, ops)
+        });
         match &result {
             Ok(()) => std::mem::forget(posted),
             Err(e) => posted.reason = Some(Abort::for_error(self.rank, e)),
