@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use proc_macro2::TokenStream;
 use quote::quote;
-use rankwise_runtime::verify::{self, Program};
+use rankwise_core::verify::{self, Program};
 
 use syn::spanned::Spanned;
 

@@ -1,9 +1,9 @@
 //! Lowering: the user's function, unchanged, plus the verified schedule and the guard that
-//! holds the run to it (see `rankwise_runtime::guard`).
+//! holds the run to it (see `rankwise_core::guard`).
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use rankwise_runtime::verify::Program;
+use rankwise_core::verify::Program;
 
 use crate::eval::Site;
 

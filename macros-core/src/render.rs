@@ -5,7 +5,7 @@
 //! found at several world sizes is reported once, listing the other sizes.
 
 use proc_macro2::Span;
-use rankwise_runtime::verify::Diagnostic;
+use rankwise_core::verify::Diagnostic;
 
 use crate::eval::{Analysis, Ratio, Site};
 

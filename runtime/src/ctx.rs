@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::ReduceOp;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Buf, Op};
 use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
-use crate::reduce::ReduceOp;
 use crate::rules::{self, Aux};
 use crate::tensor::Tensor;
 
@@ -38,20 +38,18 @@ struct Caller<'g> {
 }
 
 fn host_in<T: Element>(t: &Tensor<T>) -> Buf {
-    let (ptr, len, device) = t.raw();
+    let (ptr, len) = t.raw();
     Buf {
         ptr: ptr as *mut u8,
         len,
-        device,
     }
 }
 
 fn host_out<T: Element>(t: &mut Tensor<T>) -> Buf {
-    let (ptr, len, device) = t.raw_mut();
+    let (ptr, len) = t.raw_mut();
     Buf {
         ptr: ptr as *mut u8,
         len,
-        device,
     }
 }
 
@@ -87,7 +85,13 @@ impl Caller<'_> {
         } else {
             self.group.members()
         };
-        rules::validate(&desc, self.rank, self.world, members, self.batched, aux)?;
+        rules::validate(&desc, self.rank, self.world, members, self.batched, aux).map_err(
+            |violation| Error::Misuse {
+                site: desc.site,
+                rank: self.rank,
+                violation,
+            },
+        )?;
         Ok(Op {
             desc,
             input,
@@ -276,7 +280,7 @@ macro_rules! comm_methods {
 
 impl Ctx {
     /// A context for `rank` of `world` ranks on `backend`.
-    pub fn new(rank: usize, world: usize, backend: Box<dyn Backend>) -> Self {
+    pub(crate) fn new(rank: usize, world: usize, backend: Box<dyn Backend>) -> Self {
         let world_group = Group::new(
             GroupId::WORLD,
             (0..world).collect::<Vec<_>>().into(),
@@ -338,29 +342,8 @@ impl Ctx {
     #[track_caller]
     pub fn new_group(&mut self, members: impl AsRef<[usize]>) -> Result<Group> {
         let site = CallSite::caller();
-        let mut sorted = members.as_ref().to_vec();
-        sorted.sort_unstable();
-        let invalid = |reason: String| Error::InvalidGroup {
-            site,
-            rank: self.rank,
-            members: members.as_ref().to_vec(),
-            reason,
-        };
-        if sorted.is_empty() {
-            return Err(invalid("a group needs at least one member".into()));
-        }
-        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            return Err(invalid(format!("rank {} is listed twice", w[0])));
-        }
-        if let Some(&bad) = sorted.iter().find(|&&r| r >= self.world) {
-            return Err(Error::RankOutOfRange {
-                site,
-                rank: self.rank,
-                role: "group member",
-                value: bad,
-                world: self.world,
-            });
-        }
+        let sorted =
+            rules::group(members.as_ref(), self.world).map_err(|v| self.misuse(site, v))?;
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
         let id = self.backend.create_group(&sorted, *ordinal)?;
         *ordinal += 1;
@@ -376,27 +359,7 @@ impl Ctx {
     #[track_caller]
     pub fn split(&mut self, parts: &[&[usize]]) -> Result<Group> {
         let site = CallSite::caller();
-        let mut seen = vec![false; self.world];
-        for part in parts {
-            for &r in *part {
-                if r < self.world && std::mem::replace(&mut seen[r], true) {
-                    return Err(Error::InvalidGroup {
-                        site,
-                        rank: self.rank,
-                        members: part.to_vec(),
-                        reason: format!("rank {r} appears in more than one part of the split"),
-                    });
-                }
-            }
-        }
-        if let Some(missing) = seen.iter().position(|s| !s) {
-            return Err(Error::InvalidGroup {
-                site,
-                rank: self.rank,
-                members: parts.iter().flat_map(|p| p.iter().copied()).collect(),
-                reason: format!("rank {missing} is in no part; a split must cover every rank"),
-            });
-        }
+        rules::split(parts, self.world).map_err(|v| self.misuse(site, v))?;
         let mut mine = None;
         for part in parts {
             let g = self.new_group(part)?;
@@ -404,12 +367,19 @@ impl Ctx {
                 mine = Some(g);
             }
         }
-        mine.ok_or_else(|| Error::InvalidGroup {
+        // `rules::split` proved that some part holds every rank, this one included.
+        mine.ok_or_else(|| Error::BadProgram {
+            detail: format!("a valid split has no part holding rank {}", self.rank),
+        })
+    }
+
+    /// The error for a rule this rank's call at `site` broke.
+    fn misuse(&self, site: CallSite, violation: rules::Violation) -> Error {
+        Error::Misuse {
             site,
             rank: self.rank,
-            members: Vec::new(),
-            reason: "the split has no parts".into(),
-        })
+            violation,
+        }
     }
 
     /// Collectives on `group` instead of the world: `ctx.group(&g).all_reduce(&mut t, op)`.

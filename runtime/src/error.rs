@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::element::DType;
-use crate::model::{CallSite, OpKind, RanksFmt, ShapeFmt};
-use crate::reduce::ReduceOp;
+use rankwise_core::Violation;
+use rankwise_core::model::{CallSite, RanksFmt};
+use rankwise_core::verify::Diagnostics;
 
 /// `Result` with rankwise's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -26,52 +26,17 @@ pub enum Error {
         world: usize,
     },
 
-    /// A peer, root or group member is not a rank of the world.
-    #[error(
-        "{site}: rank {rank} names {role} {value}, but the world has {world} rank(s) \
-         (0..={max}); use a rank below {world}",
-        max = world.saturating_sub(1)
-    )]
-    RankOutOfRange {
+    /// A call broke one of its rules: a peer out of range, a bad shape, a group it is not a
+    /// member of, … (checked on the calling rank before anything is sent). The [`Violation`]
+    /// is the same one the verifier reports at compile time, with the same code and words.
+    #[error("{site}: rank {rank}: {violation}; {help}", help = violation.help())]
+    Misuse {
         /// Call site.
         site: CallSite,
         /// The calling rank.
         rank: usize,
-        /// `"peer"`, `"root"` or `"group member"`.
-        role: &'static str,
-        /// The offending value.
-        value: usize,
-        /// World size.
-        world: usize,
-    },
-
-    /// A rank called a collective on a group it does not belong to.
-    #[error(
-        "{site}: rank {rank} calls {kind} on group [{members}], which it is not a member of; \
-         only members may use a group (guard the call with `group.contains(ctx.rank())`)",
-        members = RanksFmt(members)
-    )]
-    NotAMember {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The collective.
-        kind: OpKind,
-        /// The group's members.
-        members: Vec<usize>,
-    },
-
-    /// A hand-built call description (see `verify::Program`) lacks a field its kind needs, or
-    /// has one it must not have. `Ctx` never makes one.
-    #[error("{site}: rank {rank}: malformed call description: {detail}")]
-    MalformedCall {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// What is wrong.
-        detail: String,
+        /// The rule broken; [`Violation::code`] gives its diagnostic code.
+        violation: Violation,
     },
 
     /// A group handle from another world (e.g. kept from an earlier `spawn`) was used.
@@ -88,121 +53,6 @@ pub enum Error {
         rank: usize,
         /// The handle's members.
         members: Vec<usize>,
-    },
-
-    /// The root of a rooted collective is not a member of the group.
-    #[error(
-        "{site}: rank {rank} calls {kind} with root {root}, which is not a member of group \
-         [{members}]; pick a root among the members",
-        members = RanksFmt(members)
-    )]
-    RootNotInGroup {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The collective.
-        kind: OpKind,
-        /// The root given.
-        root: usize,
-        /// The group's members.
-        members: Vec<usize>,
-    },
-
-    /// A group was declared with duplicate, out-of-range or no members.
-    #[error("{site}: rank {rank}: invalid group {members:?}: {reason}")]
-    InvalidGroup {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The members given.
-        members: Vec<usize>,
-        /// What is wrong with them.
-        reason: String,
-    },
-
-    /// A buffer has the wrong shape for the call (checked locally, before communicating).
-    #[error("{site}: rank {rank}: {kind}: {detail}")]
-    BadShape {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The call.
-        kind: OpKind,
-        /// Expected and actual shapes, in words.
-        detail: String,
-    },
-
-    /// A split dimension is not divisible by the number of members.
-    #[error(
-        "{site}: rank {rank}: {kind} splits dim {dim} (size {size}) into {parts} equal parts, \
-         but {size} is not divisible by {parts}; make dim {dim} a multiple of {parts}"
-    )]
-    NotDivisible {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The collective.
-        kind: OpKind,
-        /// The split dimension.
-        dim: usize,
-        /// Its extent.
-        size: usize,
-        /// Number of members.
-        parts: usize,
-    },
-
-    /// A split/concatenation dimension the tensor does not have.
-    #[error(
-        "{site}: rank {rank}: {kind} along dim {dim}, but the tensor {shape} has {ndim} \
-         dimension(s); use a dim below {ndim}",
-        shape = ShapeFmt(shape),
-        ndim = shape.len()
-    )]
-    DimOutOfRange {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The collective.
-        kind: OpKind,
-        /// The dim given.
-        dim: usize,
-        /// The tensor's shape.
-        shape: Vec<usize>,
-    },
-
-    /// A reduce op that is not defined for the element type (bitwise on floats).
-    #[error(
-        "{site}: rank {rank}: reduce op {op} is not defined for {dtype}; bitwise ops need an \
-         integer dtype (use Sum, Prod, Min, Max, Avg or PreMulSum for floats)"
-    )]
-    OpNotSupported {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// The op.
-        op: ReduceOp,
-        /// The element type.
-        dtype: DType,
-    },
-
-    /// A blocking send or receive to the calling rank itself, which could never complete.
-    #[error(
-        "{site}: rank {rank} calls {kind} with itself as the peer outside a batch; a blocking \
-         self-{kind} waits for itself forever. Put the send and the recv in one `ctx.batch()`"
-    )]
-    SelfP2p {
-        /// Call site.
-        site: CallSite,
-        /// The calling rank.
-        rank: usize,
-        /// Send or recv.
-        kind: OpKind,
     },
 
     /// A send and its matching receive disagree on element count or type.
@@ -332,11 +182,17 @@ pub enum Error {
 
     /// The verifier rejected the program before it started.
     #[error("the program was rejected before it started:\n{0}")]
-    Rejected(Box<crate::verify::Diagnostics>),
+    Rejected(Box<Diagnostics>),
 
     /// An error from the user's own code, carried through rankwise.
     #[error(transparent)]
     User(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<Diagnostics> for Error {
+    fn from(d: Diagnostics) -> Self {
+        Error::Rejected(Box::new(d))
+    }
 }
 
 impl fmt::Debug for Error {

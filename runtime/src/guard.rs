@@ -86,12 +86,11 @@ impl Guard {
         let ranks = table.worlds[i]
             .1
             .get(rank)
-            .ok_or_else(|| Error::RankOutOfRange {
-                site: CallSite::caller(),
-                rank,
-                role: "rank",
-                value: rank,
-                world,
+            .ok_or_else(|| Error::BadProgram {
+                detail: format!(
+                    "`{}` entered by rank {rank}, which is not a rank of a world of {world}",
+                    table.function
+                ),
             })?;
         ACTIVE.with(|a| {
             a.borrow_mut().push(Active {

@@ -30,29 +30,38 @@
 #[macro_use]
 mod fail;
 
-pub mod ctx;
-pub mod element;
-pub mod error;
-pub mod exec;
-pub mod group;
+mod ctx;
+mod element;
+mod error;
+mod exec;
+mod group;
 mod guard;
-pub mod model;
-pub mod plan;
-pub mod reduce;
-pub mod rules;
+mod plan;
+mod reduce;
+mod replay;
 #[cfg(feature = "local")]
-pub mod spawn;
-pub mod tensor;
-pub mod verify;
+mod spawn;
+mod tensor;
+mod world_id;
+
+/// The backend-free core under the names the runtime's modules use.
+mod model {
+    pub(crate) use crate::world_id::WorldId;
+    pub(crate) use rankwise_core::model::*;
+}
+mod rules {
+    pub(crate) use rankwise_core::rules::*;
+}
 
 pub use ctx::{Batch, BatchComm, Comm, Ctx};
-pub use element::{DType, Element};
+pub use element::Element;
 pub use error::{
     CollectiveMismatch, DeadlockReport, Error, P2pMismatch, PeerFailure, RankWait, Result,
 };
 pub use group::Group;
-pub use model::{CallSite, GroupId, OpDesc, OpKind, Shape};
-pub use reduce::ReduceOp;
+pub use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+pub use rankwise_core::{Code, DType, ReduceOp, Violation, verify};
+pub use replay::replay;
 #[cfg(feature = "local")]
 pub use spawn::{Options, spawn, spawn_each, spawn_with};
 pub use tensor::{Device, Tensor};

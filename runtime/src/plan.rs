@@ -16,7 +16,7 @@ use crate::model::{GroupId, OpKind};
 
 /// Where an op goes.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
-pub enum Target {
+pub(crate) enum Target {
     /// The collectives of one communicator.
     Coll(GroupId),
     /// Messages to one peer.
@@ -26,7 +26,7 @@ pub enum Target {
 }
 
 /// The target of `op`.
-pub fn target(op: &Op) -> Target {
+pub(crate) fn target(op: &Op) -> Target {
     match op.desc.kind {
         OpKind::Send => Target::Send(op.desc.peer.unwrap_or(0)),
         OpKind::Recv => Target::Recv(op.desc.peer.unwrap_or(0)),
@@ -36,7 +36,7 @@ pub fn target(op: &Op) -> Target {
 
 /// Sorts `ops` by target, keeping the user's order within each target, and returns the runs:
 /// each target once, with the range of `ops` it covers, in target order.
-pub fn plan(ops: &mut [Op]) -> SmallVec<[(Target, Range<usize>); 4]> {
+pub(crate) fn plan(ops: &mut [Op]) -> SmallVec<[(Target, Range<usize>); 4]> {
     if ops.len() > 1 {
         ops.sort_by_key(target); // stable
     }

@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-use crate::element::{DType, Element};
+use crate::DType;
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::model::{Shape, ShapeFmt};
 
@@ -201,16 +202,16 @@ impl<T: Element> Tensor<T> {
     }
 
     /// The buffer the backends move data through: base pointer, element count and device.
-    pub(crate) fn raw(&self) -> (*const T, usize, Device) {
+    pub(crate) fn raw(&self) -> (*const T, usize) {
         match &self.storage {
-            Storage::Host(v) => (v.as_ptr(), v.len(), Device::Host),
+            Storage::Host(v) => (v.as_ptr(), v.len()),
         }
     }
 
     /// Mutable counterpart of [`Tensor::raw`].
-    pub(crate) fn raw_mut(&mut self) -> (*mut T, usize, Device) {
+    pub(crate) fn raw_mut(&mut self) -> (*mut T, usize) {
         match &mut self.storage {
-            Storage::Host(v) => (v.as_mut_ptr(), v.len(), Device::Host),
+            Storage::Host(v) => (v.as_mut_ptr(), v.len()),
         }
     }
 }
@@ -289,7 +290,7 @@ impl<T: Element> fmt::Display for Tensor<T> {
 
 fn format_element<T: Element>(x: T) -> String {
     if T::DTYPE.is_float() {
-        let v = x.to_f64();
+        let v = crate::element::to_f64(x);
         if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
             format!("{v:.0}.")
         } else {

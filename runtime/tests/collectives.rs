@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{concat, data, reduce, split, with_dim};
-use rankwise_runtime::{Ctx, DType, Element, Group, ReduceOp, Result, Tensor, spawn, with_dtype};
+use common::{Num, concat, data, reduce, split, with_dim};
+use rankwise_runtime::{Ctx, DType, Group, ReduceOp, Result, Tensor, spawn, with_dtype};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -111,7 +111,7 @@ fn input_shape(case: &Case, n: usize) -> Vec<usize> {
 }
 
 /// Runs one case on this rank and returns what it ends up holding.
-fn run_case<T: Element>(
+fn run_case<T: Num>(
     ctx: &mut Ctx,
     c: usize,
     case: &Case,
@@ -183,7 +183,7 @@ fn run_case<T: Element>(
 }
 
 /// What `rank` should hold after `case`, from the reference.
-fn expected<T: Element>(c: usize, case: &Case, world: usize, rank: usize) -> Option<Vec<T>> {
+fn expected<T: Num>(c: usize, case: &Case, world: usize, rank: usize) -> Option<Vec<T>> {
     let m = members(case.group, world, rank)?;
     let n = m.len();
     let i = m.iter().position(|&r| r == rank).unwrap();
@@ -222,7 +222,7 @@ fn expected<T: Element>(c: usize, case: &Case, world: usize, rank: usize) -> Opt
     })
 }
 
-fn check_dtype<T: Element>() {
+fn check_dtype<T: Num>() {
     for world in 1..=8 {
         let cases = cases(T::DTYPE, world);
         let got = spawn(world, |ctx| {

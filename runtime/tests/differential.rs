@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rankwise_runtime::model::{GroupId, OpKind};
 use rankwise_runtime::verify::{Item, Match, Program, Verdict, verify};
-use rankwise_runtime::{DType, Error, Options, PeerFailure, ReduceOp, spawn_with};
+use rankwise_runtime::{Code, DType, Error, Options, PeerFailure, ReduceOp, spawn_with};
+use rankwise_runtime::{GroupId, OpKind};
 
 /// One event of a random SPMD program, as small integers interpreted modulo the world.
 #[derive(Clone, Debug)]
@@ -218,34 +218,27 @@ fn mutate(p: &mut Program, m: &Mutation) {
     }
 }
 
-/// What happened when the program ran: `None` if every rank finished.
-fn run(p: &Program) -> Option<Verdict> {
+/// What happened when the program ran: `None` if every rank finished; for a broken rule, also
+/// the rule's code.
+fn run(p: &Program) -> Option<(Verdict, Option<Code>)> {
     let program = Arc::new(p.clone());
     let opts = Options::default().timeout(Duration::from_secs(10));
-    let result = spawn_with(p.world, opts, |ctx| program.run_rank(ctx));
+    let result = spawn_with(p.world, opts, |ctx| rankwise_runtime::replay(&program, ctx));
     match result {
         Ok(_) => None,
         Err(e) => Some(classify(&e)),
     }
 }
 
-fn classify(e: &Error) -> Verdict {
+fn classify(e: &Error) -> (Verdict, Option<Code>) {
     match e {
         Error::Deadlock(_)
         | Error::PeerFailed {
             reason: PeerFailure::Exited,
             ..
-        } => Verdict::Hang,
-        Error::CollectiveMismatch(_) | Error::P2pMismatch(_) => Verdict::Mismatch,
-        Error::RankOutOfRange { .. }
-        | Error::NotAMember { .. }
-        | Error::RootNotInGroup { .. }
-        | Error::InvalidGroup { .. }
-        | Error::BadShape { .. }
-        | Error::NotDivisible { .. }
-        | Error::DimOutOfRange { .. }
-        | Error::OpNotSupported { .. }
-        | Error::SelfP2p { .. } => Verdict::Misuse,
+        } => (Verdict::Hang, None),
+        Error::CollectiveMismatch(_) | Error::P2pMismatch(_) => (Verdict::Mismatch, None),
+        Error::Misuse { violation, .. } => (Verdict::Misuse, Some(violation.code())),
         other => panic!("the runtime failed in a way no verdict covers: {other}"),
     }
 }
@@ -255,7 +248,13 @@ fn agree(p: &Program) -> Result<(), TestCaseError> {
     let actual = run(p);
     match (&predicted, actual) {
         (Ok(_), None) => Ok(()),
-        (Err(d), Some(v)) if d.verdicts().contains(&v) => Ok(()),
+        // A broken rule is reported by the verifier with the very code the runtime gives it.
+        (Err(d), Some((v, code)))
+            if d.verdicts().contains(&v)
+                && code.is_none_or(|c| d.0.iter().any(|x| x.code == c)) =>
+        {
+            Ok(())
+        }
         (Ok(_), Some(v)) => Err(TestCaseError::fail(format!(
             "verifier accepted, run ended in {v:?}:\n{p:#?}"
         ))),

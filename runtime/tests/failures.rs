@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use rankwise_runtime::{
-    Error, OpKind, Options, PeerFailure, ReduceOp, Result, Tensor, spawn, spawn_each, spawn_with,
+    Error, OpKind, Options, PeerFailure, ReduceOp, Result, Tensor, Violation, spawn, spawn_each,
+    spawn_with,
 };
 
 /// Runs `f` and asserts it took less than a second.
@@ -363,6 +364,14 @@ fn mismatched_recv_size_and_dtype_are_errors() {
     assert!(matches!(err, Error::P2pMismatch(_)), "{err}");
 }
 
+/// The rule a misuse error reports, if it is one.
+fn violation(e: &Error) -> Option<&Violation> {
+    match e {
+        Error::Misuse { violation, .. } => Some(violation),
+        _ => None,
+    }
+}
+
 /// Misuse is reported on the rank that made it, before anything is sent.
 #[test]
 fn misuse_is_a_specific_error() {
@@ -374,13 +383,13 @@ fn misuse_is_a_specific_error() {
             |c| c.send(&Tensor::full([1], 0u8)?, 4),
             |e| {
                 matches!(
-                    e,
-                    Error::RankOutOfRange {
+                    violation(e),
+                    Some(Violation::RankOutOfRange {
                         role: "peer",
                         value: 4,
                         world: 4,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -389,12 +398,12 @@ fn misuse_is_a_specific_error() {
             |c| c.broadcast(&mut Tensor::full([1], 0u8)?, 9),
             |e| {
                 matches!(
-                    e,
-                    Error::RankOutOfRange {
+                    violation(e),
+                    Some(Violation::RankOutOfRange {
                         role: "root",
                         value: 9,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -406,11 +415,11 @@ fn misuse_is_a_specific_error() {
             },
             |e| {
                 matches!(
-                    e,
-                    Error::SelfP2p {
+                    violation(e),
+                    Some(Violation::SelfP2p {
                         kind: OpKind::Send,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -419,11 +428,11 @@ fn misuse_is_a_specific_error() {
             |c| c.all_reduce(&mut Tensor::full([1], 0f32)?, ReduceOp::BitAnd),
             |e| {
                 matches!(
-                    e,
-                    Error::OpNotSupported {
+                    violation(e),
+                    Some(Violation::OpNotSupported {
                         op: ReduceOp::BitAnd,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -439,12 +448,12 @@ fn misuse_is_a_specific_error() {
             },
             |e| {
                 matches!(
-                    e,
-                    Error::NotDivisible {
+                    violation(e),
+                    Some(Violation::NotDivisible {
                         size: 6,
                         parts: 4,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -453,30 +462,30 @@ fn misuse_is_a_specific_error() {
             |c| c.all_to_all(&Tensor::full([2, 3], 0f32)?, &mut Tensor::zeros([2, 3])?, 1),
             |e| {
                 matches!(
-                    e,
-                    Error::NotDivisible {
+                    violation(e),
+                    Some(Violation::NotDivisible {
                         dim: 1,
                         size: 3,
                         ..
-                    }
+                    })
                 )
             },
         ),
         (
             "dim out of range",
             |c| c.all_gather(&Tensor::full([2], 0f32)?, &mut Tensor::zeros([8])?, 1),
-            |e| matches!(e, Error::DimOutOfRange { dim: 1, .. }),
+            |e| matches!(violation(e), Some(Violation::DimOutOfRange { dim: 1, .. })),
         ),
         (
             "all_gather output of the wrong shape",
             |c| c.all_gather(&Tensor::full([5, 2], 0f32)?, &mut Tensor::zeros([5, 6])?, 1),
             |e| {
                 matches!(
-                    e,
-                    Error::BadShape {
+                    violation(e),
+                    Some(Violation::BadShape {
                         kind: OpKind::AllGather,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -488,11 +497,11 @@ fn misuse_is_a_specific_error() {
             },
             |e| {
                 matches!(
-                    e,
-                    Error::BadShape {
+                    violation(e),
+                    Some(Violation::BadShape {
                         kind: OpKind::Gather,
                         ..
-                    }
+                    })
                 )
             },
         ),
@@ -502,7 +511,7 @@ fn misuse_is_a_specific_error() {
                 let g = c.new_group([0])?;
                 c.group(&g).barrier()
             },
-            |e| matches!(e, Error::NotAMember { .. }),
+            |e| matches!(violation(e), Some(Violation::NotAMember { .. })),
         ),
         (
             "root outside the group",
@@ -510,17 +519,22 @@ fn misuse_is_a_specific_error() {
                 let g = c.new_group([1, 2, 3])?;
                 c.group(&g).broadcast(&mut Tensor::full([1], 0u8)?, 0)
             },
-            |e| matches!(e, Error::RootNotInGroup { root: 0, .. }),
+            |e| {
+                matches!(
+                    violation(e),
+                    Some(Violation::RootNotInGroup { root: 0, .. })
+                )
+            },
         ),
         (
             "duplicate group members",
             |c| c.new_group([1, 1]).map(drop),
-            |e| matches!(e, Error::InvalidGroup { .. }),
+            |e| matches!(violation(e), Some(Violation::InvalidGroup { .. })),
         ),
         (
             "split that misses a rank",
             |c| c.split(&[&[0, 1], &[3]]).map(drop),
-            |e| matches!(e, Error::InvalidGroup { .. }),
+            |e| matches!(violation(e), Some(Violation::InvalidSplit { .. })),
         ),
         (
             "batched misuse surfaces at run",
@@ -530,7 +544,12 @@ fn misuse_is_a_specific_error() {
                 b.send(&x, 7);
                 b.run()
             },
-            |e| matches!(e, Error::RankOutOfRange { value: 7, .. }),
+            |e| {
+                matches!(
+                    violation(e),
+                    Some(Violation::RankOutOfRange { value: 7, .. })
+                )
+            },
         ),
     ];
     for (what, f, ok) in cases {

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use rankwise_runtime::model::Shape;
+use rankwise_runtime::Shape;
 use rankwise_runtime::verify::{self, Item, Program, SiteId, VOp};
 use rankwise_runtime::{
     CallSite, DType, Error, Group, GroupId, OpDesc, OpKind, Options, PeerFailure, ReduceOp, Result,
@@ -125,7 +125,16 @@ mod no_panic {
         })
         .unwrap();
         for res in each {
-            assert!(matches!(res, Err(Error::BadShape { .. })), "{res:?}");
+            assert!(
+                matches!(
+                    res,
+                    Err(Error::Misuse {
+                        violation: rankwise_runtime::Violation::BadShape { .. },
+                        ..
+                    })
+                ),
+                "{res:?}"
+            );
         }
         let err = spawn(2, |ctx| {
             let x = Tensor::<u8>::zeros([0, usize::MAX / 2 + 1])?;
@@ -143,8 +152,8 @@ mod no_panic {
         p.groups.clear();
         p.rank(0).send(DType::F32, &[2], 1);
         p.rank(1).recv(DType::F32, &[2], 0);
-        spawn(2, |ctx| p.run_rank(ctx)).unwrap();
-        let err = spawn(3, |ctx| p.run_rank(ctx)).unwrap_err();
+        spawn(2, |ctx| rankwise_runtime::replay(&p, ctx)).unwrap();
+        let err = spawn(3, |ctx| rankwise_runtime::replay(&p, ctx)).unwrap_err();
         assert!(
             err.to_string().contains("invalid program description"),
             "{err}"

@@ -1,6 +1,6 @@
 //! The verifier, rule by rule, with the seeds' classic mistakes among the cases.
 
-use rankwise_runtime::model::GroupId;
+use rankwise_runtime::GroupId;
 use rankwise_runtime::verify::{
     Code, Diagnostics, Match, Program, RankBuilder, Verdict, verify, verify_worlds,
 };
@@ -551,7 +551,7 @@ fn spawn_refuses_a_program_the_verifier_rejects() {
     let started = std::sync::atomic::AtomicBool::new(false);
     let err = spawn_with(2, Options::default().verify(bad.clone()), |ctx| {
         started.store(true, std::sync::atomic::Ordering::Relaxed);
-        bad.run_rank(ctx)
+        rankwise_runtime::replay(&bad, ctx)
     })
     .unwrap_err();
     assert!(
@@ -571,13 +571,14 @@ fn spawn_refuses_a_program_the_verifier_rejects() {
 
     let good = Arc::new(ring_all_reduce(3));
     spawn_with(3, Options::default().verify(good.clone()), |ctx| {
-        good.run_rank(ctx)
+        rankwise_runtime::replay(&good, ctx)
     })
     .unwrap();
     // A description for another world size is refused too.
     assert!(
-        spawn_with(4, Options::default().verify(good.clone()), |ctx| good
-            .run_rank(ctx))
+        spawn_with(4, Options::default().verify(good.clone()), |ctx| {
+            rankwise_runtime::replay(&good, ctx)
+        })
         .is_err()
     );
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use proc_macro2::Span;
-use rankwise_runtime::verify::SiteId;
+use rankwise_core::verify::SiteId;
 use syn::Expr;
 
 use super::value::{Ratio, gcd};

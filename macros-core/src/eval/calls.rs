@@ -1,9 +1,9 @@
 //! Calls: tensor constructors, groups and splits, and every communication call, recorded as
 //! an op of the rank's program.
 
-use rankwise_runtime::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
-use rankwise_runtime::verify::{Item, VOp};
-use rankwise_runtime::{DType, ReduceOp};
+use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use rankwise_core::verify::{Item, VOp};
+use rankwise_core::{DType, ReduceOp, rules};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprMethodCall, Lit};
 
@@ -406,25 +406,13 @@ impl Eval<'_> {
             self.unverifiable(m.method.span(), "a group whose members the macro cannot compute", "list the members with literals or values computed from `ctx.rank()` and `ctx.world()`");
             return Val::Unknown;
         };
-        let mut sorted = members.clone();
-        sorted.sort_unstable();
-        let problem = if sorted.is_empty() {
-            Some("a group needs at least one member".to_string())
-        } else if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-            Some(format!("rank {} is listed twice", w[0]))
-        } else {
-            sorted
-                .iter()
-                .find(|&&r| r >= self.world)
-                .map(|r| format!("rank {r} is outside a world of {} ranks", self.world))
+        let sorted = match rules::group(&members, self.world) {
+            Ok(sorted) => sorted,
+            Err(v) => {
+                self.violation(m.method.span(), &v);
+                return Val::Poison;
+            }
         };
-        if let Some(p) = problem {
-            self.shared.error(
-                m.method.span(),
-                format!("RW011: invalid group {members:?} (world = {}): {p}\n= help: list each member once, every one below the world size", self.world),
-            );
-            return Val::Poison;
-        }
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
         let key = (sorted.clone(), *ordinal);
         *ordinal += 1;
@@ -447,6 +435,14 @@ impl Eval<'_> {
             self.unverifiable(m.method.span(), "a split whose parts the macro cannot compute", "list the parts with literals or values computed from `ctx.rank()` and `ctx.world()`");
             return Val::Unknown;
         };
+        let Some(lists) = parts.iter().map(ints).collect::<Option<Vec<_>>>() else {
+            self.unverifiable(m.method.span(), "a split whose parts the macro cannot compute", "list the parts with literals or values computed from `ctx.rank()` and `ctx.world()`");
+            return Val::Unknown;
+        };
+        if let Err(v) = rules::split(&lists, self.world) {
+            self.violation(m.method.span(), &v);
+            return Val::Poison;
+        }
         let mut mine = Val::Unknown;
         for part in parts {
             let g = self.new_group(m, Some(part));

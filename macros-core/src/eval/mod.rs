@@ -17,9 +17,9 @@ mod value;
 use std::collections::HashMap;
 
 use proc_macro2::Span;
-use rankwise_runtime::ReduceOp;
-use rankwise_runtime::model::GroupId;
-use rankwise_runtime::verify::{Program, VOp};
+use rankwise_core::ReduceOp;
+use rankwise_core::model::GroupId;
+use rankwise_core::verify::{Program, VOp};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
@@ -122,6 +122,20 @@ impl<'a> Eval<'a> {
         self.shared.error(
             span,
             format!("RW012: communication the macro cannot verify: {why}\n= help: {todo}"),
+        );
+    }
+
+    /// Reports a rule broken by a call the macro evaluates itself (a group or a split), in the
+    /// words the runtime would use.
+    fn violation(&mut self, span: Span, v: &rankwise_core::Violation) {
+        self.shared.error(
+            span,
+            format!(
+                "{}: {v} (world = {})\n= help: {}",
+                v.code(),
+                self.world,
+                v.help()
+            ),
         );
     }
 

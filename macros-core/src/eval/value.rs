@@ -1,8 +1,8 @@
 //! The values the evaluator tracks, and the arithmetic, casts and pattern matching on them.
 
-use rankwise_runtime::DType;
-use rankwise_runtime::ReduceOp;
-use rankwise_runtime::model::GroupId;
+use rankwise_core::DType;
+use rankwise_core::ReduceOp;
+use rankwise_core::model::GroupId;
 use syn::{BinOp, Expr, Lit, Pat, UnOp};
 
 #[derive(Clone, Debug, PartialEq)]

@@ -6,32 +6,28 @@
 
 use crate::error::Result;
 use crate::model::{GroupId, OpDesc, WorldId};
-use crate::tensor::Device;
 
 #[cfg(feature = "local")]
-pub mod local;
+pub(crate) mod local;
 
 /// A raw view of a tensor's storage, as a backend sees it.
 #[derive(Clone, Copy, Debug)]
-pub struct Buf {
+pub(crate) struct Buf {
     /// First byte. Null when the op has no such buffer on this rank.
     pub ptr: *mut u8,
     /// Length in elements.
     pub len: usize,
-    /// Where the bytes live.
-    pub device: Device,
 }
 
 impl Buf {
     /// No buffer (e.g. the output of `gather` on a non-root rank).
-    pub const NONE: Buf = Buf {
+    pub(crate) const NONE: Buf = Buf {
         ptr: std::ptr::null_mut(),
         len: 0,
-        device: Device::Host,
     };
 
     /// Whether this is [`Buf::NONE`].
-    pub fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         self.ptr.is_null()
     }
 }
@@ -42,7 +38,7 @@ impl Buf {
 /// set both to the same buffer. The buffers stay borrowed by the caller (through the `Ctx` or
 /// `Batch` method that built the op) until the backend returns.
 #[derive(Debug)]
-pub struct Op {
+pub(crate) struct Op {
     /// The call as data.
     pub desc: OpDesc,
     /// Buffer read by this rank's part of the call.
@@ -60,7 +56,19 @@ unsafe impl Send for Op {}
 unsafe impl Sync for Op {}
 
 /// What every backend provides to a [`Ctx`](crate::Ctx).
-pub trait Backend: Send {
+///
+/// Crate-private: backends live in this crate, one module each behind a feature, so the
+/// contract below binds only code reviewed here.
+///
+/// # Safety
+///
+/// `execute` receives raw buffers. An implementation must, for every op: read at most
+/// `input.len` elements of `desc.dtype` from `input.ptr` and write at most `output.len` elements
+/// to `output.ptr`, only before `execute` returns;
+/// never touch a [`Buf::NONE`]; and, before copying data that another rank sized, check that
+/// the sizes its communicator implies fit these lengths (ranks validate their calls only
+/// against their own view, so a peer's buffer may be smaller than this rank expects).
+pub(crate) unsafe trait Backend: Send {
     /// Short name for messages (`"local"`, `"mpi"`, `"nccl"`).
     fn name(&self) -> &'static str;
 

@@ -7,7 +7,7 @@
 
 use smallvec::SmallVec;
 
-use crate::element::Element;
+use crate::element::Arith;
 use crate::exec::Op;
 use crate::model::{OpDesc, OpKind};
 use crate::reduce::Reducer;
@@ -282,7 +282,7 @@ pub(crate) unsafe fn copy_rows(
 /// no other thread may write the destination ranges, and a destination may alias a source only
 /// at the same element positions (in-place all_reduce).
 #[allow(clippy::too_many_arguments)]
-unsafe fn reduce_strided<T: Element>(
+unsafe fn reduce_strided<T: Arith>(
     r: &Reducer<T>,
     srcs: &[*const u8],
     src_pitch: usize,
@@ -302,7 +302,7 @@ unsafe fn reduce_strided<T: Element>(
 /// # Safety
 /// As for [`reduce_strided`].
 #[allow(clippy::too_many_arguments)]
-unsafe fn reduce_blocks<T: Element, const B: usize>(
+unsafe fn reduce_blocks<T: Arith, const B: usize>(
     r: &Reducer<T>,
     srcs: &[*const u8],
     src_pitch: usize,

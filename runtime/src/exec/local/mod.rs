@@ -52,7 +52,7 @@ const SPINS_OVERSUBSCRIBED: u32 = 4;
 const YIELD_FOR: Duration = Duration::from_micros(300);
 
 /// The local backend's handle for one rank.
-pub struct LocalBackend {
+pub(crate) struct LocalBackend {
     shared: Arc<WorldState>,
     rank: usize,
     /// Communicators this rank has used, by id.
@@ -594,7 +594,11 @@ impl Drop for Posted<'_> {
     }
 }
 
-impl Backend for LocalBackend {
+// SAFETY: every collective step checks each member's buffer lengths against this rank's own
+// communicator first (`kernels::buffers_fit`), a send and its recv are copied only when their
+// lengths are equal, and `execute` returns only after every peer has stopped touching the posted buffers
+// (`Posted`'s drop quiesces them even on a panic).
+unsafe impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
         "local"
     }

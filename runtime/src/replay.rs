@@ -1,10 +1,13 @@
 //! Runs a [`Program`] on a real [`Ctx`]: each rank makes exactly the calls its item list
 //! describes, on tensors of the described shapes. This is how programs built at run time are
-//! executed, and how the differential tests hold the verifier to what really happens.
+//! executed, and how the differential tests hold the verifier to what really happens. It lives
+//! here, not in the backend-free verifier, because it needs tensors and a context.
 
-use super::program::{Item, Program, VOp};
+use rankwise_core::verify::{Item, Program, VOp};
+
+use crate::DType;
 use crate::ctx::Ctx;
-use crate::element::{DType, Element};
+use crate::element::{Arith, Element};
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::model::{OpKind, Shape};
@@ -127,47 +130,47 @@ macro_rules! issue {
     }};
 }
 
-impl Program {
-    /// Makes exactly the calls this program describes for `ctx.rank()`, on tensors of ones.
-    /// Every rank creates every declared group, in order, so that ids agree.
-    pub fn run_rank(&self, ctx: &mut Ctx) -> Result<()> {
-        let rank = ctx.rank();
-        let items = self.ranks.get(rank).ok_or_else(|| Error::BadProgram {
-            detail: format!(
-                "no items for rank {rank}: the program describes {} rank(s)",
-                self.ranks.len()
-            ),
-        })?;
-        let mut groups: Vec<Result<Group>> = vec![Ok(ctx.world_group().clone())];
-        for members in self.groups.iter().skip(1) {
-            groups.push(ctx.new_group(members));
-        }
-        let group = |op: &VOp| -> Result<Group> {
-            match groups.get(op.desc.group.0 as usize) {
-                Some(g) => g.clone(),
-                None => Err(missing()),
-            }
-        };
-        for item in items {
-            match item {
-                Item::Op(op) => {
-                    let g = group(op)?;
-                    let mut b = bufs(op)?;
-                    let mut comm = ctx.group(&g);
-                    with_dtype!(op.desc.dtype, T => issue!(comm, op, b, T))?;
-                }
-                Item::Batch(ops) => {
-                    let gs = ops.iter().map(group).collect::<Result<Vec<_>>>()?;
-                    let mut bs = ops.iter().map(bufs).collect::<Result<Vec<_>>>()?;
-                    let mut batch = ctx.batch();
-                    for ((op, g), b) in ops.iter().zip(&gs).zip(bs.iter_mut()) {
-                        let mut comm = batch.group(g);
-                        with_dtype!(op.desc.dtype, T => { issue!(comm, op, b, T); });
-                    }
-                    batch.run()?;
-                }
-            }
-        }
-        Ok(())
+/// Makes exactly the calls `program` describes for `ctx.rank()`, on tensors of ones: the way
+/// to run a program built as data at run time (check it first with
+/// [`verify::verify`](crate::verify::verify)). Every rank creates every declared group, in
+/// order, so that ids agree.
+pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<()> {
+    let rank = ctx.rank();
+    let items = program.ranks.get(rank).ok_or_else(|| Error::BadProgram {
+        detail: format!(
+            "no items for rank {rank}: the program describes {} rank(s)",
+            program.ranks.len()
+        ),
+    })?;
+    let mut groups: Vec<Result<Group>> = vec![Ok(ctx.world_group().clone())];
+    for members in program.groups.iter().skip(1) {
+        groups.push(ctx.new_group(members));
     }
+    let group = |op: &VOp| -> Result<Group> {
+        match groups.get(op.desc.group.0 as usize) {
+            Some(g) => g.clone(),
+            None => Err(missing()),
+        }
+    };
+    for item in items {
+        match item {
+            Item::Op(op) => {
+                let g = group(op)?;
+                let mut b = bufs(op)?;
+                let mut comm = ctx.group(&g);
+                with_dtype!(op.desc.dtype, T => issue!(comm, op, b, T))?;
+            }
+            Item::Batch(ops) => {
+                let gs = ops.iter().map(group).collect::<Result<Vec<_>>>()?;
+                let mut bs = ops.iter().map(bufs).collect::<Result<Vec<_>>>()?;
+                let mut batch = ctx.batch();
+                for ((op, g), b) in ops.iter().zip(&gs).zip(bs.iter_mut()) {
+                    let mut comm = batch.group(g);
+                    with_dtype!(op.desc.dtype, T => { issue!(comm, op, b, T); });
+                }
+                batch.run()?;
+            }
+        }
+    }
+    Ok(())
 }

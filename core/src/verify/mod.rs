@@ -17,7 +17,6 @@
 mod diag;
 mod findings;
 mod graph;
-mod interp;
 mod program;
 mod schedule;
 mod sim;

@@ -18,7 +18,8 @@ use rustc_hash::FxHashMap;
 
 use super::diag::{Code, SiteRef, Verdict};
 use super::findings::{
-    Finding, Render, check_group, misuse_finding, never_matched, p2p_mismatch, site, subject, verb,
+    Finding, Render, check_group, never_matched, p2p_mismatch, site, subject, verb,
+    violation_finding,
 };
 use super::graph::cycles;
 use super::program::{Item, Program, VOp};
@@ -230,7 +231,7 @@ impl<'p> Sim<'p> {
             root_input: op.root_input.as_deref(),
         };
         let err = rules::validate(&op.desc, r, self.p.world, members, batched, aux).err()?;
-        Some(misuse_finding(&err, r, op))
+        Some(violation_finding(&err, r, op))
     }
 
     fn undeclared(&self, r: usize, op: &VOp, what: &str) -> Finding {

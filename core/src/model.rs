@@ -9,8 +9,8 @@ use std::panic::Location;
 
 use smallvec::SmallVec;
 
-use crate::element::DType;
-use crate::reduce::ReduceOp;
+use crate::DType;
+use crate::ReduceOp;
 
 /// A tensor shape: the extent of each dimension, outermost first.
 pub type Shape = SmallVec<[usize; 4]>;
@@ -63,25 +63,6 @@ pub struct GroupId(pub u32);
 impl GroupId {
     /// The group of all ranks.
     pub const WORLD: GroupId = GroupId(0);
-}
-
-/// Identifies one running world (one `spawn`, one MPI job): every rank of it shares the id, and
-/// no two worlds of one process do.
-///
-/// Handles that name communicators ([`Group`](crate::Group)) carry it, so that a handle taken
-/// out of one world and used in another is refused with an error: group ids are only
-/// meaningful within the world that created them, and a backend sizing its copies by another
-/// world's communicator would write past a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct WorldId(u64);
-
-impl WorldId {
-    /// A world id never handed out before in this process.
-    pub fn fresh() -> Self {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        WorldId(NEXT.fetch_add(1, Ordering::Relaxed))
-    }
 }
 
 /// The kind of a communication call (names follow `torch.distributed`).

@@ -4,8 +4,8 @@
 use super::diag::{Code, SiteRef, Verdict, describe_ranks};
 use super::program::{Item, Program, VOp};
 use super::sim::OpRef;
-use crate::error::Error;
 use crate::model::{OpKind, RanksFmt, ShapeFmt};
+use crate::rules::{self, Violation};
 
 /// How a finding's message is rendered once findings from several ranks are merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,19 +80,9 @@ pub(super) fn check_group(
     given: &[usize],
     findings: &mut Vec<Finding>,
 ) -> Option<Vec<usize>> {
-    let mut m = given.to_vec();
-    m.sort_unstable();
-    let problem = if m.is_empty() {
-        Some("it has no members".to_string())
-    } else if let Some(w) = m.windows(2).find(|w| w[0] == w[1]) {
-        Some(format!("rank {} is listed twice", w[0]))
-    } else {
-        m.iter()
-            .find(|&&r| r >= p.world)
-            .map(|r| format!("rank {r} is outside a world of {}", p.world))
-    };
-    let Some(problem) = problem else {
-        return Some(m);
+    let violation = match rules::group(given, p.world) {
+        Ok(sorted) => return Some(sorted),
+        Err(v) => v,
     };
     // Point at the first call that uses the group, if any does.
     let user = p
@@ -102,73 +92,18 @@ pub(super) fn check_group(
         .flat_map(Item::ops)
         .find(|o| o.desc.group.0 as usize == i && !o.desc.kind.is_p2p());
     if let Some(op) = user {
-        findings.push(Finding {
-            code: Code::RW011,
-            verdict: Verdict::Misuse,
-            ranks: Vec::new(),
-            message: format!("group {given:?} is invalid: {problem}"),
-            render: Render::Exact,
-            primary: site(op),
-            secondary: Vec::new(),
-            help: "list each member once, every one below the world size".into(),
-        });
+        let mut f = violation_finding(&violation, 0, op);
+        f.ranks.clear();
+        f.render = Render::Exact;
+        findings.push(f);
     }
     None
 }
 
-/// A rule broken by one call, as a finding whose message does not depend on the rank (so the
-/// same mistake on many ranks merges into one diagnostic).
-pub(super) fn misuse_finding(err: &Error, r: usize, op: &VOp) -> Finding {
-    let kind = op.desc.kind;
-    let (code, message, help) = match err {
-        Error::RankOutOfRange { role, value, world, .. } => (
-            Code::RW009,
-            format!("{kind} names {role} {value}, but the world has {world} ranks (0..={})", world.saturating_sub(1)),
-            format!("use a rank below {world}, e.g. `(ctx.rank() + 1) % ctx.world()`"),
-        ),
-        Error::NotAMember { members, .. } => (
-            Code::RW011,
-            format!("{kind} on group [{}] is called by a non-member", RanksFmt(members)),
-            "only members may call collectives on a group: guard the call with `if group.contains(ctx.rank())`".into(),
-        ),
-        Error::RootNotInGroup { root, members, .. } => (
-            Code::RW011,
-            format!("{kind} has root {root}, which is not a member of group [{}]", RanksFmt(members)),
-            "pick a root among the group's members (roots are global ranks)".into(),
-        ),
-        Error::SelfP2p { .. } => (
-            Code::RW010,
-            format!("{kind} with itself as the peer outside a batch waits for itself forever"),
-            "post the send and the matching recv together in one `ctx.batch()`".into(),
-        ),
-        Error::OpNotSupported { op: rop, dtype, .. } => (
-            Code::RW013,
-            format!("reduce op {rop} is not defined for {dtype}"),
-            "bitwise ops need an integer dtype; floats support Sum, Prod, Min, Max, Avg and PreMulSum".into(),
-        ),
-        Error::DimOutOfRange { dim, shape, .. } => (
-            Code::RW014,
-            format!("{kind} along dim {dim}, but the tensor {} has {} dimension(s)", ShapeFmt(shape), shape.len()),
-            format!("use a dim below {}", shape.len()),
-        ),
-        Error::NotDivisible { dim, size, parts, .. } => (
-            Code::RW007,
-            format!("{kind} splits dim {dim} (size {size}) into {parts} equal parts, but {size} is not divisible by {parts}"),
-            format!("make dim {dim} a multiple of the group size {parts}"),
-        ),
-        Error::BadShape { detail, .. } => (
-            Code::RW006,
-            format!("{kind}: {detail}"),
-            "allocate the tensor with the shape the call needs".into(),
-        ),
-        Error::MalformedCall { detail, .. } => (
-            Code::RW012,
-            format!("malformed description of a call: {detail}"),
-            "describe calls with `Program::rank`'s builder, which fills in every field".into(),
-        ),
-        other => (Code::RW006, other.to_string(), String::new()),
-    };
-    Finding::at(code, Verdict::Misuse, r, op, message, help)
+/// A rule broken by one call, as a finding (the violation's text does not depend on the rank,
+/// so the same mistake on many ranks merges into one diagnostic).
+pub(super) fn violation_finding(v: &Violation, r: usize, op: &VOp) -> Finding {
+    Finding::at(v.code(), Verdict::Misuse, r, op, v.to_string(), v.help())
 }
 
 pub(super) fn p2p_mismatch(s: OpRef, send: &VOp, d: OpRef, recv: &VOp) -> Finding {

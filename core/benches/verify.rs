@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use rankwise_runtime::DType;
-use rankwise_runtime::verify::{Program, verify};
+use rankwise_core::DType;
+use rankwise_core::verify::{Program, verify};
 
 fn ring_all_reduce(world: usize) -> Program {
     let mut p = Program::new(world);

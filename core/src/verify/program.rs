@@ -4,9 +4,9 @@
 //! tests and launch-time checks build them with [`Program::rank`]'s builder, whose methods
 //! mirror `Ctx`'s.
 
-use crate::element::DType;
+use crate::DType;
+use crate::ReduceOp;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
-use crate::reduce::ReduceOp;
 use crate::rules;
 
 /// An opaque call-site id chosen by whoever built the program (the macro maps it back to a
