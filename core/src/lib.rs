@@ -2,6 +2,8 @@
 //!
 //! * [`model`]: the description of one communication call ([`OpDesc`]: kind, peer or root,
 //!   group, reduce op, dtype, shape, dim, call site);
+//! * [`ops`]: the table of operations — each kind's method name and arguments, from which
+//!   everything that names or reads calls is derived;
 //! * [`rules`]: what one call must satisfy on its own, and how groups are declared, as
 //!   [`Violation`]s that carry their diagnostic [`Code`];
 //! * [`verify`]: the verifier, which proves a whole program deadlock-free and in agreement.
@@ -17,6 +19,7 @@
 mod code;
 mod dtype;
 pub mod model;
+pub mod ops;
 mod reduce_op;
 pub mod rules;
 pub mod verify;

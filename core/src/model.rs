@@ -107,56 +107,6 @@ impl OpKind {
         OpKind::AllToAll,
         OpKind::Barrier,
     ];
-
-    /// The method name users call.
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Send => "send",
-            OpKind::Recv => "recv",
-            OpKind::Broadcast => "broadcast",
-            OpKind::Reduce => "reduce",
-            OpKind::AllReduce => "all_reduce",
-            OpKind::Gather => "gather",
-            OpKind::AllGather => "all_gather",
-            OpKind::Scatter => "scatter",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::AllToAll => "all_to_all",
-            OpKind::Barrier => "barrier",
-        }
-    }
-
-    /// Send or receive.
-    pub fn is_p2p(self) -> bool {
-        matches!(self, OpKind::Send | OpKind::Recv)
-    }
-
-    /// Collectives with a root (`peer` holds it).
-    pub fn is_rooted(self) -> bool {
-        matches!(
-            self,
-            OpKind::Broadcast | OpKind::Reduce | OpKind::Gather | OpKind::Scatter
-        )
-    }
-
-    /// Collectives that combine values with a [`ReduceOp`].
-    pub fn is_reducing(self) -> bool {
-        matches!(
-            self,
-            OpKind::Reduce | OpKind::AllReduce | OpKind::ReduceScatter
-        )
-    }
-
-    /// Collectives that split or concatenate along a dimension.
-    pub fn has_dim(self) -> bool {
-        matches!(
-            self,
-            OpKind::Gather
-                | OpKind::AllGather
-                | OpKind::Scatter
-                | OpKind::ReduceScatter
-                | OpKind::AllToAll
-        )
-    }
 }
 
 impl fmt::Display for OpKind {

@@ -173,7 +173,7 @@ fn candidate<'s>(stmt: &syn::Stmt, ctx: &syn::Ident, sites: &'s [Site]) -> Optio
     };
     let name = m.method.to_string();
     // Barriers order whatever follows them; keep them as written.
-    if !crate::eval::COMM.contains(&name.as_str()) || name == "barrier" {
+    if !crate::eval::is_comm(&name) || name == "barrier" {
         return None;
     }
     let is_ctx = |e: &syn::Expr| matches!(e, syn::Expr::Path(p) if p.path.is_ident(ctx));

@@ -60,7 +60,7 @@ pub use error::{
 };
 pub use group::Group;
 pub use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
-pub use rankwise_core::{Code, DType, ReduceOp, Violation, verify};
+pub use rankwise_core::{Code, DType, ReduceOp, Violation, ops, verify};
 pub use replay::replay;
 #[cfg(feature = "local")]
 pub use spawn::{Options, spawn, spawn_each, spawn_with};

@@ -2,12 +2,13 @@
 //! an op of the rank's program.
 
 use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use rankwise_core::ops::Role;
 use rankwise_core::verify::{Item, VOp};
 use rankwise_core::{DType, ReduceOp, rules};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprMethodCall, Lit};
 
-use super::scan::{self, COMM, CTX_PURE};
+use super::scan::{self, CTX_PURE, is_comm};
 use super::value::*;
 use super::{Eval, Flow, holds_handle};
 
@@ -217,12 +218,10 @@ impl Eval<'_> {
                 self.batches.push(Vec::new());
                 Val::Batch(self.batches.len() - 1)
             }
-            (Val::Ctx, n) if COMM.contains(&n) => self.comm(m, &args, world_group(), None),
-            (Val::Comm(g), n) if COMM.contains(&n) => self.comm(m, &args, g.clone(), None),
-            (Val::Batch(b), n) if COMM.contains(&n) => self.comm(m, &args, world_group(), Some(*b)),
-            (Val::BatchComm(b, g), n) if COMM.contains(&n) => {
-                self.comm(m, &args, g.clone(), Some(*b))
-            }
+            (Val::Ctx, n) if is_comm(n) => self.comm(m, &args, world_group(), None),
+            (Val::Comm(g), n) if is_comm(n) => self.comm(m, &args, g.clone(), None),
+            (Val::Batch(b), n) if is_comm(n) => self.comm(m, &args, world_group(), Some(*b)),
+            (Val::BatchComm(b, g), n) if is_comm(n) => self.comm(m, &args, g.clone(), Some(*b)),
             (Val::Batch(b), "group") => match args.into_iter().next() {
                 Some(Val::Group(g)) => Val::BatchComm(*b, g),
                 _ => {
@@ -360,15 +359,13 @@ impl Eval<'_> {
         let known = match recv {
             Val::Ctx => {
                 CTX_PURE.contains(&name)
-                    || COMM.contains(&name)
+                    || is_comm(name)
                     || matches!(name, "new_group" | "split" | "group" | "batch")
             }
-            Val::Comm(_) | Val::BatchComm(..) => COMM.contains(&name),
-            Val::Batch(_) => {
-                COMM.contains(&name) || matches!(name, "group" | "run" | "len" | "is_empty")
-            }
+            Val::Comm(_) | Val::BatchComm(..) => is_comm(name),
+            Val::Batch(_) => is_comm(name) || matches!(name, "group" | "run" | "len" | "is_empty"),
             _ => {
-                let comm_name = COMM.contains(&name) || name == "run";
+                let comm_name = is_comm(name) || name == "run";
                 let may_hold = !matches!(
                     recv,
                     Val::Int(_)
@@ -464,27 +461,14 @@ impl Eval<'_> {
         batch: Option<usize>,
     ) -> Val {
         let name = m.method.to_string();
-        let kind = match name.as_str() {
-            "send" => OpKind::Send,
-            "recv" => OpKind::Recv,
-            "broadcast" => OpKind::Broadcast,
-            "reduce" => OpKind::Reduce,
-            "all_reduce" => OpKind::AllReduce,
-            "gather" => OpKind::Gather,
-            "all_gather" => OpKind::AllGather,
-            "scatter" => OpKind::Scatter,
-            "reduce_scatter" => OpKind::ReduceScatter,
-            "all_to_all" => OpKind::AllToAll,
-            "barrier" => OpKind::Barrier,
-            other => {
-                // Unreachable while `COMM` lists exactly the names above; never guess a kind.
-                self.unverifiable(
-                    m.method.span(),
-                    &format!("`{other}` is not a communication call the macro knows"),
-                    "use rankwise's communication methods",
-                );
-                return Val::Poison;
-            }
+        let Some(kind) = OpKind::from_name(&name) else {
+            // Callers dispatch here only for names in the table; never guess a kind.
+            self.unverifiable(
+                m.method.span(),
+                &format!("`{name}` is not a communication call the macro knows"),
+                "use rankwise's communication methods",
+            );
+            return Val::Poison;
         };
         let span = m.method.span();
         if batch.is_none() && !self.check_untainted(span) {
@@ -494,8 +478,13 @@ impl Eval<'_> {
             return Val::Poison;
         }
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
-        // Positions of (main tensor, output, rank, op, dim) in the argument list, by kind.
-        let (t_at, out_at, rank_at, op_at, dim_at) = arg_layout(kind);
+        let ArgLayout {
+            described: t_at,
+            other: out_at,
+            rank: rank_at,
+            op: op_at,
+            dim: dim_at,
+        } = arg_layout(kind);
         let need_int = |me: &mut Self, at: Option<usize>, what: &str| -> Option<Option<usize>> {
             let Some(i) = at else { return Some(None) };
             match args.get(i) {
@@ -718,27 +707,26 @@ pub(super) fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
     }
 }
 
-/// Where each argument of a call sits, by kind: (main tensor, other buffer, peer or root,
-/// reduce op, dim). The main tensor is the one whose shape must agree (see `OpDesc`).
-pub(super) type ArgLayout = (
-    Option<usize>,
-    Option<usize>,
-    Option<usize>,
-    Option<usize>,
-    Option<usize>,
-);
-
+/// Where each argument of a call sits, from the table of operations: (described tensor, other
+/// buffer, peer or root, reduce op, dim). The described tensor is the one whose shape must agree
+/// (see `OpDesc`).
 pub(super) fn arg_layout(kind: OpKind) -> ArgLayout {
-    match kind {
-        OpKind::Send | OpKind::Recv | OpKind::Broadcast => (Some(0), None, Some(1), None, None),
-        OpKind::Reduce => (Some(0), None, Some(1), Some(2), None),
-        OpKind::AllReduce => (Some(0), None, None, Some(1), None),
-        OpKind::Gather => (Some(0), Some(1), Some(2), None, Some(3)),
-        OpKind::AllGather | OpKind::AllToAll => (Some(0), Some(1), None, None, Some(2)),
-        OpKind::Scatter => (Some(1), Some(0), Some(2), None, Some(3)),
-        OpKind::ReduceScatter => (Some(0), Some(1), None, Some(2), Some(3)),
-        OpKind::Barrier => (None, None, None, None, None),
+    ArgLayout {
+        described: kind.position(Role::Described),
+        other: kind.position(Role::Other),
+        rank: kind.position(Role::Peer).or(kind.position(Role::Root)),
+        op: kind.position(Role::Op),
+        dim: kind.position(Role::Dim),
     }
+}
+
+/// Positions of a call's arguments by role (see [`arg_layout`]).
+pub(super) struct ArgLayout {
+    described: Option<usize>,
+    other: Option<usize>,
+    rank: Option<usize>,
+    op: Option<usize>,
+    dim: Option<usize>,
 }
 
 /// `Tensor::full/zeros/from_vec/from_fn` and their `ctx.` forms: the shape from the first

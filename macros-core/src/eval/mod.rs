@@ -25,7 +25,7 @@ use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
 pub(crate) use analysis::{Analysis, Site, WORK_BUDGET};
-pub(crate) use scan::COMM;
+pub(crate) use scan::is_comm;
 pub(crate) use value::Ratio;
 
 use env::Env;
@@ -412,7 +412,7 @@ impl<'a> Eval<'a> {
             return;
         }
         let text = m.tokens.to_string();
-        let (why, todo) = if COMM.iter().any(|c| text.contains(&format!(". {c}"))) {
+        let (why, todo) = if scan::mentions_comm(&text) {
             (
                 "a communication call inside a macro invocation",
                 "make the call in a statement of its own and pass its result to the macro",

@@ -6,22 +6,22 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{Expr, ExprMethodCall};
 
+use rankwise_core::OpKind;
+
 use super::value::ident_of;
 
-/// Method names that communicate, on a context, a group handle or a batch.
-pub(crate) const COMM: [&str; 11] = [
-    "send",
-    "recv",
-    "broadcast",
-    "reduce",
-    "all_reduce",
-    "gather",
-    "all_gather",
-    "scatter",
-    "reduce_scatter",
-    "all_to_all",
-    "barrier",
-];
+/// Whether `name` is a communication method (of a context, a group handle or a batch): exactly
+/// the names in the table of operations, `rankwise_core::ops`.
+pub(crate) fn is_comm(name: &str) -> bool {
+    OpKind::from_name(name).is_some()
+}
+
+/// Whether `text` (tokens printed by `quote`) contains a call of a communication method.
+pub(super) fn mentions_comm(text: &str) -> bool {
+    OpKind::ALL
+        .iter()
+        .any(|k| text.contains(&format!(". {}", k.name())))
+}
 
 /// Methods of a context that neither communicate nor change what later calls mean.
 pub(super) const CTX_PURE: [&str; 7] = [
@@ -98,7 +98,7 @@ impl<'ast> Visit<'ast> for CommFinder<'_> {
     }
     fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
         let name = m.method.to_string();
-        if COMM.contains(&name.as_str()) {
+        if is_comm(&name) {
             self.found = true;
             return;
         }
@@ -128,7 +128,7 @@ impl<'ast> Visit<'ast> for CommFinder<'_> {
     }
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
         let text = m.tokens.to_string();
-        if COMM.iter().any(|c| text.contains(&format!(". {c}"))) {
+        if mentions_comm(&text) {
             self.found = true;
         }
         // Macros other than the standard formatting and assertion ones may expand to anything:
