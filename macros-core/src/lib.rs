@@ -58,7 +58,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     // program description, verify it with the runtime's verifier, and keep only the schedule
     // the guard needs (so memory holds one world's description at a time).
     let mut shared = eval::Analysis::default();
-    let mut schedules: Vec<(usize, Vec<Vec<u32>>)> = Vec::with_capacity(worlds.sizes.len());
+    let mut schedules = Vec::with_capacity(worlds.sizes.len());
     let mut diags = Vec::new();
     for &w in &worlds.sizes {
         let mut p = Program::new(w);
@@ -88,7 +88,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         if let Err(d) = verify::verify(&p) {
             diags.extend(d.0);
         }
-        schedules.push((w, lower::site_sequences(&p)));
+        schedules.push(lower::WorldSchedule::of(&p));
     }
     let unverifiable = shared
         .take_errors()
@@ -259,64 +259,6 @@ mod tests {
         let out = no_panic(args, item).to_string();
         assert!(!out.contains("compile_error"), "{out}");
         out
-    }
-
-    #[test]
-    fn adjacent_calls_on_disjoint_buffers_become_one_batch() {
-        let out = expanded(
-            quote!(world = 2),
-            quote! {
-                fn f(ctx: &mut Ctx) -> Result<()> {
-                    let a = ctx.full([2], 1.0f32)?;
-                    let mut b = ctx.zeros::<f32>([2])?;
-                    let mut c = ctx.zeros::<f32>([3])?;
-                    let peer = 1 - ctx.rank();
-                    if ctx.rank() == 0 {
-                        ctx.send(&a, peer)?;
-                        ctx.recv(&mut b, peer)?;
-                    } else {
-                        ctx.recv(&mut b, peer)?;
-                        ctx.send(&a, peer)?;
-                    }
-                    ctx.all_reduce(&mut c, ReduceOp::Sum)?;
-                    ctx.all_reduce(&mut b, ReduceOp::Max)?;
-                    Ok(())
-                }
-            },
-        );
-        assert_eq!(
-            out.matches("let mut __rankwise_batch = ctx . batch ()")
-                .count(),
-            3,
-            "{out}"
-        );
-        assert!(
-            out.contains("__rankwise_batch . send (& a , peer)"),
-            "{out}"
-        );
-        assert!(
-            out.contains("__rankwise_batch . all_reduce (& mut c , ReduceOp :: Sum)"),
-            "{out}"
-        );
-    }
-
-    #[test]
-    fn calls_that_share_a_buffer_or_use_the_context_stay_apart() {
-        let out = expanded(
-            quote!(world = 2),
-            quote! {
-                fn f(ctx: &mut Ctx) -> Result<()> {
-                    let mut y = ctx.zeros::<f32>([2])?;
-                    ctx.broadcast(&mut y, 0)?;
-                    ctx.all_reduce(&mut y, ReduceOp::Sum)?;
-                    ctx.barrier()?;
-                    ctx.broadcast(&mut y, (ctx.rank() + 1) % 2 * 0)?;
-                    ctx.barrier()?;
-                    Ok(())
-                }
-            },
-        );
-        assert!(!out.contains("__rankwise_batch"), "{out}");
     }
 
     /// Runs the pipeline on a thread with the stack rustc gives proc macros (8 MiB), so that a

@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use rankwise_core::verify::Program;
 
-use crate::eval::Site;
+use crate::eval::{Borrow, Site, SiteKey};
 
 /// `const` assertions for what the macro could not check itself: splits of dimensions given
 /// by constants from outside the function must divide evenly. rustc evaluates them, so a bad
@@ -27,8 +27,9 @@ pub(crate) fn const_assertions(
             syn::GenericParam::Lifetime(_) => None,
         })
         .collect();
-    let checks = shared.assertions.iter().map(|(span, k, sym, n, what)| {
-        let e = &shared.symbols[*sym as usize];
+    let checks = shared.assertions.iter().map(|a| {
+        let (span, k, n, what) = (&a.span, &a.coefficient, &a.parts, &a.what);
+        let e = &shared.symbols[a.symbol as usize];
         // The dimension is (num / den) · E; it splits into n parts iff num · E is a multiple of
         // den · n.
         let num = k.num as u128;
@@ -77,17 +78,30 @@ fn compress(seq: &[u32]) -> Vec<(Vec<u32>, u32)> {
     runs
 }
 
-/// Each rank's sequence of call-site ids, in order: what the guard holds a run to.
-pub(crate) fn site_sequences(p: &Program) -> Vec<Vec<u32>> {
-    p.ranks
-        .iter()
-        .map(|items| {
-            items
-                .iter()
-                .flat_map(|i| i.ops().iter().map(|o| o.id.0))
-                .collect()
-        })
-        .collect()
+/// What the guard holds a run at one world size to: each rank's sequence of call-site ids.
+pub(crate) struct WorldSchedule {
+    pub world: usize,
+    pub ranks: Vec<Vec<u32>>,
+}
+
+impl WorldSchedule {
+    /// The schedule of a verified program.
+    pub(crate) fn of(p: &Program) -> Self {
+        let ranks = p
+            .ranks
+            .iter()
+            .map(|items| {
+                items
+                    .iter()
+                    .flat_map(|i| i.ops().iter().map(|o| o.id.0))
+                    .collect()
+            })
+            .collect();
+        WorldSchedule {
+            world: p.world,
+            ranks,
+        }
+    }
 }
 
 /// The statement that enters the guard, with the function's verified schedule: per world
@@ -96,20 +110,20 @@ pub(crate) fn guard(
     name: &str,
     ctx: &syn::Ident,
     sites: &[Site],
-    schedules: &[(usize, Vec<Vec<u32>>)],
+    schedules: &[WorldSchedule],
 ) -> TokenStream {
     // The table lives in a block of its own and the guard's binding is hygienic
     // (`mixed_site`): user code can name neither, and two programs never collide.
     let table = format_ident!("__RANKWISE_SCHEDULE");
     let guard = syn::Ident::new("__rankwise_guard", proc_macro2::Span::mixed_site());
     let site_rows = sites.iter().map(|s| {
-        let start = s.span.start();
-        let (line, col) = (start.line as u32, start.column as u32 + 1);
+        let (line, col) = (s.key.line as u32, s.key.column as u32 + 1);
         let what = &s.what;
         quote!((#line, #col, #what))
     });
-    let worlds = schedules.iter().map(|(w, seqs)| {
-        let ranks = seqs.iter().map(|seq| {
+    let worlds = schedules.iter().map(|s| {
+        let w = s.world;
+        let ranks = s.ranks.iter().map(|seq| {
             let runs = compress(seq).into_iter().map(|(pattern, times)| {
                 quote!(::rankwise::__private::Run { pattern: &[#(#pattern),*], times: #times })
             });
@@ -161,7 +175,7 @@ struct Candidate<'s> {
     /// The call as written: it is re-emitted with only its receiver replaced, so every token
     /// keeps its span and `Location::caller()` still names the user's line and column.
     call: syn::ExprMethodCall,
-    buffers: &'s [(String, bool)],
+    buffers: &'s [Borrow],
 }
 
 fn candidate<'s>(stmt: &syn::Stmt, ctx: &syn::Ident, sites: &'s [Site]) -> Option<Candidate<'s>> {
@@ -195,11 +209,8 @@ fn candidate<'s>(stmt: &syn::Stmt, ctx: &syn::Ident, sites: &'s [Site]) -> Optio
     if m.args.iter().any(mentions_ctx) || group.as_ref().is_some_and(mentions_ctx) {
         return None;
     }
-    let start = m.method.span().start();
-    let site = sites.iter().find(|s| {
-        let s = s.span.start();
-        (s.line, s.column) == (start.line, start.column)
-    })?;
+    let key = SiteKey::of(m.method.span());
+    let site = sites.iter().find(|s| s.key == key)?;
     Some(Candidate {
         group,
         call: m.clone(),
@@ -208,9 +219,8 @@ fn candidate<'s>(stmt: &syn::Stmt, ctx: &syn::Ident, sites: &'s [Site]) -> Optio
 }
 
 /// Whether two calls' buffers may be borrowed at once (shared reads only).
-fn disjoint(a: &[(String, bool)], b: &[(String, bool)]) -> bool {
-    a.iter()
-        .all(|(x, xm)| b.iter().all(|(y, ym)| x != y || (!xm && !ym)))
+fn disjoint(a: &[Borrow], b: &[Borrow]) -> bool {
+    a.iter().all(|x| b.iter().all(|y| x.compatible(y)))
 }
 
 fn batch_runs(stmts: Vec<syn::Stmt>, ctx: &syn::Ident, sites: &[Site]) -> Vec<syn::Stmt> {

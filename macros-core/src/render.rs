@@ -37,10 +37,11 @@ fn decode(v: usize, world: usize, shared: &Analysis) -> Option<String> {
         let e = &shared.symbols[sym as usize];
         quote::quote!(#e).to_string()
     };
-    if let Some(&(k, sym)) = shared.placeholders.get(&v) {
-        return Some(coefficient(k, &text(sym)));
+    if let Some(p) = shared.placeholders.get(&v) {
+        return Some(coefficient(p.coefficient, &text(p.symbol)));
     }
-    for &(_, base, sym) in shared.bases.iter().filter(|b| b.0 == world) {
+    for b in shared.bases.iter().filter(|b| b.world == world) {
+        let (base, sym) = (b.value, b.symbol);
         for den in 1..=64usize {
             if v.checked_mul(den).is_some_and(|x| x % base == 0) {
                 let num = v * den / base;
@@ -137,4 +138,92 @@ pub(crate) fn render(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use rankwise_core::CallSite;
+    use rankwise_core::verify::{Code, SiteId, SiteRef, Verdict};
+
+    use super::*;
+    use crate::eval::SiteKey;
+
+    fn analysis_with_sites(n: usize) -> Analysis {
+        let mut a = Analysis::default();
+        for i in 0..n {
+            a.sites.push(Site {
+                span: Span::call_site(),
+                key: SiteKey {
+                    line: i + 1,
+                    column: 4,
+                },
+                what: "send".into(),
+                buffers: None,
+            });
+        }
+        a
+    }
+
+    fn site(id: u32) -> SiteRef {
+        SiteRef {
+            id: SiteId(id),
+            site: CallSite {
+                file: "x.rs",
+                line: id + 1,
+                column: 5,
+            },
+        }
+    }
+
+    fn diag(world: usize, secondary: Vec<(SiteRef, String)>) -> Diagnostic {
+        Diagnostic {
+            code: Code::RW001,
+            verdict: Verdict::Hang,
+            world,
+            ranks: vec![0, 1],
+            message: "both ranks send first".into(),
+            primary: site(0),
+            secondary,
+            help: "receive first on one side".into(),
+        }
+    }
+
+    fn messages(e: syn::Error) -> Vec<String> {
+        e.into_iter().map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn one_problem_at_several_worlds_is_one_error() {
+        let a = analysis_with_sites(1);
+        let diags = [diag(2, vec![]), diag(4, vec![]), diag(8, vec![])];
+        let e = render(&diags, &a, Span::call_site()).expect("an error");
+        assert_eq!(
+            messages(e),
+            [
+                "RW001: both ranks send first (world = 2; also at world = 4, 8)\n= help: receive \
+              first on one side"
+            ]
+        );
+    }
+
+    #[test]
+    fn secondary_sites_are_their_own_related_errors() {
+        let a = analysis_with_sites(2);
+        let d = diag(
+            2,
+            vec![
+                (site(1), "the matching send".into()),
+                // The primary again adds nothing.
+                (site(0), "itself".into()),
+            ],
+        );
+        let m = messages(render(&[d], &a, Span::call_site()).expect("an error"));
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[1], "RW001 (related): the matching send");
+    }
+
+    #[test]
+    fn nothing_to_render_is_no_error() {
+        assert!(render(&[], &analysis_with_sites(0), Span::call_site()).is_none());
+    }
 }

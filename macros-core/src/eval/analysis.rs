@@ -9,31 +9,101 @@ use syn::Expr;
 
 use super::value::{Ratio, gcd};
 
+/// Where a call is: the line and column of its method name. This is the one notion of a call
+/// site, shared with the runtime: the guard compares `Location::caller()` (file, line, column)
+/// of each call made at run time with the sites recorded here, and lowering finds the sites of
+/// the statements it rewrites by the same key. (Two calls at one location — tokens repeated by a
+/// `macro_rules!` — are one site for the guard as well.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SiteKey {
+    pub line: usize,
+    /// 0-based, as spans report it (`CallSite::column` is 1-based).
+    pub column: usize,
+}
+
+impl SiteKey {
+    /// The site of a call whose method name has `span`.
+    pub(crate) fn of(span: Span) -> Self {
+        let start = span.start();
+        SiteKey {
+            line: start.line,
+            column: start.column,
+        }
+    }
+}
+
+/// A tensor a call borrows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Borrow {
+    /// The variable.
+    pub name: String,
+    /// Whether the borrow is `&mut`.
+    pub mutable: bool,
+}
+
+impl Borrow {
+    /// Whether this borrow and `other` may coexist (they name different tensors, or both read).
+    pub(crate) fn compatible(&self, other: &Borrow) -> bool {
+        self.name != other.name || (!self.mutable && !other.mutable)
+    }
+}
+
 /// A communication call site: its span and a short description, indexed by `SiteId`.
 pub(crate) struct Site {
     pub span: Span,
+    pub key: SiteKey,
     pub what: String,
-    /// The tensors the call borrows (name, mutably?), or `None` if an argument is not a plain
-    /// variable — lowering batches adjacent calls only when their buffers are known disjoint.
-    pub buffers: Option<Vec<(String, bool)>>,
+    /// The tensors the call borrows, or `None` if an argument is not a plain variable —
+    /// lowering batches adjacent calls only when their buffers are known disjoint.
+    pub buffers: Option<Vec<Borrow>>,
+}
+
+/// A stand-in value for `coefficient · symbol` in the verifier's shapes, where `symbol` is a
+/// constant from outside the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Placeholder {
+    pub coefficient: Ratio,
+    pub symbol: u32,
+}
+
+/// The value standing for `1 · symbol` at one world size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Base {
+    pub world: usize,
+    pub value: usize,
+    pub symbol: u32,
+}
+
+/// Divisibility the verifier could not check (a split of a symbolic dimension), left to rustc
+/// as a `const` assertion.
+#[derive(Clone, Debug)]
+pub(crate) struct Assertion {
+    /// The call that splits.
+    pub span: Span,
+    /// The split dimension is `coefficient · symbol`…
+    pub coefficient: Ratio,
+    pub symbol: u32,
+    /// …and must divide into this many parts.
+    pub parts: usize,
+    /// What is split, in words.
+    pub what: String,
 }
 
 /// What all evaluations of one function share: the call sites and the errors found.
 #[derive(Default)]
 pub(crate) struct Analysis {
     pub sites: Vec<Site>,
-    site_ids: HashMap<usize, u32>,
+    site_ids: HashMap<SiteKey, u32>,
     errors: Vec<(Span, String)>,
     file: Option<&'static str>,
     /// Constant expressions from outside the function, by symbol id.
     pub symbols: Vec<Expr>,
-    /// Placeholder dimension values standing for `k · symbol` in the verifier's shapes.
-    pub placeholders: HashMap<usize, (Ratio, u32)>,
-    /// The placeholder of `1 · symbol` at each world size: (world, value, symbol).
-    pub bases: Vec<(usize, usize, u32)>,
-    /// Divisibility the verifier could not check (a split of a symbolic dimension):
-    /// (call span, coefficient, symbol, parts, what is split).
-    pub assertions: Vec<(Span, Ratio, u32, usize, String)>,
+    /// Placeholder dimension values, by value.
+    pub placeholders: HashMap<usize, Placeholder>,
+    /// The placeholder of `1 · symbol` at each world size.
+    pub bases: Vec<Base>,
+    /// Splits of symbolic dimensions, for rustc to check.
+    pub assertions: Vec<Assertion>,
     /// Work spent so far, over every world size and rank (see [`WORK_BUDGET`]).
     pub work: u64,
     /// Set when evaluation must stop (budget spent, code too deep): nothing further is run.
@@ -50,23 +120,37 @@ pub(crate) const WORK_BUDGET: u64 = 60_000_000;
 pub(super) const OP_COST: u64 = 64;
 
 impl Analysis {
+    /// The id of the call site at `span` (the method name), registered on first sight with
+    /// the description `what` makes.
     pub(super) fn site(
         &mut self,
-        key: usize,
         span: Span,
-        what: impl FnOnce() -> (String, Option<Vec<(String, bool)>>),
+        what: impl FnOnce() -> (String, Option<Vec<Borrow>>),
     ) -> SiteId {
+        let key = SiteKey::of(span);
         let next = self.sites.len() as u32;
         let id = *self.site_ids.entry(key).or_insert(next);
         if id == next {
             let (what, buffers) = what();
             self.sites.push(Site {
                 span,
+                key,
                 what,
                 buffers,
             });
         }
         SiteId(id)
+    }
+
+    /// Records a split of a symbolic dimension for rustc to check (once per distinct check).
+    pub(super) fn assert_divisible(&mut self, a: Assertion) {
+        let known = self.assertions.iter().any(|b| {
+            (b.coefficient, b.symbol, b.parts, &b.what)
+                == (a.coefficient, a.symbol, a.parts, &a.what)
+        });
+        if !known {
+            self.assertions.push(a);
+        }
     }
 
     /// Charges `units` of work; `false` (and the evaluation halts) once the budget is spent.
@@ -141,10 +225,21 @@ impl Analysis {
         }
         let v = usize::try_from((base / den).checked_mul(num)?).ok()?;
         let base = usize::try_from(base).ok()?;
-        if !self.bases.contains(&(world, base, sym)) {
-            self.bases.push((world, base, sym));
+        let b = Base {
+            world,
+            value: base,
+            symbol: sym,
+        };
+        if !self.bases.contains(&b) {
+            self.bases.push(b);
         }
-        self.placeholders.insert(v, (k, sym));
+        self.placeholders.insert(
+            v,
+            Placeholder {
+                coefficient: k,
+                symbol: sym,
+            },
+        );
         Some(v)
     }
 

@@ -10,7 +10,7 @@ use syn::{Expr, ExprMethodCall, Lit};
 
 use super::scan::{self, CTX_PURE, is_comm};
 use super::value::*;
-use super::{Eval, Flow, holds_handle};
+use super::{Borrow, Eval, Flow, holds_handle};
 
 /// Methods of a `Vec` that do not change it (anything else may: `push`, `sort`, `clear`, …).
 const ARRAY_PURE: [&str; 17] = [
@@ -452,7 +452,9 @@ impl Eval<'_> {
         mine
     }
 
-    /// Records one communication call (on `group`, or in batch `batch`).
+    /// Records one communication call (on `group`, or in batch `batch`): recognise the kind
+    /// from the table of operations, read its arguments by role, describe it, note what rustc
+    /// must check, register its site and add it to this rank's program.
     fn comm(
         &mut self,
         m: &ExprMethodCall,
@@ -460,202 +462,224 @@ impl Eval<'_> {
         group: GroupVal,
         batch: Option<usize>,
     ) -> Val {
-        let name = m.method.to_string();
-        let Some(kind) = OpKind::from_name(&name) else {
+        let span = m.method.span();
+        let Some(kind) = OpKind::from_name(&m.method.to_string()) else {
             // Callers dispatch here only for names in the table; never guess a kind.
             self.unverifiable(
-                m.method.span(),
-                &format!("`{name}` is not a communication call the macro knows"),
+                span,
+                &format!("`{}` is not a communication call the macro knows", m.method),
                 "use rankwise's communication methods",
             );
             return Val::Poison;
         };
-        let span = m.method.span();
         if batch.is_none() && !self.check_untainted(span) {
             return Val::Poison;
         }
         if !self.shared.spend(super::analysis::OP_COST) {
             return Val::Poison;
         }
+        let Some(call) = self.call_args(m, args, kind) else {
+            return Val::Poison;
+        };
+        let desc = self.describe(span, kind, &group, &call);
+        self.note_symbolic_split(span, &desc, &group);
+        let vop = self.vop(m, desc, call.other);
+        self.record(vop, batch)
+    }
+
+    /// Reads a call's arguments by their roles in the table of operations; `None` (with an
+    /// error) if one the checks need cannot be computed.
+    fn call_args(&mut self, m: &ExprMethodCall, args: &[Val], kind: OpKind) -> Option<CallArgs> {
+        let span = m.method.span();
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
-        let ArgLayout {
-            described: t_at,
-            other: out_at,
-            rank: rank_at,
-            op: op_at,
-            dim: dim_at,
-        } = arg_layout(kind);
-        let need_int = |me: &mut Self, at: Option<usize>, what: &str| -> Option<Option<usize>> {
-            let Some(i) = at else { return Some(None) };
-            match args.get(i) {
-                Some(Val::Int(v)) if *v >= 0 => Some(Some(*v as usize)),
-                Some(Val::Int(v)) => {
-                    me.shared.error(
-                        arg_span(i),
-                        format!("RW009: {what} {v} is negative (world = {})", me.world),
-                    );
-                    None
-                }
-                _ => {
-                    me.unverifiable(
-                        arg_span(i),
-                        &format!("a {what} the macro cannot compute"),
-                        "compute it from literals, `ctx.rank()` and `ctx.world()`",
-                    );
-                    None
-                }
-            }
+        let at = |role: Role| kind.position(role);
+        let rank_role = if kind.is_p2p() {
+            Role::Peer
+        } else {
+            Role::Root
         };
-        let Some(peer) = need_int(self, rank_at, if kind.is_p2p() { "peer" } else { "root" })
-        else {
-            return Val::Poison;
-        };
-        let Some(dim) = need_int(self, dim_at, "dim") else {
-            return Val::Poison;
-        };
-        let op = match op_at.map(|i| args.get(i)) {
+        let peer = self.int_arg(
+            args,
+            at(rank_role),
+            arg_span,
+            if kind.is_p2p() { "peer" } else { "root" },
+        )?;
+        let dim = self.int_arg(args, at(Role::Dim), arg_span, "dim")?;
+        let op = match at(Role::Op).map(|i| (i, args.get(i))) {
             None => None,
-            Some(Some(Val::Op(o))) => Some(*o),
-            Some(_) => {
+            Some((_, Some(Val::Op(o)))) => Some(*o),
+            Some((i, _)) => {
                 self.unverifiable(
-                    arg_span(op_at.unwrap_or(0)),
+                    arg_span(i),
                     "a reduce op the macro cannot identify",
                     "name it directly, like `ReduceOp::Sum`",
                 );
-                return Val::Poison;
+                return None;
             }
         };
-        // The tensor whose shape must agree (see `OpDesc`), and the optional extra buffer.
-        let tensor = |v: Option<&Val>| -> Option<Option<TVal>> {
-            match v {
-                Some(Val::Tensor(t)) => Some(Some(t.clone())),
-                Some(Val::Opt(Some(b))) => match &**b {
-                    Val::Tensor(t) => Some(Some(t.clone())),
-                    _ => None,
-                },
-                Some(Val::Opt(None)) => Some(None),
-                _ => None,
-            }
+        if kind == OpKind::Barrier {
+            return Some(CallArgs {
+                peer,
+                dim,
+                op,
+                dtype: DType::U8,
+                shape: Vec::new(),
+                other: None,
+            });
+        }
+        let Some(t_at) = at(Role::Described) else {
+            self.unverifiable(
+                span,
+                "a call without the tensor it needs",
+                "pass the tensor",
+            );
+            return None;
         };
-        let (main, extra) = match (t_at, out_at) {
-            (None, _) => (None, None),
-            (Some(t), o) => {
-                let Some(main) = tensor(args.get(t)) else {
-                    self.unverifiable(arg_span(t), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape (`ctx.zeros::<f32>([2, 5])`) or annotate its type");
-                    return Val::Poison;
-                };
-                let extra = match o {
-                    None => None,
-                    Some(o) => match tensor(args.get(o)) {
-                        Some(x) => x,
-                        None => {
-                            self.unverifiable(arg_span(o), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape, or pass `None` / `Some(&mut t)` directly");
-                            return Val::Poison;
-                        }
-                    },
-                };
-                (main, extra)
-            }
+        let Some(Some(described)) = tensor_arg(args.get(t_at)) else {
+            self.unverifiable(arg_span(t_at), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape (`ctx.zeros::<f32>([2, 5])`) or annotate its type");
+            return None;
         };
-        let known = |me: &mut Self, t: &TVal, i: usize| -> Option<(DType, Vec<usize>)> {
-            match (&t.dtype, &t.shape) {
-                (Some(d), Some(s)) => Some((*d, s.clone())),
-                (None, _) => {
-                    me.unverifiable(arg_span(i), "a tensor whose dtype the macro cannot determine", "give the element type with a literal suffix (`1.0f32`), a turbofish (`zeros::<f32>`) or an annotation (`let t: Tensor<f32>`)");
-                    None
+        let (dtype, shape) = self.known(&described, arg_span(t_at))?;
+        let other = match at(Role::Other) {
+            None => None,
+            Some(o) => match tensor_arg(args.get(o)) {
+                Some(None) => None,
+                Some(Some(t)) => Some(self.known(&t, arg_span(o))?.1),
+                None => {
+                    self.unverifiable(arg_span(o), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape, or pass `None` / `Some(&mut t)` directly");
+                    return None;
                 }
-                (_, None) => {
-                    me.unverifiable(arg_span(i), "a tensor whose shape the macro cannot determine", "build it with a shape of literals or values computed from `ctx.rank()` and `ctx.world()`");
-                    None
-                }
-            }
+            },
         };
-        let (dtype, shape, extra) = match main {
-            _ if kind == OpKind::Barrier => (DType::U8, Vec::new(), None),
-            Some(t) => {
-                let Some((d, s)) = known(self, &t, t_at.unwrap_or(0)) else {
-                    return Val::Poison;
-                };
-                let extra = match &extra {
-                    Some(x) => match known(self, x, out_at.unwrap_or(0)) {
-                        Some((_, s)) => Some(s),
-                        None => return Val::Poison,
-                    },
-                    None => None,
-                };
-                (d, s, extra)
-            }
-            None => {
-                self.unverifiable(
-                    span,
-                    "a call without the tensor it needs",
-                    "pass the tensor",
-                );
-                return Val::Poison;
-            }
-        };
-        // The other buffer is scatter's root input, or every other call's separate output.
-        let (output, root_input) = if kind == OpKind::Scatter {
-            (None, extra)
-        } else {
-            (extra, None)
-        };
-        let gid = if kind.is_p2p() {
-            GroupId::WORLD
-        } else {
-            group.id
-        };
-        let file = self.shared.file(span);
-        let start = span.start();
-        let site = CallSite {
-            file,
-            line: start.line as u32,
-            column: start.column as u32 + 1,
-        };
-        let desc = OpDesc {
-            kind,
-            group: gid,
+        Some(CallArgs {
             peer,
+            dim,
             op,
             dtype,
-            shape: Shape::from_slice(&shape),
-            dim: dim.unwrap_or(0),
-            site,
-        };
-        // A split of a dimension given by a constant from outside the function: the verifier
-        // saw a placeholder divisible by the group size; rustc checks the real value.
-        if matches!(kind, OpKind::ReduceScatter | OpKind::AllToAll) {
-            let n = if group.id == GroupId::WORLD {
-                self.world
-            } else {
-                group.members.len()
-            };
-            let d = dim.unwrap_or(0);
-            if let Some(&(k, sym)) = shape.get(d).and_then(|x| self.shared.placeholders.get(x)) {
-                let what = format!(
-                    "{kind} splits dim {d} into {n} equal parts (world = {})",
-                    self.world
+            shape,
+            other,
+        })
+    }
+
+    /// An integer argument at position `at` (if the kind has one): `Some(None)` if it has none,
+    /// `None` (with an error) if it cannot be computed or is negative.
+    fn int_arg(
+        &mut self,
+        args: &[Val],
+        at: Option<usize>,
+        arg_span: impl Fn(usize) -> proc_macro2::Span,
+        what: &str,
+    ) -> Option<Option<usize>> {
+        let Some(i) = at else { return Some(None) };
+        match args.get(i) {
+            Some(Val::Int(v)) if *v >= 0 => Some(Some(*v as usize)),
+            Some(Val::Int(v)) => {
+                self.shared.error(
+                    arg_span(i),
+                    format!("RW009: {what} {v} is negative (world = {})", self.world),
                 );
-                if !self
-                    .shared
-                    .assertions
-                    .iter()
-                    .any(|a| a.1 == k && a.2 == sym && a.3 == n && a.4 == what)
-                {
-                    self.shared.assertions.push((span, k, sym, n, what));
-                }
+                None
+            }
+            _ => {
+                self.unverifiable(
+                    arg_span(i),
+                    &format!("a {what} the macro cannot compute"),
+                    "compute it from literals, `ctx.rank()` and `ctx.world()`",
+                );
+                None
             }
         }
-        // Calls with a separate output whose shape follows from the input (all_gather, …) get
-        // the output the user passed; `rules` compares the two.
-        let output = match kind {
-            OpKind::AllGather | OpKind::ReduceScatter | OpKind::AllToAll | OpKind::Gather => {
-                output.map(|s| Shape::from_slice(&s))
+    }
+
+    /// A tensor's dtype and shape, or `None` (with an error) if either is unknown.
+    fn known(&mut self, t: &TVal, span: proc_macro2::Span) -> Option<(DType, Vec<usize>)> {
+        match (&t.dtype, &t.shape) {
+            (Some(d), Some(s)) => Some((*d, s.clone())),
+            (None, _) => {
+                self.unverifiable(span, "a tensor whose dtype the macro cannot determine", "give the element type with a literal suffix (`1.0f32`), a turbofish (`zeros::<f32>`) or an annotation (`let t: Tensor<f32>`)");
+                None
             }
-            _ => None,
+            (_, None) => {
+                self.unverifiable(span, "a tensor whose shape the macro cannot determine", "build it with a shape of literals or values computed from `ctx.rank()` and `ctx.world()`");
+                None
+            }
+        }
+    }
+
+    /// The call as the verifier sees it.
+    fn describe(
+        &mut self,
+        span: proc_macro2::Span,
+        kind: OpKind,
+        group: &GroupVal,
+        call: &CallArgs,
+    ) -> OpDesc {
+        let file = self.shared.file(span);
+        let key = super::SiteKey::of(span);
+        OpDesc {
+            kind,
+            group: if kind.is_p2p() {
+                GroupId::WORLD
+            } else {
+                group.id
+            },
+            peer: call.peer,
+            op: call.op,
+            dtype: call.dtype,
+            shape: Shape::from_slice(&call.shape),
+            dim: call.dim.unwrap_or(0),
+            site: CallSite {
+                file,
+                line: key.line as u32,
+                column: key.column as u32 + 1,
+            },
+        }
+    }
+
+    /// A split of a dimension given by a constant from outside the function: the verifier saw
+    /// a placeholder divisible by the group size; rustc checks the real value.
+    fn note_symbolic_split(&mut self, span: proc_macro2::Span, desc: &OpDesc, group: &GroupVal) {
+        if !matches!(desc.kind, OpKind::ReduceScatter | OpKind::AllToAll) {
+            return;
+        }
+        let parts = if group.id == GroupId::WORLD {
+            self.world
+        } else {
+            group.members.len()
         };
-        let summary = desc.kind.name().to_string();
-        let buffers = [t_at, out_at]
+        let d = desc.dim;
+        let Some(&p) = desc
+            .shape
+            .get(d)
+            .and_then(|x| self.shared.placeholders.get(x))
+        else {
+            return;
+        };
+        let what = format!(
+            "{} splits dim {d} into {parts} equal parts (world = {})",
+            desc.kind, self.world
+        );
+        self.shared.assert_divisible(super::analysis::Assertion {
+            span,
+            coefficient: p.coefficient,
+            symbol: p.symbol,
+            parts,
+            what,
+        });
+    }
+
+    /// The verifier's op: the description, the other buffer's shape in its place, and the
+    /// call's site (registered on first sight, with the tensors it borrows).
+    fn vop(&mut self, m: &ExprMethodCall, desc: OpDesc, other: Option<Vec<usize>>) -> VOp {
+        let kind = desc.kind;
+        // The other buffer is scatter's root input, or every other call's separate output,
+        // which `rules` compares with the shape the input implies.
+        let (output, root_input) = if kind == OpKind::Scatter {
+            (None, other)
+        } else {
+            (other, None)
+        };
+        let buffers = [kind.position(Role::Described), kind.position(Role::Other)]
             .into_iter()
             .flatten()
             .map(|i| m.args.iter().nth(i).and_then(buffer_of))
@@ -663,15 +687,17 @@ impl Eval<'_> {
             .map(|v| v.into_iter().flatten().collect());
         let id = self
             .shared
-            .site(m as *const ExprMethodCall as usize, span, || {
-                (summary, buffers)
-            });
-        let vop = VOp {
+            .site(m.method.span(), || (kind.name().to_string(), buffers));
+        VOp {
             desc,
-            output,
+            output: output.map(|s| Shape::from_slice(&s)),
             root_input: root_input.map(|s| Shape::from_slice(&s)),
             id,
-        };
+        }
+    }
+
+    /// Adds `vop` to the open batch `batch`, or to this rank's program as a call of its own.
+    fn record(&mut self, vop: VOp, batch: Option<usize>) -> Val {
         match batch {
             Some(b) => {
                 self.batches[b].push(vop);
@@ -685,14 +711,45 @@ impl Eval<'_> {
     }
 }
 
-/// The variable a buffer argument borrows, and whether mutably: `Some(None)` for `None`, `None`
-/// if the argument is anything but `&x`, `&mut x`, `Some(…)` of those, or `None`. A plain `x`
-/// is a reference held in a variable, which may borrow any tensor (`let r = &mut y;`): its
-/// call is not batched with others, since the two borrows might overlap.
-pub(super) fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
+/// One call's arguments, read by role.
+struct CallArgs {
+    peer: Option<usize>,
+    dim: Option<usize>,
+    op: Option<ReduceOp>,
+    /// The described tensor's dtype and shape (see `OpDesc`).
+    dtype: DType,
+    shape: Vec<usize>,
+    /// The other buffer's shape, if one is passed.
+    other: Option<Vec<usize>>,
+}
+
+/// A tensor argument: `Some(Some(t))` for a tensor (or `Some(t)`), `Some(None)` for `None`,
+/// `None` for anything the macro cannot read as a tensor.
+fn tensor_arg(v: Option<&Val>) -> Option<Option<TVal>> {
+    match v {
+        Some(Val::Tensor(t)) => Some(Some(t.clone())),
+        Some(Val::Opt(Some(b))) => match &**b {
+            Val::Tensor(t) => Some(Some(t.clone())),
+            _ => None,
+        },
+        Some(Val::Opt(None)) => Some(None),
+        _ => None,
+    }
+}
+
+/// The variable a buffer argument borrows: `Some(None)` for `None`, `None` if the argument is
+/// anything but `&x`, `&mut x`, `Some(…)` of those, or `None`. A plain `x` is a reference held
+/// in a variable, which may borrow any tensor (`let r = &mut y;`): its call is not batched with
+/// others, since the two borrows might overlap.
+pub(super) fn buffer_of(e: &Expr) -> Option<Option<Borrow>> {
     match e {
         Expr::Reference(r) => match &*r.expr {
-            Expr::Path(_) => ident_of(&r.expr).map(|n| Some((n, r.mutability.is_some()))),
+            Expr::Path(_) => ident_of(&r.expr).map(|name| {
+                Some(Borrow {
+                    name,
+                    mutable: r.mutability.is_some(),
+                })
+            }),
             _ => None,
         },
         Expr::Path(p) if p.path.is_ident("None") => Some(None),
@@ -705,28 +762,6 @@ pub(super) fn buffer_of(e: &Expr) -> Option<Option<(String, bool)>> {
         }
         _ => None,
     }
-}
-
-/// Where each argument of a call sits, from the table of operations: (described tensor, other
-/// buffer, peer or root, reduce op, dim). The described tensor is the one whose shape must agree
-/// (see `OpDesc`).
-pub(super) fn arg_layout(kind: OpKind) -> ArgLayout {
-    ArgLayout {
-        described: kind.position(Role::Described),
-        other: kind.position(Role::Other),
-        rank: kind.position(Role::Peer).or(kind.position(Role::Root)),
-        op: kind.position(Role::Op),
-        dim: kind.position(Role::Dim),
-    }
-}
-
-/// Positions of a call's arguments by role (see [`arg_layout`]).
-pub(super) struct ArgLayout {
-    described: Option<usize>,
-    other: Option<usize>,
-    rank: Option<usize>,
-    op: Option<usize>,
-    dim: Option<usize>,
 }
 
 /// `Tensor::full/zeros/from_vec/from_fn` and their `ctx.` forms: the shape from the first

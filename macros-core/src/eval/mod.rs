@@ -24,7 +24,7 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
-pub(crate) use analysis::{Analysis, Site, WORK_BUDGET};
+pub(crate) use analysis::{Analysis, Borrow, Site, SiteKey, WORK_BUDGET};
 pub(crate) use scan::is_comm;
 pub(crate) use value::Ratio;
 
@@ -1046,3 +1046,6 @@ fn cfg_attr(attrs: &[syn::Attribute]) -> Option<Span> {
         .find(|a| a.path().is_ident("cfg"))
         .map(|a| a.span())
 }
+
+#[cfg(test)]
+mod tests;

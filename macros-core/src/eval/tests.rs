@@ -1,0 +1,168 @@
+//! The evaluator on its own: a function body in, each rank's program description out.
+
+use std::collections::HashMap;
+
+use rankwise_core::verify::{Item, Program};
+use rankwise_core::{DType, GroupId, OpKind, ReduceOp};
+
+use super::{Analysis, Eval};
+
+/// Evaluates `src` (a function whose context is `ctx`) for every rank of `world`.
+fn evaluate(src: &str, world: usize) -> (Program, Analysis) {
+    let f: syn::ItemFn = syn::parse_str(src).expect("the test program parses");
+    let mut p = Program::new(world);
+    let mut registry = HashMap::new();
+    let mut shared = Analysis::default();
+    for r in 0..world {
+        Eval::new("ctx".into(), r, world, &mut p, &mut registry, &mut shared).run(&f.block);
+    }
+    (p, shared)
+}
+
+fn errors(shared: &mut Analysis) -> Vec<String> {
+    shared.take_errors().into_iter().map(|(_, m)| m).collect()
+}
+
+#[test]
+fn a_ring_exchange_becomes_one_batch_per_rank() {
+    let (p, mut shared) = evaluate(
+        "fn ring(ctx: &mut Ctx) -> Result<()> {
+            let x = ctx.full([2], 1.0f32)?;
+            let mut y = ctx.zeros::<f32>([2])?;
+            let w = ctx.world();
+            let mut b = ctx.batch();
+            b.send(&x, (ctx.rank() + 1) % w);
+            b.recv(&mut y, (ctx.rank() + w - 1) % w);
+            b.run()?;
+            Ok(())
+        }",
+        3,
+    );
+    assert!(errors(&mut shared).is_empty());
+    for r in 0..3 {
+        let [Item::Batch(ops)] = &p.ranks[r][..] else {
+            panic!("rank {r}: {:?}", p.ranks[r]);
+        };
+        let calls: Vec<_> = ops.iter().map(|o| (o.desc.kind, o.desc.peer)).collect();
+        assert_eq!(
+            calls,
+            [
+                (OpKind::Send, Some((r + 1) % 3)),
+                (OpKind::Recv, Some((r + 2) % 3))
+            ]
+        );
+        assert!(
+            ops.iter()
+                .all(|o| o.desc.dtype == DType::F32 && o.desc.shape[..] == [2])
+        );
+    }
+    // One site per call in the source, shared by every rank.
+    assert_eq!(shared.sites.len(), 2);
+}
+
+#[test]
+fn loops_unroll_and_branches_follow_the_rank() {
+    let (p, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let mut t = ctx.zeros::<i64>([4, 6])?;
+            for root in 0..ctx.world() {
+                if root % 2 == 0 {
+                    ctx.broadcast(&mut t, root)?;
+                }
+            }
+            ctx.reduce(&mut t, 1, ReduceOp::BitXor)?;
+            Ok(())
+        }",
+        4,
+    );
+    assert!(errors(&mut shared).is_empty());
+    let calls: Vec<_> = p.ranks[3]
+        .iter()
+        .flat_map(Item::ops)
+        .map(|o| (o.desc.kind, o.desc.peer, o.desc.op))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (OpKind::Broadcast, Some(0), None),
+            (OpKind::Broadcast, Some(2), None),
+            (OpKind::Reduce, Some(1), Some(ReduceOp::BitXor)),
+        ]
+    );
+}
+
+#[test]
+fn split_groups_get_one_id_per_part() {
+    let (p, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let g = ctx.split(&[&[0, 1], &[2, 3]])?;
+            let mut t = ctx.full([1], 1u8)?;
+            ctx.group(&g).all_reduce(&mut t, ReduceOp::Max)?;
+            Ok(())
+        }",
+        4,
+    );
+    assert!(errors(&mut shared).is_empty());
+    let group_of = |r: usize| p.ranks[r][0].ops()[0].desc.group;
+    assert_eq!(group_of(0), group_of(1));
+    assert_eq!(group_of(2), group_of(3));
+    assert_ne!(group_of(0), group_of(2));
+    assert_ne!(group_of(0), GroupId::WORLD);
+    assert_eq!(p.groups[group_of(2).0 as usize], [2, 3]);
+}
+
+#[test]
+fn a_split_the_runtime_refuses_is_refused_with_its_code() {
+    let (_, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let g = ctx.split(&[&[0, 1], &[1, 2, 3]])?;
+            Ok(())
+        }",
+        4,
+    );
+    let e = errors(&mut shared);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("RW011: invalid split: rank 1 appears in more than one part"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn data_dependent_control_flow_is_rw012() {
+    let (_, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let mut t = ctx.full([2], 1.0f32)?;
+            let x = t.to_vec()[0];
+            if x > 0.5 {
+                ctx.all_reduce(&mut t, ReduceOp::Sum)?;
+            }
+            Ok(())
+        }",
+        2,
+    );
+    let e = errors(&mut shared);
+    assert!(
+        !e.is_empty() && e.iter().all(|m| m.starts_with("RW012")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn unknown_names_never_become_a_kind() {
+    // `isend` is not in the table of operations: it is an unknown method on the context.
+    let (p, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let t = ctx.full([2], 1.0f32)?;
+            ctx.isend(&t, 1)?;
+            Ok(())
+        }",
+        2,
+    );
+    assert!(p.ranks.iter().all(Vec::is_empty));
+    let e = errors(&mut shared);
+    assert!(
+        !e.is_empty() && e.iter().all(|m| m.starts_with("RW012")),
+        "{e:?}"
+    );
+}
