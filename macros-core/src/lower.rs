@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use rankwise_core::verify::Program;
 
-use crate::eval::{Borrow, Site, SiteKey};
+use crate::eval::{Borrow, Site, location};
 
 /// `const` assertions for what the macro could not check itself: splits of dimensions given
 /// by constants from outside the function must divide evenly. rustc evaluates them, so a bad
@@ -117,7 +117,7 @@ pub(crate) fn guard(
     let table = format_ident!("__RANKWISE_SCHEDULE");
     let guard = syn::Ident::new("__rankwise_guard", proc_macro2::Span::mixed_site());
     let site_rows = sites.iter().map(|s| {
-        let (line, col) = (s.key.line as u32, s.key.column as u32 + 1);
+        let (line, col) = (s.site.line, s.site.column);
         let what = &s.what;
         quote!((#line, #col, #what))
     });
@@ -209,8 +209,8 @@ fn candidate<'s>(stmt: &syn::Stmt, ctx: &syn::Ident, sites: &'s [Site]) -> Optio
     if m.args.iter().any(mentions_ctx) || group.as_ref().is_some_and(mentions_ctx) {
         return None;
     }
-    let key = SiteKey::of(m.method.span());
-    let site = sites.iter().find(|s| s.key == key)?;
+    let at = location(m.method.span());
+    let site = sites.iter().find(|s| (s.site.line, s.site.column) == at)?;
     Some(Candidate {
         group,
         call: m.clone(),

@@ -13,9 +13,7 @@ use crate::eval::{Analysis, Ratio, Site};
 fn local(message: &str, sites: &[Site]) -> String {
     let mut m = message.to_string();
     for s in sites {
-        let start = s.span.start();
-        let full = format!("{}:{}:{}", s.span.file(), start.line, start.column + 1);
-        m = m.replace(&full, &format!("line {}", start.line));
+        m = m.replace(&s.site.to_string(), &format!("line {}", s.site.line));
     }
     m
 }
@@ -146,16 +144,16 @@ mod tests {
     use rankwise_core::verify::{Code, SiteId, SiteRef, Verdict};
 
     use super::*;
-    use crate::eval::SiteKey;
 
     fn analysis_with_sites(n: usize) -> Analysis {
         let mut a = Analysis::default();
         for i in 0..n {
             a.sites.push(Site {
                 span: Span::call_site(),
-                key: SiteKey {
-                    line: i + 1,
-                    column: 4,
+                site: CallSite {
+                    file: "x.rs",
+                    line: i as u32 + 1,
+                    column: 5,
                 },
                 what: "send".into(),
                 buffers: None,

@@ -368,8 +368,11 @@ impl Ctx {
             }
         }
         // `rules::split` proved that some part holds every rank, this one included.
-        mine.ok_or_else(|| Error::BadProgram {
-            detail: format!("a valid split has no part holding rank {}", self.rank),
+        mine.ok_or_else(|| {
+            Error::Internal(format!(
+                "a valid split has no part holding rank {}",
+                self.rank
+            ))
         })
     }
 

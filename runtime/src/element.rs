@@ -63,7 +63,7 @@ pub trait Element:
 /// no arithmetic; the sealed set guarantees that `T::DTYPE` names `T` itself.
 pub(crate) fn to_f64<T: Element>(x: T) -> f64 {
     let any = &x as &dyn std::any::Any;
-    crate::with_dtype!(T::DTYPE, U => any.downcast_ref::<U>().map_or(f64::NAN, |u| Arith::to_f64(*u)))
+    with_dtype!(T::DTYPE, U => any.downcast_ref::<U>().map_or(f64::NAN, |u| Arith::to_f64(*u)))
 }
 
 macro_rules! impl_int {
@@ -150,54 +150,53 @@ macro_rules! impl_half {
 impl_half!(f16 => F16, bf16 => BF16);
 
 /// Calls `$body` with the type alias `$T` bound to the Rust type of `$dtype`.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
         match $dtype {
-            $crate::DType::F32 => {
+            crate::DType::F32 => {
                 type $T = f32;
                 $body
             }
-            $crate::DType::F64 => {
+            crate::DType::F64 => {
                 type $T = f64;
                 $body
             }
-            $crate::DType::F16 => {
-                type $T = $crate::half::f16;
+            crate::DType::F16 => {
+                type $T = half::f16;
                 $body
             }
-            $crate::DType::BF16 => {
-                type $T = $crate::half::bf16;
+            crate::DType::BF16 => {
+                type $T = half::bf16;
                 $body
             }
-            $crate::DType::I8 => {
+            crate::DType::I8 => {
                 type $T = i8;
                 $body
             }
-            $crate::DType::U8 => {
+            crate::DType::U8 => {
                 type $T = u8;
                 $body
             }
-            $crate::DType::I32 => {
+            crate::DType::I32 => {
                 type $T = i32;
                 $body
             }
-            $crate::DType::U32 => {
+            crate::DType::U32 => {
                 type $T = u32;
                 $body
             }
-            $crate::DType::I64 => {
+            crate::DType::I64 => {
                 type $T = i64;
                 $body
             }
-            $crate::DType::U64 => {
+            crate::DType::U64 => {
                 type $T = u64;
                 $body
             }
         }
     };
 }
+pub(crate) use with_dtype;
 
 #[cfg(test)]
 mod tests {

@@ -130,7 +130,13 @@ pub enum Error {
     #[error("tensor is on {0}, not on the host; copy it with `to_vec()` first")]
     NotOnHost(String),
 
-    /// The backend cannot run this (missing library, unsupported op, …).
+    /// A check inside rankwise that can only fail through a bug in rankwise itself: the run
+    /// stops with this error (on every rank) instead of continuing in an inconsistent state.
+    #[error("internal error in rankwise (please report it): {0}")]
+    Internal(String),
+
+    /// The backend cannot run this (missing library, unsupported op, a resource the
+    /// environment refused, …).
     #[error("backend {backend}: {detail}")]
     Backend {
         /// Which backend.
@@ -373,6 +379,7 @@ impl Error {
                 | Error::Tensor(_)
                 | Error::NotOnHost(_)
                 | Error::Backend { .. }
+                | Error::Internal(_)
                 | Error::BadProgram { .. }
                 | Error::InvalidWorld { .. }
         )

@@ -7,12 +7,12 @@ use rankwise_core::verify::{Item, Program, VOp};
 
 use crate::DType;
 use crate::ctx::Ctx;
+use crate::element::with_dtype;
 use crate::element::{Arith, Element};
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::model::{OpKind, Shape};
 use crate::tensor::Tensor;
-use crate::with_dtype;
 
 /// A tensor of any element type.
 enum AnyTensor {

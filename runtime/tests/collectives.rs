@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Num, concat, data, reduce, split, with_dim};
-use rankwise_runtime::{Ctx, DType, Group, ReduceOp, Result, Tensor, spawn, with_dtype};
+use rankwise_runtime::{Ctx, DType, Group, ReduceOp, Result, Tensor, bf16, f16, spawn};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -272,19 +272,19 @@ fn check_dtype<T: Num>() {
 }
 
 macro_rules! per_dtype {
-    ($($name:ident => $d:ident),*) => {$(
+    ($($name:ident => $t:ty),*) => {$(
         #[test]
         fn $name() {
-            with_dtype!(DType::$d, T => check_dtype::<T>())
+            check_dtype::<$t>()
         }
     )*};
 }
 
 per_dtype!(
-    every_collective_f32 => F32, every_collective_f64 => F64, every_collective_f16 => F16,
-    every_collective_bf16 => BF16, every_collective_i8 => I8, every_collective_u8 => U8,
-    every_collective_i32 => I32, every_collective_u32 => U32, every_collective_i64 => I64,
-    every_collective_u64 => U64
+    every_collective_f32 => f32, every_collective_f64 => f64, every_collective_f16 => f16,
+    every_collective_bf16 => bf16, every_collective_i8 => i8, every_collective_u8 => u8,
+    every_collective_i32 => i32, every_collective_u32 => u32, every_collective_i64 => i64,
+    every_collective_u64 => u64
 );
 
 /// Point-to-point: a ring shift in a batch (world 1 sends to itself), and an ordered blocking
@@ -331,8 +331,6 @@ fn ring_shift_and_ordered_exchange() {
         }
     }
 }
-
-use rankwise_runtime::f16;
 
 /// A batch mixing p2p with several collectives on two communicators; the same-kind collectives
 /// fuse into one synchronisation, and each must still produce its own result.

@@ -4,32 +4,20 @@
 use std::collections::HashMap;
 
 use proc_macro2::Span;
+use rankwise_core::CallSite;
 use rankwise_core::verify::SiteId;
 use syn::Expr;
 
 use super::value::{Ratio, gcd};
 
-/// Where a call is: the line and column of its method name. This is the one notion of a call
-/// site, shared with the runtime: the guard compares `Location::caller()` (file, line, column)
-/// of each call made at run time with the sites recorded here, and lowering finds the sites of
-/// the statements it rewrites by the same key. (Two calls at one location — tokens repeated by a
-/// `macro_rules!` — are one site for the guard as well.)
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct SiteKey {
-    pub line: usize,
-    /// 0-based, as spans report it (`CallSite::column` is 1-based).
-    pub column: usize,
-}
-
-impl SiteKey {
-    /// The site of a call whose method name has `span`.
-    pub(crate) fn of(span: Span) -> Self {
-        let start = span.start();
-        SiteKey {
-            line: start.line,
-            column: start.column,
-        }
-    }
+/// The line and 1-based column of a call whose method name has `span`: with the file, the
+/// call's [`CallSite`] — the one notion of a call site, shared with the runtime. The guard
+/// compares `Location::caller()` of each call made at run time with the sites recorded here,
+/// and lowering finds the sites of the statements it rewrites the same way. (Two calls at one
+/// location — tokens repeated by a `macro_rules!` — are one site for the guard as well.)
+pub(crate) fn location(span: Span) -> (u32, u32) {
+    let start = span.start();
+    (start.line as u32, start.column as u32 + 1)
 }
 
 /// A tensor a call borrows.
@@ -51,7 +39,8 @@ impl Borrow {
 /// A communication call site: its span and a short description, indexed by `SiteId`.
 pub(crate) struct Site {
     pub span: Span,
-    pub key: SiteKey,
+    /// Where it is, as the runtime names it.
+    pub site: CallSite,
     pub what: String,
     /// The tensors the call borrows, or `None` if an argument is not a plain variable —
     /// lowering batches adjacent calls only when their buffers are known disjoint.
@@ -93,7 +82,7 @@ pub(crate) struct Assertion {
 #[derive(Default)]
 pub(crate) struct Analysis {
     pub sites: Vec<Site>,
-    site_ids: HashMap<SiteKey, u32>,
+    site_ids: HashMap<CallSite, u32>,
     errors: Vec<(Span, String)>,
     file: Option<&'static str>,
     /// Constant expressions from outside the function, by symbol id.
@@ -127,14 +116,14 @@ impl Analysis {
         span: Span,
         what: impl FnOnce() -> (String, Option<Vec<Borrow>>),
     ) -> SiteId {
-        let key = SiteKey::of(span);
+        let site = self.call_site(span);
         let next = self.sites.len() as u32;
-        let id = *self.site_ids.entry(key).or_insert(next);
+        let id = *self.site_ids.entry(site).or_insert(next);
         if id == next {
             let (what, buffers) = what();
             self.sites.push(Site {
                 span,
-                key,
+                site,
                 what,
                 buffers,
             });
@@ -243,7 +232,17 @@ impl Analysis {
         Some(v)
     }
 
-    pub(super) fn file(&mut self, span: Span) -> &'static str {
+    /// The call site of the call whose method name has `span`.
+    pub(super) fn call_site(&mut self, span: Span) -> CallSite {
+        let (line, column) = location(span);
+        CallSite {
+            file: self.file(span),
+            line,
+            column,
+        }
+    }
+
+    fn file(&mut self, span: Span) -> &'static str {
         // Leaked once per macro invocation: call sites need a `&'static str`.
         self.file
             .get_or_insert_with(|| Box::leak(span.file().into_boxed_str()))

@@ -1,7 +1,7 @@
 //! Calls: tensor constructors, groups and splits, and every communication call, recorded as
 //! an op of the rank's program.
 
-use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use rankwise_core::model::{GroupId, OpDesc, OpKind, Shape};
 use rankwise_core::ops::Role;
 use rankwise_core::verify::{Item, VOp};
 use rankwise_core::{DType, ReduceOp, rules};
@@ -614,8 +614,6 @@ impl Eval<'_> {
         group: &GroupVal,
         call: &CallArgs,
     ) -> OpDesc {
-        let file = self.shared.file(span);
-        let key = super::SiteKey::of(span);
         OpDesc {
             kind,
             group: if kind.is_p2p() {
@@ -628,11 +626,7 @@ impl Eval<'_> {
             dtype: call.dtype,
             shape: Shape::from_slice(&call.shape),
             dim: call.dim.unwrap_or(0),
-            site: CallSite {
-                file,
-                line: key.line as u32,
-                column: key.column as u32 + 1,
-            },
+            site: self.shared.call_site(span),
         }
     }
 

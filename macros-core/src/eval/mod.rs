@@ -24,7 +24,7 @@ use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
-pub(crate) use analysis::{Analysis, Borrow, Site, SiteKey, WORK_BUDGET};
+pub(crate) use analysis::{Analysis, Borrow, Site, WORK_BUDGET, location};
 pub(crate) use scan::is_comm;
 pub(crate) use value::Ratio;
 

@@ -8,11 +8,11 @@
 use smallvec::SmallVec;
 
 use crate::element::Arith;
+use crate::element::with_dtype;
 use crate::exec::Op;
 use crate::model::{OpDesc, OpKind};
 use crate::reduce::Reducer;
 use crate::rules::rows;
-use crate::with_dtype;
 
 /// Entries below this many bytes are reduced whole by one member (chosen round-robin by step)
 /// rather than sliced: slicing tiny tensors costs more in bookkeeping than it saves.

@@ -120,9 +120,9 @@ impl LocalBackend {
         if self.groups[i].is_none() {
             self.groups[i] = self.shared.group(id);
         }
-        self.groups[i].clone().ok_or_else(|| Error::Backend {
-            backend: "local",
-            detail: format!("group id {} was not created in this world", id.0),
+        // `Ctx` checks group handles against the world before any call reaches here.
+        self.groups[i].clone().ok_or_else(|| {
+            Error::Internal(format!("group id {} was not created in this world", id.0))
         })
     }
 
@@ -135,13 +135,12 @@ impl LocalBackend {
             let (base, me, group) = match t {
                 Target::Coll(id) => {
                     let g = self.group_state(id)?;
-                    let me = g
-                        .members
-                        .binary_search(&self.rank)
-                        .map_err(|_| Error::Backend {
-                            backend: "local",
-                            detail: format!("rank {} posted to a group it is not in", self.rank),
-                        })?;
+                    let me = g.members.binary_search(&self.rank).map_err(|_| {
+                        Error::Internal(format!(
+                            "rank {} posted to a group it is not in",
+                            self.rank
+                        ))
+                    })?;
                     let base = self.steps[id.0 as usize];
                     self.steps[id.0 as usize] += len as u64;
                     (base, me, Some(g))
@@ -324,14 +323,11 @@ impl LocalBackend {
             }
             self.check_agreement(&entries, &g.members, k)?;
             if !kernels::buffers_fit(&entries, &g.members) {
-                let err = Error::Backend {
-                    backend: "local",
-                    detail: format!(
-                        "{}: the buffers of collective step {k} on group {:?} do not have the \
-                         sizes the call needs; this is a bug in rankwise, please report it",
-                        ops[idx].desc.site, g.members
-                    ),
-                };
+                let err = Error::Internal(format!(
+                    "{}: the buffers of collective step {k} on group {:?} do not have the sizes \
+                     the call needs",
+                    ops[idx].desc.site, g.members
+                ));
                 self.shared.abort(Abort::Error(err.clone()));
                 return Err(err);
             }

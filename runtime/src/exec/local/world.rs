@@ -241,10 +241,7 @@ impl WorldState {
                 site,
             },
             Some(Abort::Error(e)) => e.clone(),
-            None => Error::Backend {
-                backend: "local",
-                detail: "world aborted".into(),
-            },
+            None => Error::Internal("the world was aborted without a cause".into()),
         }
     }
 
