@@ -15,6 +15,8 @@
 //! stable API.
 
 #![warn(missing_docs, unreachable_pub)]
+// Plain data and algorithms: nothing here needs `unsafe`, and nothing may.
+#![forbid(unsafe_code)]
 
 mod code;
 mod dtype;

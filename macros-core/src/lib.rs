@@ -9,6 +9,8 @@
 //! function (so that no cascade of unrelated errors follows).
 
 #![warn(missing_docs, unreachable_pub)]
+// Plain data and algorithms: nothing here needs `unsafe`, and nothing may.
+#![forbid(unsafe_code)]
 
 mod args;
 mod eval;
