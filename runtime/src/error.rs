@@ -240,8 +240,8 @@ pub struct P2pMismatch {
     pub src: usize,
     /// Receiver.
     pub dst: usize,
-    /// Sender's call site.
-    pub send_site: CallSite,
+    /// Sender's call site (`None` when the sender is another process, as under MPI).
+    pub send_site: Option<CallSite>,
     /// Receiver's call site.
     pub recv_site: CallSite,
     /// What the sender sends (`f32[4]`).
@@ -254,10 +254,17 @@ impl fmt::Display for P2pMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "rank {} sends {} at {}, but the matching recv on rank {} expects {} at {}; the k-th \
+            "rank {} sends {}{}, but the matching recv on rank {} expects {} at {}; the k-th \
              send from one rank to another meets the k-th recv, and both need the same dtype and \
              element count",
-            self.src, self.send_what, self.send_site, self.dst, self.recv_what, self.recv_site
+            self.src,
+            self.send_what,
+            self.send_site
+                .map(|s| format!(" at {s}"))
+                .unwrap_or_default(),
+            self.dst,
+            self.recv_what,
+            self.recv_site
         )
     }
 }
@@ -383,5 +390,16 @@ impl Error {
                 | Error::BadProgram { .. }
                 | Error::InvalidWorld { .. }
         )
+    }
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_string()
     }
 }

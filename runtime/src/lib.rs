@@ -36,6 +36,7 @@ mod error;
 mod exec;
 mod group;
 mod guard;
+mod launch;
 mod plan;
 mod reduce;
 mod replay;
@@ -59,6 +60,7 @@ pub use error::{
     CollectiveMismatch, DeadlockReport, Error, P2pMismatch, PeerFailure, RankWait, Result,
 };
 pub use group::Group;
+pub use launch::{Engine, Ranks, launch};
 pub use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 pub use rankwise_core::{Code, DType, ReduceOp, Violation, ops, verify};
 pub use replay::replay;

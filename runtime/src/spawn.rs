@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ctx::Ctx;
-use crate::error::{Error, PeerFailure, Result};
+use crate::error::{Error, PeerFailure, Result, panic_message};
 use crate::exec::local::{Abort, LocalBackend, WorldState};
 use crate::verify::Program;
 
@@ -165,16 +165,6 @@ where
     }
     shared.exit(rank);
     result
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(non-string panic payload)".to_string()
-    }
 }
 
 /// The error that explains the others: the abort's first cause if there is one.

@@ -7,8 +7,11 @@
 use crate::error::Result;
 use crate::model::{GroupId, OpDesc, WorldId};
 
+pub(crate) mod copy;
 #[cfg(feature = "local")]
 pub(crate) mod local;
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi;
 
 /// A raw view of a tensor's storage, as a backend sees it.
 #[derive(Clone, Copy, Debug)]

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use crate::element::Arith;
 use crate::element::with_dtype;
 use crate::exec::Op;
+pub(crate) use crate::exec::copy::copy_rows;
 use crate::model::{OpDesc, OpKind};
 use crate::reduce::Reducer;
 use crate::rules::rows;
@@ -240,35 +241,6 @@ fn owned_range(numel: usize, es: usize, n: usize, me: usize, seq: u64) -> Option
     let lo = (me * per).min(numel);
     let hi = ((me + 1) * per).min(numel);
     (lo < hi).then_some((lo, hi))
-}
-
-/// Copies `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows
-/// `dst_pitch` apart) — the host counterpart of `cuMemcpy2D`.
-///
-/// # Safety
-/// Both regions must be valid for the given geometry and must not overlap.
-pub(crate) unsafe fn copy_rows(
-    dst: *mut u8,
-    dst_pitch: usize,
-    src: *const u8,
-    src_pitch: usize,
-    rows: usize,
-    width: usize,
-) {
-    if width == 0 || rows == 0 {
-        return;
-    }
-    if rows == 1 || (dst_pitch == width && src_pitch == width) {
-        // SAFETY: contiguous case of the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, rows * width) };
-        return;
-    }
-    for r in 0..rows {
-        // SAFETY: row r of each region, per the caller's contract.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.add(r * src_pitch), dst.add(r * dst_pitch), width)
-        };
-    }
 }
 
 /// For each of `rows` rows: `dst[row][..width] = reduce_j src_j[row][col..col + width]`, with

@@ -429,7 +429,7 @@ impl LocalBackend {
                 let err = Error::P2pMismatch(Box::new(P2pMismatch {
                     src,
                     dst: self.rank,
-                    send_site: send.desc.site,
+                    send_site: Some(send.desc.site),
                     recv_site: recv.desc.site,
                     send_what: format!("{}[{}]", send.desc.dtype, send.input.len),
                     recv_what: format!("{}[{}]", recv.desc.dtype, recv.output.len),

@@ -1,0 +1,498 @@
+//! The result layer over the MPI C API (`mpi::ffi`, rsmpi's raw bindings): each non-blocking
+//! call the backend uses, taking element counts and raw buffers, checking the return code, and
+//! returning its request. Nothing here knows about rankwise's ops; `steps` does.
+//!
+//! Every data communicator has `MPI_ERRORS_RETURN` set (see `Comm::new`), so a failure is a
+//! code to turn into an error, not a process killed inside the library.
+
+use std::ffi::{c_int, c_void};
+
+use mpi::ffi;
+use mpi::raw::AsRaw;
+use mpi::topology::SimpleCommunicator;
+
+use crate::DType;
+use crate::error::{Error, Result};
+
+/// A pending non-blocking operation.
+pub(super) type Request = ffi::MPI_Request;
+
+/// The MPI datatype that moves elements of `dtype`: an unsigned integer of the same size.
+/// Reductions never run inside MPI (they run in rankwise's kernels, in rank order), so only the
+/// size matters; f16 and bf16 travel as 16-bit words.
+pub(super) fn datatype(dtype: DType) -> ffi::MPI_Datatype {
+    // SAFETY: reading rsmpi's datatype handles, initialised by its C shim before `main`.
+    unsafe {
+        match dtype.size() {
+            1 => ffi::RSMPI_UINT8_T,
+            2 => ffi::RSMPI_UINT16_T,
+            4 => ffi::RSMPI_UINT32_T,
+            _ => ffi::RSMPI_UINT64_T,
+        }
+    }
+}
+
+/// An element count as MPI takes it.
+pub(super) fn count(n: usize) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| Error::Backend {
+        backend: "mpi",
+        detail: format!(
+            "a message of {n} elements is more than MPI's count type can address ({}); split \
+             the tensor",
+            c_int::MAX
+        ),
+    })
+}
+
+/// The error for MPI return code `code` from `what`.
+pub(super) fn error(code: c_int, what: &str) -> Error {
+    let mut buf = vec![0u8; 512];
+    let mut len: c_int = 0;
+    // SAFETY: `buf` has room for MPI_MAX_ERROR_STRING (256 in OpenMPI and MPICH) bytes.
+    let ok = unsafe { ffi::MPI_Error_string(code, buf.as_mut_ptr().cast(), &mut len) };
+    let text = if ok == 0 {
+        String::from_utf8_lossy(&buf[..len.clamp(0, 512) as usize]).into_owned()
+    } else {
+        format!("error code {code}")
+    };
+    Error::Backend {
+        backend: "mpi",
+        detail: format!("{what} failed: {text}"),
+    }
+}
+
+fn check(code: c_int, what: &str) -> Result<()> {
+    if code == ffi::MPI_SUCCESS as c_int {
+        Ok(())
+    } else {
+        Err(error(code, what))
+    }
+}
+
+/// A communicator that returns errors instead of aborting.
+pub(super) struct Comm {
+    comm: SimpleCommunicator,
+}
+
+impl Comm {
+    /// Takes over `comm`, switching it to `MPI_ERRORS_RETURN`.
+    pub(super) fn new(comm: SimpleCommunicator) -> Result<Self> {
+        // SAFETY: `comm` is a valid communicator; the error handler is a predefined one.
+        let code = unsafe { ffi::MPI_Comm_set_errhandler(comm.as_raw(), ffi::RSMPI_ERRORS_RETURN) };
+        check(code, "MPI_Comm_set_errhandler")?;
+        Ok(Comm { comm })
+    }
+
+    fn raw(&self) -> ffi::MPI_Comm {
+        self.comm.as_raw()
+    }
+}
+
+/// Why the functions below are `unsafe`: each starts a transfer that reads or writes raw
+/// buffers after it returns.
+///
+/// # Safety (all posting functions)
+/// Every pointer must be valid for the bytes its count and datatype imply (`count × size of
+/// the datatype`; for the `v` variants, every count and displacement) and stay valid, and not
+/// be accessed otherwise, until the returned request has completed. Counts and roots must be
+/// the same on every member where MPI requires it.
+macro_rules! post {
+    ($what:literal, $call:expr) => {{
+        // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
+        let mut req: Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let code = $call(&mut req);
+        check(code, $what).map(|()| req)
+    }};
+}
+
+/// `MPI_Issend`: completes once the receiver has started receiving (rendezvous, as the
+/// verifier's model of a blocking send).
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn issend(
+    buf: *const u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    dest: c_int,
+    tag: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Issend", |r| unsafe {
+        ffi::MPI_Issend(buf as *const c_void, n, ty, dest, tag, comm.raw(), r)
+    })
+}
+
+/// `MPI_Irecv` of at most `n` elements from `src`, any tag.
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn irecv(
+    buf: *mut u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    src: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Irecv", |r| unsafe {
+        ffi::MPI_Irecv(
+            buf as *mut c_void,
+            n,
+            ty,
+            src,
+            ffi::RSMPI_ANY_TAG,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Ibarrier`.
+pub(super) fn ibarrier(comm: &Comm) -> Result<Request> {
+    // SAFETY: no buffers.
+    post!("MPI_Ibarrier", |r| unsafe {
+        ffi::MPI_Ibarrier(comm.raw(), r)
+    })
+}
+
+/// `MPI_Ibcast` of `n` elements from `root`.
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn ibcast(
+    buf: *mut u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    root: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Ibcast", |r| unsafe {
+        ffi::MPI_Ibcast(buf as *mut c_void, n, ty, root, comm.raw(), r)
+    })
+}
+
+/// `MPI_Iallgather` of `n` elements per member.
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn iallgather(
+    send: *const u8,
+    recv: *mut u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Iallgather", |r| unsafe {
+        ffi::MPI_Iallgather(
+            send as *const c_void,
+            n,
+            ty,
+            recv as *mut c_void,
+            n,
+            ty,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Iallgatherv`: member `j` contributes `counts[j]` elements, placed at `displs[j]`.
+///
+/// # Safety
+/// See the module's posting contract; `counts` and `displs` too must live until completion.
+pub(super) unsafe fn iallgatherv(
+    send: *const u8,
+    n: c_int,
+    recv: *mut u8,
+    counts: &[c_int],
+    displs: &[c_int],
+    ty: ffi::MPI_Datatype,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Iallgatherv", |r| unsafe {
+        ffi::MPI_Iallgatherv(
+            send as *const c_void,
+            n,
+            ty,
+            recv as *mut c_void,
+            counts.as_ptr(),
+            displs.as_ptr(),
+            ty,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Igather` of `n` elements per member to `root` (`recv` is read only at the root).
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn igather(
+    send: *const u8,
+    recv: *mut u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    root: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Igather", |r| unsafe {
+        ffi::MPI_Igather(
+            send as *const c_void,
+            n,
+            ty,
+            recv as *mut c_void,
+            n,
+            ty,
+            root,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Igatherv` to `root`: member `j` contributes `counts[j]` elements at `displs[j]`.
+///
+/// # Safety
+/// See the module's posting contract; `counts` and `displs` too must live until completion.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn igatherv(
+    send: *const u8,
+    n: c_int,
+    recv: *mut u8,
+    counts: &[c_int],
+    displs: &[c_int],
+    ty: ffi::MPI_Datatype,
+    root: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Igatherv", |r| unsafe {
+        ffi::MPI_Igatherv(
+            send as *const c_void,
+            n,
+            ty,
+            recv as *mut c_void,
+            counts.as_ptr(),
+            displs.as_ptr(),
+            ty,
+            root,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Iscatter` of `n` elements per member from `root` (`send` is read only at the root).
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn iscatter(
+    send: *const u8,
+    recv: *mut u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    root: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Iscatter", |r| unsafe {
+        ffi::MPI_Iscatter(
+            send as *const c_void,
+            n,
+            ty,
+            recv as *mut c_void,
+            n,
+            ty,
+            root,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Ialltoall` of `n` elements per pair.
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn ialltoall(
+    send: *const u8,
+    recv: *mut u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Ialltoall", |r| unsafe {
+        ffi::MPI_Ialltoall(
+            send as *const c_void,
+            n,
+            ty,
+            recv as *mut c_void,
+            n,
+            ty,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// `MPI_Ialltoallv` with per-member counts and displacements (in elements).
+///
+/// # Safety
+/// See the module's posting contract; the four arrays too must live until completion.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn ialltoallv(
+    send: *const u8,
+    send_counts: &[c_int],
+    send_displs: &[c_int],
+    recv: *mut u8,
+    recv_counts: &[c_int],
+    recv_displs: &[c_int],
+    ty: ffi::MPI_Datatype,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Ialltoallv", |r| unsafe {
+        ffi::MPI_Ialltoallv(
+            send as *const c_void,
+            send_counts.as_ptr(),
+            send_displs.as_ptr(),
+            ty,
+            recv as *mut c_void,
+            recv_counts.as_ptr(),
+            recv_displs.as_ptr(),
+            ty,
+            comm.raw(),
+            r,
+        )
+    })
+}
+
+/// What a completed receive reports.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Received {
+    /// The sender's tag.
+    pub tag: c_int,
+    /// Elements received, or `None` if the message was longer than the buffer.
+    pub count: Option<usize>,
+}
+
+/// Waits until at least one of `reqs` completes; returns the indices that did (their entries
+/// become `MPI_REQUEST_NULL`), with the receive status of each.
+pub(super) fn wait_some(
+    reqs: &mut [Request],
+    ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+) -> Result<Vec<(usize, Received)>> {
+    let n = count(reqs.len())?;
+    let mut done: c_int = 0;
+    let mut indices: Vec<c_int> = vec![0; reqs.len()];
+    // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
+    let mut statuses: Vec<ffi::MPI_Status> = vec![unsafe { std::mem::zeroed() }; reqs.len()];
+    // SAFETY: the arrays have `reqs.len()` entries, as MPI_Waitsome needs.
+    let code = unsafe {
+        ffi::MPI_Waitsome(
+            n,
+            reqs.as_mut_ptr(),
+            &mut done,
+            indices.as_mut_ptr(),
+            statuses.as_mut_ptr(),
+        )
+    };
+    let in_status = code == ffi::MPI_ERR_IN_STATUS as c_int;
+    if code != ffi::MPI_SUCCESS as c_int && !in_status {
+        return Err(error(code, "MPI_Waitsome"));
+    }
+    let mut out = Vec::with_capacity(done.max(0) as usize);
+    for k in 0..done.max(0) as usize {
+        let i = indices[k] as usize;
+        let st = &statuses[k];
+        let truncated = in_status && st.MPI_ERROR == ffi::MPI_ERR_TRUNCATE as c_int;
+        if in_status && !truncated && st.MPI_ERROR != ffi::MPI_SUCCESS as c_int {
+            return Err(error(st.MPI_ERROR, "a transfer"));
+        }
+        let count = if truncated {
+            None
+        } else {
+            let mut c: c_int = 0;
+            // SAFETY: `st` is the status MPI filled for this request.
+            let code = unsafe { ffi::MPI_Get_count(st, ty_of(i), &mut c) };
+            (code == ffi::MPI_SUCCESS as c_int && c >= 0).then_some(c as usize)
+        };
+        out.push((
+            i,
+            Received {
+                tag: st.MPI_TAG,
+                count,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// The largest tag `comm` allows (at least 32767, by the standard).
+pub(super) fn tag_ub(comm: &SimpleCommunicator) -> c_int {
+    let mut value: *mut c_int = std::ptr::null_mut();
+    let mut flag: c_int = 0;
+    // SAFETY: MPI_TAG_UB's attribute value is a pointer to an int owned by MPI, written into
+    // `value` when `flag` is set.
+    let code = unsafe {
+        ffi::MPI_Comm_get_attr(
+            comm.as_raw(),
+            ffi::MPI_TAG_UB as c_int,
+            (&mut value as *mut *mut c_int).cast(),
+            &mut flag,
+        )
+    };
+    if code == ffi::MPI_SUCCESS as c_int && flag != 0 && !value.is_null() {
+        // SAFETY: set by MPI above.
+        unsafe { *value }.max(32767)
+    } else {
+        32767
+    }
+}
+
+/// The tag under which the communicator for (`members`, `ordinal`) is created: the same on
+/// every member, and — being a 64-bit hash folded into the tag range — different for different
+/// groups but by a chance of one in `tag_ub`.
+pub(super) fn creation_tag(members: &[usize], ordinal: u32, tag_ub: c_int) -> c_int {
+    // FNV-1a: stable across processes and builds (std's hasher is randomly seeded).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in members
+        .iter()
+        .map(|&m| m as u64)
+        .chain([u64::MAX, u64::from(ordinal)])
+    {
+        for b in x.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    (h % tag_ub.max(1) as u64) as c_int
+}
+
+/// `MPI_Comm_create_group` of `members` (ranks of `parent`), called by the members only.
+pub(super) fn create_group(
+    parent: &SimpleCommunicator,
+    members: &[usize],
+    tag: c_int,
+) -> Result<SimpleCommunicator> {
+    use mpi::topology::{Communicator, Group};
+    let ranks = members
+        .iter()
+        .map(|&m| count(m))
+        .collect::<Result<Vec<c_int>>>()?;
+    let group = parent.group().include(&ranks);
+    parent
+        .split_by_subgroup_with_tag(&group, tag)
+        .ok_or_else(|| Error::Backend {
+            backend: "mpi",
+            detail: format!("MPI_Comm_create_group for ranks {members:?} returned no communicator"),
+        })
+}

@@ -1,0 +1,363 @@
+//! Each op as a short sequence of non-blocking MPI calls ("phases") with local work between
+//! them: packing a non-leading dimension into member blocks, unpacking after, and reductions,
+//! which run in rankwise's own kernels in member order — so every backend computes
+//! `((x0 ∘ x1) ∘ x2) ∘ …` and gets the same bits, for every dtype and operator (MPI's own
+//! reductions may associate differently, and have no f16/bf16).
+//!
+//! Reductions move data like a ring all-reduce without its latency chain: small tensors are
+//! all-gathered and folded by every member (one call); large ones are exchanged all-to-all in
+//! member-owned chunks, folded, and all-gathered (two calls, each moving `(n - 1)/n` of the
+//! tensor per member — the bandwidth of MPI's own large-message algorithms).
+
+use std::ffi::c_int;
+
+use super::raw::{self, Comm, Request};
+use crate::element::{Arith, with_dtype};
+use crate::error::Result;
+use crate::exec::Op;
+use crate::model::OpKind;
+use crate::reduce::Reducer;
+use crate::rules::rows;
+
+/// Tensors up to this size are reduced by all-gather and fold (one call, `n`× the data);
+/// larger ones by chunked all-to-all, fold and all-gather (two calls, ring bandwidth).
+const SMALL_REDUCE_BYTES: usize = 16 * 1024;
+
+/// The phase of an op whose last call needs no local work after it.
+const DONE: u8 = u8::MAX;
+
+/// 8-byte-aligned scratch memory (every dtype's alignment divides 8).
+#[derive(Default)]
+struct Scratch(Vec<u64>);
+
+impl Scratch {
+    fn with_bytes(bytes: usize) -> Result<Self> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(bytes.div_ceil(8)).map_err(|_| {
+            crate::error::Error::Tensor(format!("cannot allocate {bytes} bytes of scratch for MPI"))
+        })?;
+        v.resize(bytes.div_ceil(8), 0);
+        Ok(Scratch(v))
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+}
+
+/// Where one member's data sits in a concatenation.
+#[derive(Default)]
+struct Layout {
+    counts: Vec<c_int>,
+    displs: Vec<c_int>,
+}
+
+impl Layout {
+    /// `total` elements cut into `n` nearly equal consecutive chunks (the first ones longer).
+    fn chunks(total: usize, n: usize) -> Result<Self> {
+        let (base, extra) = (total / n, total % n);
+        let mut l = Layout::default();
+        let mut at = 0;
+        for j in 0..n {
+            let c = base + usize::from(j < extra);
+            l.counts.push(raw::count(c)?);
+            l.displs.push(raw::count(at)?);
+            at += c;
+        }
+        Ok(l)
+    }
+
+    /// `n` blocks of `len` elements each, back to back.
+    fn uniform(len: usize, n: usize) -> Result<Self> {
+        let mut l = Layout::default();
+        for j in 0..n {
+            l.counts.push(raw::count(len)?);
+            l.displs.push(raw::count(j * len)?);
+        }
+        Ok(l)
+    }
+}
+
+/// One collective in progress: which phase it is in and the memory its calls use (which must
+/// outlive them, so it lives here until the op completes).
+pub(super) struct Task {
+    /// Index of the op in the batch.
+    pub(super) op: usize,
+    phase: u8,
+    a: Scratch,
+    b: Scratch,
+    send: Layout,
+    recv: Layout,
+}
+
+impl Task {
+    pub(super) fn new(op: usize) -> Self {
+        Task {
+            op,
+            phase: 0,
+            a: Scratch::default(),
+            b: Scratch::default(),
+            send: Layout::default(),
+            recv: Layout::default(),
+        }
+    }
+
+    /// Runs the local work after the phase that just completed (none at the start) and posts
+    /// the next phase's calls; an empty list means the op is complete.
+    ///
+    /// # Safety
+    /// `op`'s buffers must be valid for its description (as `Ctx` guarantees) until the op is
+    /// complete, and the returned requests must complete before `self` is dropped.
+    pub(super) unsafe fn advance(
+        &mut self,
+        op: &Op,
+        comm: &Comm,
+        me: usize,
+        n: usize,
+        root: usize,
+    ) -> Result<Vec<Request>> {
+        let d = &op.desc;
+        let es = d.dtype.size();
+        let ty = raw::datatype(d.dtype);
+        let numel = d.numel();
+        let phase = self.phase;
+        self.phase = phase.saturating_add(1);
+        let root_c = raw::count(root)?;
+        // SAFETY: for every call below, the pointers are `op`'s buffers, valid for the sizes
+        // its validated description implies, or scratch owned by `self`, sized here; the
+        // caller keeps both alive until the requests complete.
+        unsafe {
+            match (d.kind, phase) {
+                (OpKind::Barrier, 0) => Ok(vec![raw::ibarrier(comm)?]),
+                (OpKind::Broadcast, 0) => Ok(vec![raw::ibcast(
+                    op.output.ptr,
+                    raw::count(numel)?,
+                    ty,
+                    root_c,
+                    comm,
+                )?]),
+                (OpKind::AllGather | OpKind::Gather, 0) => {
+                    let (outer, inner) = rows(&d.shape, d.dim);
+                    let per = raw::count(outer * inner)?;
+                    let rooted = d.kind == OpKind::Gather;
+                    let direct = outer == 1;
+                    let recv = if direct || (rooted && me != root) {
+                        op.output.ptr
+                    } else {
+                        self.a = Scratch::with_bytes(n * outer * inner * es)?;
+                        self.a.ptr()
+                    };
+                    let req = if rooted {
+                        raw::igather(op.input.ptr, recv, per, ty, root_c, comm)?
+                    } else {
+                        raw::iallgather(op.input.ptr, recv, per, ty, comm)?
+                    };
+                    if direct {
+                        self.phase = DONE; // nothing to unpack
+                    }
+                    Ok(vec![req])
+                }
+                (OpKind::AllGather | OpKind::Gather, 1) => {
+                    if d.kind == OpKind::AllGather || me == root {
+                        let (outer, inner) = rows(&d.shape, d.dim);
+                        unpack(op.output.ptr, self.a.ptr(), n, outer, inner * es);
+                    }
+                    Ok(Vec::new())
+                }
+                (OpKind::Scatter, 0) => {
+                    let (outer, inner) = rows(&d.shape, d.dim);
+                    let send = if me != root || outer == 1 {
+                        op.input.ptr
+                    } else {
+                        self.a = Scratch::with_bytes(n * outer * inner * es)?;
+                        pack(self.a.ptr(), op.input.ptr, n, outer, inner * es);
+                        self.a.ptr()
+                    };
+                    Ok(vec![raw::iscatter(
+                        send,
+                        op.output.ptr,
+                        raw::count(outer * inner)?,
+                        ty,
+                        root_c,
+                        comm,
+                    )?])
+                }
+                (OpKind::AllToAll | OpKind::ReduceScatter, 0) => {
+                    let (outer, row) = rows(&d.shape, d.dim);
+                    let chunk = row / n;
+                    let per = outer * chunk;
+                    let send = if outer == 1 {
+                        op.input.ptr
+                    } else {
+                        self.a = Scratch::with_bytes(n * per * es)?;
+                        pack(self.a.ptr(), op.input.ptr, n, outer, chunk * es);
+                        self.a.ptr()
+                    };
+                    let direct = d.kind == OpKind::AllToAll && outer == 1;
+                    let recv = if direct {
+                        op.output.ptr
+                    } else {
+                        self.b = Scratch::with_bytes(n * per * es)?;
+                        self.b.ptr()
+                    };
+                    if direct {
+                        self.phase = DONE;
+                    }
+                    Ok(vec![raw::ialltoall(
+                        send,
+                        recv,
+                        raw::count(per)?,
+                        ty,
+                        comm,
+                    )?])
+                }
+                (OpKind::AllToAll, 1) => {
+                    let (outer, row) = rows(&d.shape, d.dim);
+                    unpack(op.output.ptr, self.b.ptr(), n, outer, row / n * es);
+                    Ok(Vec::new())
+                }
+                (OpKind::ReduceScatter, 1) => {
+                    let (outer, row) = rows(&d.shape, d.dim);
+                    fold(op, self.b.ptr(), n, outer * (row / n), op.output.ptr);
+                    Ok(Vec::new())
+                }
+                (OpKind::AllReduce | OpKind::Reduce, 0) if numel * es <= SMALL_REDUCE_BYTES => {
+                    let rooted = d.kind == OpKind::Reduce;
+                    self.phase = 10; // the small path's fold is phase 10
+                    let c = raw::count(numel)?;
+                    if rooted && me != root {
+                        return Ok(vec![raw::igather(
+                            op.input.ptr,
+                            std::ptr::null_mut(),
+                            c,
+                            ty,
+                            root_c,
+                            comm,
+                        )?]);
+                    }
+                    self.a = Scratch::with_bytes(n * numel * es)?;
+                    Ok(vec![if rooted {
+                        raw::igather(op.input.ptr, self.a.ptr(), c, ty, root_c, comm)?
+                    } else {
+                        raw::iallgather(op.input.ptr, self.a.ptr(), c, ty, comm)?
+                    }])
+                }
+                (OpKind::AllReduce | OpKind::Reduce, 10) => {
+                    if d.kind == OpKind::AllReduce || me == root {
+                        fold(op, self.a.ptr(), n, numel, op.output.ptr);
+                    }
+                    Ok(Vec::new())
+                }
+                (OpKind::AllReduce | OpKind::Reduce, 0) => {
+                    // Chunk j of every member goes to member j, which folds it.
+                    self.send = Layout::chunks(numel, n)?;
+                    let mine = self.send.counts[me] as usize;
+                    self.recv = Layout::uniform(mine, n)?;
+                    self.a = Scratch::with_bytes(n * mine * es)?;
+                    Ok(vec![raw::ialltoallv(
+                        op.input.ptr,
+                        &self.send.counts,
+                        &self.send.displs,
+                        self.a.ptr(),
+                        &self.recv.counts,
+                        &self.recv.displs,
+                        ty,
+                        comm,
+                    )?])
+                }
+                (OpKind::AllReduce | OpKind::Reduce, 1) => {
+                    let mine = self.send.counts[me] as usize;
+                    self.b = Scratch::with_bytes(mine * es)?;
+                    fold(op, self.a.ptr(), n, mine, self.b.ptr());
+                    let c = raw::count(mine)?;
+                    let (out, counts, displs) =
+                        (op.output.ptr, &self.send.counts, &self.send.displs);
+                    Ok(vec![if d.kind == OpKind::AllReduce {
+                        raw::iallgatherv(self.b.ptr(), c, out, counts, displs, ty, comm)?
+                    } else {
+                        // Only the root's output is written; the others keep theirs.
+                        let out = if me == root {
+                            out
+                        } else {
+                            std::ptr::null_mut()
+                        };
+                        raw::igatherv(self.b.ptr(), c, out, counts, displs, ty, root_c, comm)?
+                    }])
+                }
+                _ => Ok(Vec::new()),
+            }
+        }
+    }
+}
+
+/// Copies member blocks into row-major position: block `j` (`outer` rows of `width` bytes,
+/// back to back in `src`) becomes columns `j·width..` of `dst`'s rows of `n·width` bytes.
+///
+/// # Safety
+/// `src` holds `n·outer·width` bytes, `dst` as many, and they do not overlap.
+unsafe fn unpack(dst: *mut u8, src: *const u8, n: usize, outer: usize, width: usize) {
+    for j in 0..n {
+        // SAFETY: block j of `src` and column block j of `dst`, both in bounds.
+        unsafe {
+            crate::exec::copy::copy_rows(
+                dst.add(j * width),
+                n * width,
+                src.add(j * outer * width),
+                width,
+                outer,
+                width,
+            )
+        }
+    }
+}
+
+/// The inverse of [`unpack`]: column block `j` of `src`'s rows becomes block `j` of `dst`.
+///
+/// # Safety
+/// As for [`unpack`], with the roles of `src` and `dst` swapped.
+unsafe fn pack(dst: *mut u8, src: *const u8, n: usize, outer: usize, width: usize) {
+    for j in 0..n {
+        // SAFETY: column block j of `src` and block j of `dst`, both in bounds.
+        unsafe {
+            crate::exec::copy::copy_rows(
+                dst.add(j * outer * width),
+                width,
+                src.add(j * width),
+                n * width,
+                outer,
+                width,
+            )
+        }
+    }
+}
+
+/// `dst[..len] = blocks[0] ∘ blocks[1] ∘ … ∘ blocks[n-1]`, left to right, with `op`'s reduce
+/// operator: the order every rankwise backend uses.
+///
+/// # Safety
+/// `blocks` holds `n·len` elements of the op's dtype, 8-byte aligned; `dst` holds `len`,
+/// aligned for the dtype, and does not overlap `blocks`.
+unsafe fn fold(op: &Op, blocks: *const u8, n: usize, len: usize, dst: *mut u8) {
+    let d = &op.desc;
+    let rop = d.op.unwrap_or(crate::ReduceOp::Sum);
+    with_dtype!(d.dtype, T => {
+        // SAFETY: the caller's contract; `T` is the dtype's type, so sizes and alignment hold.
+        let (src, acc) = unsafe {
+            (
+                std::slice::from_raw_parts(blocks as *const T, n * len),
+                std::slice::from_raw_parts_mut(dst as *mut T, len),
+            )
+        };
+        fold_typed::<T>(rop, src, n, len, acc)
+    })
+}
+
+fn fold_typed<T: Arith>(op: crate::ReduceOp, src: &[T], n: usize, len: usize, acc: &mut [T]) {
+    let r = Reducer::<T>::new(op, n);
+    acc.copy_from_slice(&src[..len]);
+    r.start(acc);
+    for j in 1..n {
+        r.combine(acc, &src[j * len..(j + 1) * len]);
+    }
+    r.finish(acc);
+}

@@ -1,0 +1,169 @@
+//! `launch`: one entry point for a rank program, whichever engine runs it.
+
+use crate::ctx::Ctx;
+use crate::error::{Error, Result};
+
+/// The engine that runs the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Engine {
+    /// Threads of this process, one per rank (the `local` backend).
+    Threads,
+    /// This process is one rank of an MPI job (the `mpi` backend).
+    Mpi,
+}
+
+impl Engine {
+    /// The engine [`launch`] uses: `RANKWISE_BACKEND` if set (`threads` or `mpi`), otherwise
+    /// MPI when an MPI launcher started this process (`mpirun`/`mpiexec` of Open MPI, MPICH or
+    /// any PMI/PMIx launcher set their variables), otherwise threads.
+    pub fn detect() -> Result<Engine> {
+        match std::env::var("RANKWISE_BACKEND") {
+            Ok(v) => match v.trim() {
+                "threads" | "local" => Ok(Engine::Threads),
+                "mpi" => Ok(Engine::Mpi),
+                other => Err(Error::Backend {
+                    backend: "launch",
+                    detail: format!(
+                        "RANKWISE_BACKEND={other:?} names no engine; use `threads` or `mpi` \
+                         (or unset it to choose by how the process was started)"
+                    ),
+                }),
+            },
+            Err(_) => {
+                const LAUNCHERS: [&str; 4] =
+                    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
+                Ok(if LAUNCHERS.iter().any(|v| std::env::var_os(v).is_some()) {
+                    Engine::Mpi
+                } else {
+                    Engine::Threads
+                })
+            }
+        }
+    }
+}
+
+/// The values of the ranks this process ran, with their ranks.
+///
+/// Under threads that is every rank of the world, in rank order; under MPI it is this
+/// process's rank alone (each process of the job gets its own `Ranks`). Code that prints or
+/// checks "each rank's result" iterates over it and works unchanged under both.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ranks<T> {
+    world: usize,
+    first: usize,
+    values: Vec<T>,
+}
+
+impl<T> Ranks<T> {
+    /// The world size the program ran at.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// `(rank, value)` for each rank this process ran, in rank order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &T)> {
+        self.values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (self.first + i, v))
+    }
+
+    /// Rank `rank`'s value, if this process ran it.
+    pub fn get(&self, rank: usize) -> Option<&T> {
+        rank.checked_sub(self.first)
+            .and_then(|i| self.values.get(i))
+    }
+
+    /// Whether every rank ran here (threads), so that [`Ranks::all`] has every value.
+    pub fn is_all(&self) -> bool {
+        self.first == 0 && self.values.len() == self.world
+    }
+
+    /// Every rank's value in rank order, if every rank ran in this process (threads).
+    pub fn all(self) -> Option<Vec<T>> {
+        self.is_all().then_some(self.values)
+    }
+
+    /// `(rank, value)` pairs, in rank order.
+    pub fn into_vec(self) -> Vec<(usize, T)> {
+        let first = self.first;
+        self.values
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (first + i, v))
+            .collect()
+    }
+}
+
+/// Runs the rank program `f`: on `world` threads of this process, or — when this process is
+/// one rank of an MPI job (see [`Engine::detect`]) — on this process's rank, with the job's
+/// size as the world (`world` is then only the threads engine's size).
+///
+/// So one binary runs both ways: `cargo run --example ring` and
+/// `mpirun -np 4 target/debug/examples/ring`. A program checked by `#[rankwise::program]`
+/// refuses a world size it was not checked for on every rank, before any communication.
+///
+/// Failures: under threads, the root cause is returned as with [`spawn`](crate::spawn). Under
+/// MPI, a rank that fails or panics prints its error (naming the rank and the call) and ends
+/// the whole job with `MPI_Abort` and exit status 1, since its peers may be waiting for it:
+/// `launch` then does not return on any process. MPI is initialised and finalised inside, so
+/// under MPI `launch` runs once per process.
+pub fn launch<T, F>(world: usize, f: F) -> Result<Ranks<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    match Engine::detect()? {
+        Engine::Threads => threads(world, f),
+        Engine::Mpi => mpi(f),
+    }
+}
+
+#[cfg(feature = "local")]
+fn threads<T, F>(world: usize, f: F) -> Result<Ranks<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    let values = crate::spawn::spawn(world, f)?;
+    Ok(Ranks {
+        world,
+        first: 0,
+        values,
+    })
+}
+
+#[cfg(not(feature = "local"))]
+fn threads<T, F>(_world: usize, _f: F) -> Result<Ranks<T>> {
+    Err(Error::Backend {
+        backend: "local",
+        detail: "this program was built without rankwise's `local` feature (threads); \
+                 rebuild with it, or start the program under mpirun"
+            .into(),
+    })
+}
+
+#[cfg(feature = "mpi")]
+fn mpi<T, F>(f: F) -> Result<Ranks<T>>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    let (rank, world, value) = crate::exec::mpi::run(&f)?;
+    Ok(Ranks {
+        world,
+        first: rank,
+        values: vec![value],
+    })
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi<T, F>(_f: F) -> Result<Ranks<T>> {
+    Err(Error::Backend {
+        backend: "mpi",
+        detail: "this process was started by an MPI launcher (or RANKWISE_BACKEND=mpi), but \
+                 the program was built without rankwise's `mpi` feature; rebuild with \
+                 `--features mpi`, or run it without mpirun"
+            .into(),
+    })
+}
