@@ -1,7 +1,8 @@
 //! A first rank program: four ranks sum a value, gather columns, and pass a tensor around a
 //! ring — printed per rank in the style of the seed tutorials.
 //!
-//! Run it with `cargo run --example quickstart`.
+//! Run it with `cargo run --example quickstart`, or as four processes with
+//! `mpirun -np 4 target/debug/examples/quickstart` (built with `--features mpi`).
 
 use rankwise::prelude::*;
 
@@ -43,12 +44,13 @@ fn program(ctx: &mut Ctx) -> Result<Steps> {
     Ok([all_reduce, all_gather, ring])
 }
 
-/// Runs the program on four threads and renders the output step by step, in rank order.
+/// Runs the program on four ranks and renders the output step by step, in rank order: on four
+/// threads, or on this process's rank under `mpirun` (each process prints its own rank's steps).
 pub fn run() -> Result<String> {
-    let per_rank = spawn(4, program)?;
+    let ranks = rankwise::launch(4, program)?;
     let mut out = String::new();
     for step in 0..3 {
-        for steps in &per_rank {
+        for (_rank, steps) in ranks.iter() {
             out.push_str(&steps[step]);
         }
     }

@@ -6,9 +6,19 @@ use mpi::Threading;
 use mpi::ffi;
 use mpi::topology::Communicator;
 
+use std::sync::Arc;
+
 use super::MpiBackend;
+use super::monitor::{self, Board, Phase};
 use crate::ctx::Ctx;
 use crate::error::{Error, Result, panic_message};
+
+/// The monitor's communicator, handed to its thread.
+struct MonitorComm(mpi::topology::SimpleCommunicator);
+
+// SAFETY: `run` requires MPI_THREAD_MULTIPLE before creating it, under which any thread may
+// use a communicator; only the monitor thread uses this one.
+unsafe impl Send for MonitorComm {}
 
 /// Initialises MPI, runs `f` on this process's rank and finalises MPI: this rank's value, with
 /// its rank and the job's size. A rank whose function fails or panics ends the whole job
@@ -37,9 +47,29 @@ where
         };
         abort_job(rank, &e);
     }
-    let backend = match MpiBackend::new(&world) {
+    let board = Arc::new(Board::default());
+    let backend = match MpiBackend::new(&world, Arc::clone(&board)) {
         Ok(b) => b,
         Err(e) => abort_job(rank, &e),
+    };
+    let monitor = {
+        let (board, comm) = (Arc::clone(&board), MonitorComm(world.duplicate()));
+        std::thread::Builder::new()
+            .name(format!("rankwise-monitor-{rank}"))
+            .spawn(move || {
+                let comm = comm;
+                monitor::watch(board, comm.0)
+            })
+    };
+    let monitor = match monitor {
+        Ok(m) => m,
+        Err(e) => abort_job(
+            rank,
+            &Error::Backend {
+                backend: "mpi",
+                detail: format!("could not start the monitor thread: {e}"),
+            },
+        ),
     };
     let mut ctx = Ctx::new(rank, size, Box::new(backend));
     let value = match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
@@ -53,11 +83,27 @@ where
             },
         ),
     };
+    // The monitor runs until every rank has finished: a rank that returned may be the one
+    // the others wait for, and only the monitors can tell them.
+    board.update(|s| s.phase = Phase::Finished);
+    match monitor.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => abort_job(rank, &e),
+        Err(_) => abort_job(rank, &Error::Internal("the monitor thread panicked".into())),
+    }
     // Communicators are freed before MPI is finalised (dropping the universe finalises).
     drop(ctx);
     drop(world);
     drop(universe);
     Ok((rank, size, value))
+}
+
+/// Prints `error` (which names its ranks) and ends every process of the job with `MPI_Abort`.
+pub(crate) fn abort_job_with(error: &Error) -> ! {
+    eprintln!("rankwise: {error}\nrankwise: ending the MPI job (MPI_Abort)");
+    // SAFETY: MPI is initialised (the monitor exists only then); aborting needs no more.
+    unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1) };
+    std::process::abort()
 }
 
 /// Prints `error` as rank `rank`'s failure and ends every process of the job with

@@ -24,20 +24,25 @@
 //! rank that fails.
 
 mod launch;
+mod monitor;
 mod raw;
 mod steps;
 
+use std::collections::HashMap;
 use std::ffi::c_int;
+use std::sync::Arc;
 
 use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::DType;
 use crate::error::{Error, P2pMismatch, Result};
 use crate::exec::{Backend, Op};
-use crate::model::{GroupId, WorldId};
+use crate::model::{GroupId, OpKind, WorldId};
 use crate::plan::Target;
 
+use launch::abort_job_with;
 pub(crate) use launch::{abort_job, run};
+use monitor::{Board, GroupKey, Phase, Waiting};
 use raw::{Comm, Request};
 use steps::Task;
 
@@ -45,12 +50,14 @@ use steps::Task;
 struct GroupEntry {
     members: Vec<usize>,
     ordinal: u32,
+    /// How every rank names it (see `monitor::GroupKey`).
+    key: GroupKey,
     /// Created on first use (see the module docs).
     comm: Option<Comm>,
 }
 
 /// This process's rank of an MPI job.
-pub(crate) struct MpiBackend {
+pub(super) struct MpiBackend {
     rank: usize,
     world_id: WorldId,
     /// Data traffic: a duplicate of `MPI_COMM_WORLD`, returning errors.
@@ -62,14 +69,44 @@ pub(crate) struct MpiBackend {
     tag_ub: c_int,
     /// Index = `GroupId`; entry 0 is the world.
     groups: Vec<GroupEntry>,
+    /// Where this rank tells the monitor what it waits for.
+    board: Arc<Board>,
+    /// Sends to each peer, receives from each peer, collectives on each communicator, issued
+    /// so far: the sequence numbers of the next ones.
+    issued_sends: HashMap<usize, u64>,
+    issued_recvs: HashMap<usize, u64>,
+    issued_steps: HashMap<GroupKey, u64>,
+    /// Whether members exchange call records before each collective (`RANKWISE_MPI_CHECK`).
+    check: bool,
 }
 
 /// What a request in the wait loop belongs to.
 #[derive(Clone, Copy)]
 enum Owner {
-    Send,
+    Send(usize),
     Recv(usize),
     Task(usize),
+    /// The call-record exchange of a task (see `Task::post_check`).
+    Check(usize),
+}
+
+/// Whether collectives are checked for agreement before data moves: on unless
+/// `RANKWISE_MPI_CHECK` is `0`, `off` or `false` (every process of a job must agree, which the
+/// environment mpirun passes on ensures).
+fn check_enabled() -> bool {
+    !matches!(
+        std::env::var("RANKWISE_MPI_CHECK")
+            .as_deref()
+            .map(str::trim),
+        Ok("0" | "off" | "false")
+    )
+}
+
+/// Counts one more under `k`, returning the count before.
+fn next_seq<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u64>, k: K) -> u64 {
+    let e = m.entry(k).or_insert(0);
+    *e += 1;
+    *e - 1
 }
 
 /// The tag that carries a sender's dtype.
@@ -85,10 +122,11 @@ fn dtype_of_tag(tag: c_int) -> Option<DType> {
 
 impl MpiBackend {
     /// The backend of this process's rank, on duplicates of `world`.
-    pub(crate) fn new(world: &SimpleCommunicator) -> Result<Self> {
+    fn new(world: &SimpleCommunicator, board: Arc<Board>) -> Result<Self> {
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         let tag_ub = raw::tag_ub(world);
+        let members: Vec<usize> = (0..size).collect();
         Ok(MpiBackend {
             rank,
             world_id: WorldId::fresh(),
@@ -96,11 +134,64 @@ impl MpiBackend {
             create: world.duplicate(),
             tag_ub,
             groups: vec![GroupEntry {
-                members: (0..size).collect(),
+                key: (members.clone(), u32::MAX),
+                members,
                 ordinal: 0,
                 comm: None,
             }],
+            board,
+            issued_sends: HashMap::new(),
+            issued_recvs: HashMap::new(),
+            issued_steps: HashMap::new(),
+            check: check_enabled(),
         })
+    }
+
+    /// What op `op` waits for, with its sequence number (counted here).
+    fn waiting(&mut self, op: &Op) -> Waiting {
+        let d = &op.desc;
+        let (peer, group, seq) = match d.kind {
+            OpKind::Send => {
+                let p = d.peer.unwrap_or(0);
+                (Some(p), None, next_seq(&mut self.issued_sends, p))
+            }
+            OpKind::Recv => {
+                let p = d.peer.unwrap_or(0);
+                (Some(p), None, next_seq(&mut self.issued_recvs, p))
+            }
+            _ => {
+                let key = self
+                    .groups
+                    .get(d.group.0 as usize)
+                    .map(|e| e.key.clone())
+                    .unwrap_or_default();
+                let seq = next_seq(&mut self.issued_steps, key.clone());
+                (None, Some(key), seq)
+            }
+        };
+        Waiting {
+            kind: d.kind,
+            peer,
+            group,
+            seq,
+            what: d.summary(),
+            site: d.site.to_string(),
+        }
+    }
+
+    /// Records on the board that `w` completed.
+    fn completed(&self, w: &Waiting) {
+        self.board.update(|s| {
+            if let Some(i) = s.waiting.iter().position(|x| x == w) {
+                s.waiting.swap_remove(i);
+            }
+            match (w.kind, w.peer, &w.group) {
+                (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
+                (OpKind::Recv, Some(p), _) => _ = next_seq(&mut s.received, p),
+                (_, _, Some(g)) => _ = next_seq(&mut s.steps, g.clone()),
+                _ => {}
+            }
+        });
     }
 
     /// The communicator of group `g`: its comm, this rank's index in it, and its size.
@@ -169,9 +260,30 @@ impl MpiBackend {
     /// Runs the batch; on error, tells how much is still posted.
     fn run_batch(&mut self, ops: &mut [Op], pending: &mut usize) -> Result<()> {
         let plan = crate::plan::plan(ops);
+        let waits: Vec<Waiting> = ops.iter().map(|o| self.waiting(o)).collect();
+        self.board.update(|s| {
+            s.phase = Phase::Blocked;
+            s.waiting = waits.clone();
+        });
+        let result = self.post_and_wait(ops, &plan, &waits, pending);
+        self.board.update(|s| {
+            s.phase = Phase::Running;
+            s.waiting.clear();
+        });
+        result
+    }
+
+    /// Posts the batch and drives it to completion (see the module docs).
+    fn post_and_wait(
+        &mut self,
+        ops: &[Op],
+        plan: &[(Target, std::ops::Range<usize>)],
+        waits: &[Waiting],
+        pending: &mut usize,
+    ) -> Result<()> {
         let mut reqs: Vec<Request> = Vec::new();
         let mut owners: Vec<Owner> = Vec::new();
-        for (t, range) in &plan {
+        for (t, range) in plan {
             for i in range.clone() {
                 let op = &ops[i];
                 let d = &op.desc;
@@ -187,7 +299,7 @@ impl MpiBackend {
                             let tag = tag_of(d.dtype);
                             (
                                 raw::issend(op.input.ptr, n, ty, peer, tag, &self.world)?,
-                                Owner::Send,
+                                Owner::Send(i),
                             )
                         }
                         Target::Recv(_) => {
@@ -205,7 +317,7 @@ impl MpiBackend {
                 *pending += 1;
             }
         }
-        self.create_missing(&plan)?;
+        self.create_missing(plan)?;
         // One chain per communicator: its collectives, in order.
         let mut chains: Vec<(GroupId, std::ops::Range<usize>)> = plan
             .iter()
@@ -218,6 +330,7 @@ impl MpiBackend {
         for c in 0..chains.len() {
             self.start_next(
                 ops,
+                waits,
                 &mut chains,
                 c,
                 &mut tasks,
@@ -234,9 +347,19 @@ impl MpiBackend {
             for (i, got) in done {
                 *pending -= 1;
                 match owners[i] {
-                    Owner::Send => {}
-                    Owner::Recv(k) => self.check_recv(&ops[k], got)?,
-                    Owner::Task(t) => {
+                    Owner::Send(k) => self.completed(&waits[k]),
+                    Owner::Recv(k) => {
+                        self.check_recv(&ops[k], got)?;
+                        self.completed(&waits[k]);
+                    }
+                    Owner::Check(t) | Owner::Task(t) => {
+                        if let Owner::Check(_) = owners[i] {
+                            self.verify_records(
+                                &tasks[t].0,
+                                chains[tasks[t].1].0,
+                                &waits[tasks[t].0.op],
+                            )?;
+                        }
                         tasks[t].2 -= 1;
                         if tasks[t].2 == 0 {
                             let chain = tasks[t].1;
@@ -246,8 +369,10 @@ impl MpiBackend {
                                 self.post(&mut tasks[t].0, &ops[k], g)?
                             };
                             if new.is_empty() {
+                                self.completed(&waits[tasks[t].0.op]);
                                 self.start_next(
                                     ops,
+                                    waits,
                                     &mut chains,
                                     chain,
                                     &mut tasks,
@@ -269,6 +394,26 @@ impl MpiBackend {
             }
         }
         Ok(())
+    }
+
+    /// Fails with a collective mismatch if the members' call records differ.
+    fn verify_records(&self, task: &Task, g: GroupId, w: &Waiting) -> Result<()> {
+        let (_, members) = self.comm_of(g)?;
+        match task.disagreement(members.len()) {
+            None => Ok(()),
+            Some((j, [(what_a, site_a), (what_b, site_b)])) => Err(Error::CollectiveMismatch(
+                Box::new(crate::error::CollectiveMismatch {
+                    members: members.to_vec(),
+                    step: w.seq,
+                    rank_a: members[0],
+                    what_a,
+                    site_a: monitor::site_of(&site_a),
+                    rank_b: members[j],
+                    what_b,
+                    site_b: monitor::site_of(&site_b),
+                }),
+            )),
+        }
     }
 
     /// Posts the next phase of `task` (on group `g`).
@@ -298,6 +443,7 @@ impl MpiBackend {
     fn start_next(
         &self,
         ops: &[Op],
+        waits: &[Waiting],
         chains: &mut [(GroupId, std::ops::Range<usize>)],
         c: usize,
         tasks: &mut Vec<(Task, usize, usize)>,
@@ -306,20 +452,32 @@ impl MpiBackend {
         pending: &mut usize,
     ) -> Result<()> {
         let g = chains[c].0;
-        for k in chains[c].1.by_ref() {
-            let mut task = Task::new(k);
-            let new = self.post(&mut task, &ops[k], g)?;
-            if new.is_empty() {
-                continue;
-            }
+        if let Some(k) = chains[c].1.next() {
             let t = tasks.len();
-            tasks.push((task, c, new.len()));
-            for r in new {
+            let mut task = Task::new(k);
+            let check = if self.check {
+                let (comm, members) = self.comm_of(g)?;
+                let w = &waits[k];
+                Some(task.post_check(&w.what, &w.site, comm, members.len())?)
+            } else {
+                None
+            };
+            let new = self.post(&mut task, &ops[k], g)?;
+            tasks.push((task, c, new.len() + usize::from(check.is_some())));
+            let owned = check
+                .map(|r| (r, Owner::Check(t)))
+                .into_iter()
+                .chain(new.into_iter().map(|r| (r, Owner::Task(t))));
+            for (r, o) in owned {
                 reqs.push(r);
-                owners.push(Owner::Task(t));
+                owners.push(o);
                 *pending += 1;
             }
-            return Ok(());
+            if tasks[t].2 == 0 {
+                // Nothing to wait for (never the case today): the op is already complete.
+                self.completed(&waits[k]);
+                return self.start_next(ops, waits, chains, c, tasks, reqs, owners, pending);
+            }
         }
         Ok(())
     }
@@ -358,6 +516,7 @@ unsafe impl Backend for MpiBackend {
         self.groups.push(GroupEntry {
             members: members.to_vec(),
             ordinal,
+            key: (members.to_vec(), ordinal),
             comm: None,
         });
         Ok(GroupId(self.groups.len() as u32 - 1))

@@ -496,3 +496,73 @@ pub(super) fn create_group(
             detail: format!("MPI_Comm_create_group for ranks {members:?} returned no communicator"),
         })
 }
+
+/// Waits for `req` by polling with short sleeps (for the monitor thread, which must not take a
+/// core from the ranks while its peers are busy).
+fn poll(mut req: Request, what: &str) -> Result<()> {
+    loop {
+        let mut flag: c_int = 0;
+        // SAFETY: `req` is a live request; the status is not needed.
+        let code = unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        check(code, what)?;
+        if flag != 0 {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+}
+
+/// Every member's `value`, in rank order, into `out` (one entry per member).
+pub(super) fn poll_allgather_int(
+    comm: &SimpleCommunicator,
+    value: c_int,
+    out: &mut [c_int],
+) -> Result<()> {
+    // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
+    let mut req: Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    // SAFETY: `value` and `out` (one int per member) live until `poll` returns.
+    let code = unsafe {
+        ffi::MPI_Iallgather(
+            (&value as *const c_int).cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            out.as_mut_ptr().cast(),
+            1,
+            ffi::RSMPI_INT32_T,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
+    check(code, "MPI_Iallgather")?;
+    poll(req, "MPI_Iallgather")
+}
+
+/// Every member's bytes into `out` at `displs`, with lengths `counts`.
+pub(super) fn poll_allgatherv_bytes(
+    comm: &SimpleCommunicator,
+    mine: &[u8],
+    out: &mut [u8],
+    counts: &[c_int],
+    displs: &[c_int],
+) -> Result<()> {
+    // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
+    let mut req: Request = unsafe { ffi::RSMPI_REQUEST_NULL };
+    let n = count(mine.len())?;
+    // SAFETY: the buffers and arrays live until `poll` returns; `out` holds the sum of
+    // `counts`, as the caller sized it.
+    let code = unsafe {
+        ffi::MPI_Iallgatherv(
+            mine.as_ptr().cast(),
+            n,
+            ffi::RSMPI_UINT8_T,
+            out.as_mut_ptr().cast(),
+            counts.as_ptr(),
+            displs.as_ptr(),
+            ffi::RSMPI_UINT8_T,
+            comm.as_raw(),
+            &mut req,
+        )
+    };
+    check(code, "MPI_Iallgatherv")?;
+    poll(req, "MPI_Iallgatherv")
+}

@@ -1,0 +1,198 @@
+//! Every operation × dtype × reduce op × dim, on the world, a split into halves, the odd ranks
+//! and a group of every rank; single calls, blocking pairs and a mixed batch with a send to self.
+//! Prints one line per rank and call with a digest of the result.
+//!
+//! The same program under threads (`cargo run --example every_op -- 4`) and
+//! under MPI (`mpirun -np 4 target/debug/examples/every_op`) must print the same lines: the
+//! MPI tests compare them. The threads backend itself is checked against an independent
+//! reference in `tests/collectives.rs`.
+
+use rankwise::{Ctx, DType, Element, Group, ReduceOp, Result, Tensor, bf16, f16, launch};
+
+/// Test values from small integers, for every element type.
+trait Fill: Element {
+    fn of(v: u32) -> Self;
+}
+
+macro_rules! fill {
+    ($($t:ty => $e:expr),*) => {$(impl Fill for $t { fn of(v: u32) -> Self { $e(v) } })*};
+}
+fill!(f32 => |v| v as f32, f64 => |v| v as f64, f16 => |v| f16::from_f32(v as f32),
+      bf16 => |v| bf16::from_f32(v as f32), i8 => |v| v as i8, u8 => |v| v as u8,
+      i32 => |v| v as i32, u32 => |v| v, i64 => |v| v as i64, u64 => |v| v as u64);
+
+fn data<T: Fill>(rank: usize, salt: usize, shape: &[usize]) -> Result<Tensor<T>> {
+    let n: usize = shape.iter().product();
+    let v = (0..n)
+        .map(|i| T::of(((rank * 5 + salt * 3 + i * 7) % 9 + 1) as u32))
+        .collect();
+    Tensor::from_vec(shape, v)
+}
+
+/// FNV-1a of the tensor's shape and values as printed.
+fn digest<T: Element>(t: &Tensor<T>) -> String {
+    let text = format!("{:?}{:?}", t.shape(), t.to_vec());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn with(shape: &[usize], dim: usize, f: impl Fn(usize) -> usize) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    s[dim] = f(s[dim]);
+    s
+}
+
+/// Every collective on `g` for element type `T`, appending one line per call to `out`.
+fn collectives<T: Fill>(ctx: &mut Ctx, g: &Group, name: &str, out: &mut Vec<String>) -> Result<()> {
+    let (r, n) = (ctx.rank(), g.size());
+    let m = g.members().to_vec();
+    let mut line = |what: String, d: String| out.push(format!("{} {name} {what} {d}", T::DTYPE));
+    let ops: Vec<ReduceOp> = ReduceOp::ALL
+        .into_iter()
+        .filter(|o| o.supports(T::DTYPE))
+        .collect();
+    for (salt, shape) in [[3usize, 5, 2], [3, 6000, 1]].iter().enumerate() {
+        for &op in &ops {
+            let mut t = data::<T>(r, salt, shape)?;
+            ctx.group(g).all_reduce(&mut t, op)?;
+            line(format!("all_reduce {op} {shape:?}"), digest(&t));
+            let mut t = data::<T>(r, salt + 1, shape)?;
+            ctx.group(g).reduce(&mut t, m[1 % n], op)?;
+            line(format!("reduce {op} {shape:?}"), digest(&t));
+        }
+    }
+    let base = [3usize, 5, 2];
+    for dim in 0..3 {
+        let x = data::<T>(r, dim, &with(&base, dim, |d| d * n))?;
+        let mut y = Tensor::<T>::zeros(base)?;
+        ctx.group(g)
+            .reduce_scatter(&x, &mut y, ops[dim % ops.len()], dim)?;
+        line(format!("reduce_scatter dim {dim}"), digest(&y));
+
+        let x = data::<T>(r, dim + 1, &base)?;
+        let mut y = Tensor::<T>::zeros(with(&base, dim, |d| d * n))?;
+        ctx.group(g).all_gather(&x, &mut y, dim)?;
+        line(format!("all_gather dim {dim}"), digest(&y));
+
+        let root = m[(dim + 1) % n];
+        let mut y = Tensor::<T>::zeros(with(&base, dim, |d| d * n))?;
+        let out_y = (r == root).then_some(&mut y);
+        ctx.group(g).gather(&x, out_y, root, dim)?;
+        line(format!("gather dim {dim}"), digest(&y));
+
+        let root = m[(dim + 2) % n];
+        let big = data::<T>(r, dim + 2, &with(&base, dim, |d| d * n))?;
+        let mut y = Tensor::<T>::zeros(base)?;
+        ctx.group(g)
+            .scatter((r == root).then_some(&big), &mut y, root, dim)?;
+        line(format!("scatter dim {dim}"), digest(&y));
+
+        let x = data::<T>(r, dim + 3, &with(&base, dim, |d| d * n))?;
+        let mut y = Tensor::<T>::zeros(x.shape())?;
+        ctx.group(g).all_to_all(&x, &mut y, dim)?;
+        line(format!("all_to_all dim {dim}"), digest(&y));
+    }
+    let mut t = data::<T>(r, 7, &base)?;
+    ctx.group(g).broadcast(&mut t, m[n - 1])?;
+    line("broadcast".into(), digest(&t));
+    ctx.group(g).barrier()?;
+    Ok(())
+}
+
+/// Point-to-point and a batch mixing everything, appending one line per result.
+fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Result<()> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    let (next, prev) = ((r + 1) % w, (r + w - 1) % w);
+    // A ring in one batch (world 1: a send to itself), with a collective on each communicator.
+    let x = data::<T>(r, 1, &[4, 3])?;
+    let mut y = Tensor::<T>::zeros([4, 3])?;
+    let mut s = data::<T>(r, 2, &[5])?;
+    let h = data::<T>(r, 3, &[2, 2])?;
+    let mut hg = Tensor::<T>::zeros([2, 2 * halves.size()])?;
+    let mut b = ctx.batch();
+    b.send(&x, next);
+    b.recv(&mut y, prev);
+    b.all_reduce(&mut s, ReduceOp::Max);
+    b.group(halves).all_gather(&h, &mut hg, 1);
+    b.run()?;
+    for (what, d) in [
+        ("ring", digest(&y)),
+        ("batched all_reduce", digest(&s)),
+        ("batched all_gather", digest(&hg)),
+    ] {
+        out.push(format!("{} mixed {what} {d}", T::DTYPE));
+    }
+    // Blocking pairs: even ranks send first, odd ranks receive first.
+    if w >= 2 && !(w % 2 == 1 && r == w - 1) {
+        let peer = r ^ 1;
+        let x = data::<T>(r, 4, &[6])?;
+        let mut y = Tensor::<T>::zeros([6])?;
+        if r % 2 == 0 {
+            ctx.send(&x, peer)?;
+            ctx.recv(&mut y, peer)?;
+        } else {
+            ctx.recv(&mut y, peer)?;
+            ctx.send(&x, peer)?;
+        }
+        out.push(format!("{} mixed pair {}", T::DTYPE, digest(&y)));
+    }
+    Ok(())
+}
+
+fn per_dtype<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
+    let w = ctx.world();
+    let world = ctx.world_group().clone();
+    collectives::<T>(ctx, &world, "world", out)?;
+    let (lo, hi): (Vec<usize>, Vec<usize>) = (0..w).partition(|&x| x < w.div_ceil(2));
+    let halves = if hi.is_empty() {
+        ctx.split(&[&lo])?
+    } else {
+        ctx.split(&[&lo, &hi])?
+    };
+    collectives::<T>(ctx, &halves, "halves", out)?;
+    let odd: Vec<usize> = (1..w).step_by(2).collect();
+    if !odd.is_empty() {
+        let g = ctx.new_group(&odd)?;
+        if g.contains(ctx.rank()) {
+            collectives::<T>(ctx, &g, "odd", out)?;
+        }
+    }
+    // A group of every rank is a communicator of its own, apart from the world's.
+    let all = ctx.new_group((0..w).collect::<Vec<_>>())?;
+    collectives::<T>(ctx, &all, "all", out)?;
+    mixed::<T>(ctx, &halves, out)
+}
+
+fn main() -> Result<()> {
+    let world = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(4);
+    let ranks = launch(world, |ctx| {
+        let mut out = Vec::new();
+        for d in DType::ALL {
+            match d {
+                DType::F32 => per_dtype::<f32>(ctx, &mut out)?,
+                DType::F64 => per_dtype::<f64>(ctx, &mut out)?,
+                DType::F16 => per_dtype::<f16>(ctx, &mut out)?,
+                DType::BF16 => per_dtype::<bf16>(ctx, &mut out)?,
+                DType::I8 => per_dtype::<i8>(ctx, &mut out)?,
+                DType::U8 => per_dtype::<u8>(ctx, &mut out)?,
+                DType::I32 => per_dtype::<i32>(ctx, &mut out)?,
+                DType::U32 => per_dtype::<u32>(ctx, &mut out)?,
+                DType::I64 => per_dtype::<i64>(ctx, &mut out)?,
+                DType::U64 => per_dtype::<u64>(ctx, &mut out)?,
+            }
+        }
+        Ok(out)
+    })?;
+    for (rank, lines) in ranks.iter() {
+        for l in lines {
+            println!("rank {rank} {l}");
+        }
+    }
+    Ok(())
+}

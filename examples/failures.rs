@@ -1,0 +1,67 @@
+//! Wrong programs, one per failure mode, to see what rankwise does with each: it reports the
+//! failure — naming the ranks and the calls — and stops, instead of hanging. Under threads the
+//! program returns the error; under `mpirun` the job ends (`MPI_Abort`) with a non-zero exit.
+//!
+//! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
+//! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, p2p, slow.
+//! (`slow` is correct: a long transfer that must not be taken for a hang.)
+
+use rankwise::prelude::*;
+
+fn main() -> Result<()> {
+    let case = std::env::args().nth(1).unwrap_or_default();
+    let ranks = rankwise::launch(4, |ctx| {
+        let rank = ctx.rank();
+        let world = ctx.world();
+        let mut t = ctx.full([4], rank as f32)?;
+        ctx.all_reduce(&mut t, ReduceOp::Sum)?;
+        match case.as_str() {
+            "panic" if rank == 2 => panic!("rank 2 lost its data"),
+            "error" if rank == 1 => {
+                return Err(rankwise::Error::user(std::io::Error::other("disk full")));
+            }
+            "deadlock" => {
+                // Both ranks of each pair send first: a blocking send waits for its receive.
+                let peer = rank ^ 1;
+                if peer < world {
+                    let x = ctx.full([4], 1.0f32)?;
+                    let mut y = ctx.zeros::<f32>([4])?;
+                    ctx.send(&x, peer)?;
+                    ctx.recv(&mut y, peer)?;
+                }
+            }
+            "skip" if rank == world - 1 => {} // the last rank skips the collective below
+            "skip" => ctx.all_reduce(&mut t, ReduceOp::Sum)?,
+            "mismatch" => {
+                let op = if rank == 0 {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Sum
+                };
+                ctx.all_reduce(&mut t, op)?;
+            }
+            "p2p" if world >= 2 && rank < 2 => {
+                if rank == 0 {
+                    ctx.send(&ctx.full([4], 1.0f32)?, 1)?;
+                } else {
+                    let mut y = ctx.zeros::<f32>([3])?;
+                    ctx.recv(&mut y, 0)?;
+                }
+            }
+            "slow" => {
+                // 64 MiB per rank: seconds of transfer on a loaded machine, never a hang.
+                let mut big = ctx.full([16 << 20], 1.0f32)?;
+                for _ in 0..3 {
+                    ctx.all_reduce(&mut big, ReduceOp::Sum)?;
+                }
+                t = ctx.full([4], big.to_vec()[0])?;
+            }
+            _ => {}
+        }
+        Ok(t.to_vec())
+    })?;
+    for (rank, v) in ranks.iter() {
+        println!("rank {rank}: {v:?}");
+    }
+    Ok(())
+}
