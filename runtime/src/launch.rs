@@ -96,9 +96,9 @@ impl<T> Ranks<T> {
     }
 }
 
-/// Runs the rank program `f`: on `world` threads of this process, or — when this process is
-/// one rank of an MPI job (see [`Engine::detect`]) — on this process's rank, with the job's
-/// size as the world (`world` is then only the threads engine's size).
+/// Runs the rank program `f`: on `world` threads of this process (or `RANKWISE_WORLD` threads,
+/// if that is set), or — when this process is one rank of an MPI job (see [`Engine::detect`])
+/// — on this process's rank, with the job's size as the world.
 ///
 /// So one binary runs both ways: `cargo run --example ring` and
 /// `mpirun -np 4 target/debug/examples/ring`. A program checked by `#[rankwise::program]`
@@ -115,8 +115,20 @@ where
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
     match Engine::detect()? {
-        Engine::Threads => threads(world, f),
+        Engine::Threads => threads(threads_world(world)?, f),
         Engine::Mpi => mpi(f),
+    }
+}
+
+/// The threads engine's world: `RANKWISE_WORLD` if set (the threads counterpart of
+/// `mpirun -np`), otherwise the program's own.
+fn threads_world(world: usize) -> Result<usize> {
+    match std::env::var("RANKWISE_WORLD") {
+        Err(_) => Ok(world),
+        Ok(v) => v.trim().parse().map_err(|_| Error::Backend {
+            backend: "launch",
+            detail: format!("RANKWISE_WORLD={v:?} is not a world size (a number of ranks)"),
+        }),
     }
 }
 

@@ -1,0 +1,226 @@
+//! The MPI backend, run for real under `mpirun` (feature `mpi`; CI installs Open MPI):
+//! every example's output against the threads engine's, at several world sizes and over TCP;
+//! every failure mode ending the job promptly with a message naming the ranks and calls.
+//!
+//! Processes are oversubscribed (`--oversubscribe`: more ranks than cores) and may run as root
+//! (the `OMPI_ALLOW_RUN_AS_ROOT*` variables), as on CI machines.
+
+#![cfg(feature = "mpi")]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// An example binary of this package, built (once per test run, with this feature set) so
+/// that what runs is the code under test: `cargo test --test mpi` alone builds no examples.
+fn example(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--examples", "--features", "mpi"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the examples failed");
+    });
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = dir.join("examples").join(name);
+    assert!(path.exists(), "{} is not built", path.display());
+    path
+}
+
+struct Run {
+    ok: bool,
+    /// Each rank's standard output.
+    out: BTreeMap<usize, String>,
+    err: String,
+    took: Duration,
+}
+
+/// Runs `name args…` as `np` MPI processes, with `mca` settings, collecting each rank's output
+/// separately (`--output-filename`: ranks' lines are not interleaved).
+fn mpirun(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str]) -> Run {
+    let dir = std::env::temp_dir().join(format!(
+        "rankwise-mpi-{}-{name}-{np}-{}",
+        std::process::id(),
+        args.join("-")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--oversubscribe", "-np", &np.to_string()])
+        .arg("--output-filename")
+        .arg(&dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RUST_BACKTRACE", "0");
+    for (k, v) in mca {
+        cmd.args(["--mca", k, v]);
+    }
+    cmd.arg(example(name)).args(args);
+    let start = Instant::now();
+    let output = cmd
+        .output()
+        .expect("mpirun runs (install Open MPI: apt-get install openmpi-bin libopenmpi-dev)");
+    let took = start.elapsed();
+    let mut out = BTreeMap::new();
+    let mut err = String::from_utf8_lossy(&output.stderr).into_owned();
+    for rank in 0..np {
+        let files = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|job| job.path().join(format!("rank.{rank}")));
+        for rank_dir in files {
+            if let Ok(s) = std::fs::read_to_string(rank_dir.join("stdout")) {
+                out.insert(rank, s);
+            }
+            if let Ok(s) = std::fs::read_to_string(rank_dir.join("stderr")) {
+                err.push_str(&s);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Run {
+        ok: output.status.success(),
+        out,
+        err,
+        took,
+    }
+}
+
+/// The same program on the threads engine at `world` ranks.
+fn threads(world: usize, name: &str, args: &[&str]) -> String {
+    let output = Command::new(example(name))
+        .args(args)
+        .env("RANKWISE_BACKEND", "threads")
+        .env("RANKWISE_WORLD", world.to_string())
+        .output()
+        .expect("example runs");
+    assert!(
+        output.status.success(),
+        "{name} under threads: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// Every line the MPI ranks printed, against the threads engine's lines for the same world.
+fn same_as_threads(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str], exact: bool) {
+    let run = mpirun(np, mca, name, args);
+    assert!(run.ok, "{name} -np {np} failed:\n{}", run.err);
+    assert_eq!(
+        run.out.len(),
+        np,
+        "{name} -np {np}: not every rank printed:\n{}",
+        run.err
+    );
+    let mpi = sorted_lines(&run.out.values().cloned().collect::<String>());
+    let mut want = sorted_lines(&threads(np, name, args));
+    if !exact {
+        // Lines the program prints only under threads (demos of other world sizes).
+        want.retain(|l| mpi.contains(l));
+    }
+    assert!(!mpi.is_empty(), "{name} -np {np} printed nothing");
+    if mpi != want {
+        let only_mpi: Vec<&String> = mpi.iter().filter(|l| !want.contains(l)).take(5).collect();
+        let only_threads: Vec<&String> = want.iter().filter(|l| !mpi.contains(l)).take(5).collect();
+        panic!(
+            "{name} -np {np}: {} lines under MPI, {} under threads; only under MPI (first 5): \
+             {only_mpi:#?}; only under threads (first 5): {only_threads:#?}",
+            mpi.len(),
+            want.len()
+        );
+    }
+}
+
+#[test]
+fn every_operation_gives_the_threads_engines_bits() {
+    for np in [1, 2, 3, 4] {
+        same_as_threads(np, &[], "every_op", &[], true);
+    }
+}
+
+#[test]
+fn every_operation_over_tcp() {
+    // The transport several hosts would use, instead of shared memory.
+    same_as_threads(4, &[("btl", "self,tcp")], "every_op", &[], true);
+}
+
+#[test]
+fn examples_print_what_they_print_on_threads() {
+    same_as_threads(4, &[], "quickstart", &[], true);
+    for np in [3, 4] {
+        same_as_threads(np, &[], "ring_allreduce", &[], false);
+        same_as_threads(np, &[], "failures", &["slow"], true);
+    }
+}
+
+#[test]
+fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
+    let run = mpirun(9, &[], "ring_allreduce", &[]);
+    assert!(!run.ok);
+    assert!(
+        run.err
+            .contains("was checked for world sizes [2, 3, 4, 5, 6, 7, 8], not 9"),
+        "{}",
+        run.err
+    );
+    assert!(
+        run.out.values().all(String::is_empty),
+        "a rank communicated: {:?}",
+        run.out
+    );
+}
+
+/// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
+#[test]
+fn failures_end_the_job_promptly_and_say_why() {
+    let cases: [(&str, &[&str]); 6] = [
+        ("panic", &["rank 2 panicked: rank 2 lost its data"]),
+        ("error", &["rank 1: disk full"]),
+        (
+            "deadlock",
+            &[
+                "deadlock: every unfinished rank is blocked",
+                "rank 0 waits in send(to 1, f32[4]) at examples/failures.rs",
+                "rank 3 waits in send(to 2, f32[4])",
+            ],
+        ),
+        (
+            "skip",
+            &["rank 3 returned without making the matching call"],
+        ),
+        (
+            "mismatch",
+            &["collective mismatch on group [0–3], step 1: rank 0 calls all_reduce(Max, f32[4])"],
+        ),
+        (
+            "p2p",
+            &["rank 0 sends f32[more than 3], but the matching recv on rank 1 expects f32[3]"],
+        ),
+    ];
+    for (case, says) in cases {
+        let run = mpirun(4, &[], "failures", &[case]);
+        assert!(!run.ok, "{case}: the job succeeded");
+        for s in says {
+            assert!(run.err.contains(s), "{case}: no {s:?} in:\n{}", run.err);
+        }
+        assert!(run.err.contains("MPI_Abort"), "{case}: {}", run.err);
+        assert!(
+            run.took < Duration::from_secs(10),
+            "{case} took {:?}",
+            run.took
+        );
+    }
+}
