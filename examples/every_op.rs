@@ -125,6 +125,22 @@ fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Resul
     ] {
         out.push(format!("{} mixed {what} {d}", T::DTYPE));
     }
+    // A bucket of all_reduces that ranks batch differently (all at once, in threes, one by
+    // one): the MPI backend packs what every member batched, and results must not change.
+    let mut bucket: Vec<Tensor<T>> = (0..10)
+        .map(|i| data::<T>(r, i, &[1 + i % 4, 3]))
+        .collect::<Result<_>>()?;
+    let per = [10, 3, 1][r % 3];
+    for chunk in bucket.chunks_mut(per) {
+        let mut b = ctx.batch();
+        for t in chunk.iter_mut() {
+            b.all_reduce(t, ReduceOp::Sum);
+        }
+        b.run()?;
+    }
+    for (i, t) in bucket.iter().enumerate() {
+        out.push(format!("{} mixed bucket {i} {}", T::DTYPE, digest(t)));
+    }
     // Blocking pairs: even ranks send first, odd ranks receive first.
     if w >= 2 && !(w % 2 == 1 && r == w - 1) {
         let peer = r ^ 1;

@@ -23,6 +23,7 @@
 //! the job with `MPI_Abort` after printing the error: the same outcome the launcher gives any
 //! rank that fails.
 
+mod drive;
 mod launch;
 mod monitor;
 mod raw;
@@ -44,7 +45,6 @@ use launch::abort_job_with;
 pub(crate) use launch::{abort_job, run};
 use monitor::{Board, GroupKey, Phase, Waiting};
 use raw::{Comm, Request};
-use steps::Task;
 
 /// A communicator as this rank knows it.
 struct GroupEntry {
@@ -82,11 +82,12 @@ pub(super) struct MpiBackend {
 
 /// What a request in the wait loop belongs to.
 #[derive(Clone, Copy)]
-enum Owner {
+pub(super) enum Owner {
     Send(usize),
     Recv(usize),
+    /// A phase of a collective (a slot of the `drive::Driver`).
     Task(usize),
-    /// The call-record exchange of a task (see `Task::post_check`).
+    /// The call-record exchange of a collective (see `drive`).
     Check(usize),
 }
 
@@ -319,27 +320,22 @@ impl MpiBackend {
         }
         self.create_missing(plan)?;
         // One chain per communicator: its collectives, in order.
-        let mut chains: Vec<(GroupId, std::ops::Range<usize>)> = plan
-            .iter()
-            .filter_map(|(t, r)| match t {
-                Target::Coll(g) => Some((*g, r.clone())),
-                _ => None,
-            })
-            .collect();
-        let mut tasks: Vec<(Task, usize, usize)> = Vec::new(); // (task, chain, outstanding)
-        for c in 0..chains.len() {
-            self.start_next(
-                ops,
-                waits,
-                &mut chains,
-                c,
-                &mut tasks,
-                &mut reqs,
-                &mut owners,
-                pending,
-            )?;
-        }
-        while *pending > 0 {
+        let chains = plan.iter().filter_map(|(t, r)| match t {
+            Target::Coll(g) => Some((*g, r.clone())),
+            _ => None,
+        });
+        let mut driver = drive::Driver::new(self, ops, waits, chains);
+        let mut new: Vec<(Request, Owner)> = Vec::new();
+        driver.start(&mut new)?;
+        loop {
+            for (r, o) in new.drain(..) {
+                reqs.push(r);
+                owners.push(o);
+                *pending += 1;
+            }
+            if *pending == 0 {
+                break;
+            }
             let done = raw::wait_some(&mut reqs, |i| match owners[i] {
                 Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
                 _ => raw::datatype(DType::U8),
@@ -352,72 +348,16 @@ impl MpiBackend {
                         self.check_recv(&ops[k], got)?;
                         self.completed(&waits[k]);
                     }
-                    Owner::Check(t) | Owner::Task(t) => {
-                        if let Owner::Check(_) = owners[i] {
-                            self.verify_records(
-                                &tasks[t].0,
-                                chains[tasks[t].1].0,
-                                &waits[tasks[t].0.op],
-                            )?;
-                        }
-                        tasks[t].2 -= 1;
-                        if tasks[t].2 == 0 {
-                            let chain = tasks[t].1;
-                            let new = {
-                                let (g, _) = chains[chain];
-                                let k = tasks[t].0.op;
-                                self.post(&mut tasks[t].0, &ops[k], g)?
-                            };
-                            if new.is_empty() {
-                                self.completed(&waits[tasks[t].0.op]);
-                                self.start_next(
-                                    ops,
-                                    waits,
-                                    &mut chains,
-                                    chain,
-                                    &mut tasks,
-                                    &mut reqs,
-                                    &mut owners,
-                                    pending,
-                                )?;
-                            } else {
-                                tasks[t].2 = new.len();
-                                for r in new {
-                                    reqs.push(r);
-                                    owners.push(Owner::Task(t));
-                                    *pending += 1;
-                                }
-                            }
-                        }
-                    }
+                    Owner::Check(s) => driver.done(s, true, &mut new)?,
+                    Owner::Task(s) => driver.done(s, false, &mut new)?,
                 }
             }
         }
         Ok(())
     }
 
-    /// Fails with a collective mismatch if the members' call records differ.
-    fn verify_records(&self, task: &Task, g: GroupId, w: &Waiting) -> Result<()> {
-        let (_, members) = self.comm_of(g)?;
-        match task.disagreement(members.len()) {
-            None => Ok(()),
-            Some((j, [(what_a, site_a), (what_b, site_b)])) => Err(Error::CollectiveMismatch(
-                Box::new(crate::error::CollectiveMismatch {
-                    members: members.to_vec(),
-                    step: w.seq,
-                    rank_a: members[0],
-                    what_a,
-                    site_a: monitor::site_of(&site_a),
-                    rank_b: members[j],
-                    what_b,
-                    site_b: monitor::site_of(&site_b),
-                }),
-            )),
-        }
-    }
-
     /// Posts the next phase of `task` (on group `g`).
-    fn post(&self, task: &mut Task, op: &Op, g: GroupId) -> Result<Vec<Request>> {
+    fn post(&self, task: &mut steps::Task, op: &Op, g: GroupId) -> Result<Vec<Request>> {
         let (comm, members) = self.comm_of(g)?;
         let n = members.len();
         let me = members.binary_search(&self.rank).map_err(|_| {
@@ -435,51 +375,6 @@ impl MpiBackend {
         // SAFETY: the op's buffers are valid until `execute` returns, which is after every
         // request completes; the task (holding its scratch) lives in `run_batch` as long.
         unsafe { task.advance(op, comm, me, n, root) }
-    }
-
-    /// Starts the first op of `chain` that has calls to post, skipping ops that complete at
-    /// once (there are none today, but a zero-phase op must not stall its chain).
-    #[allow(clippy::too_many_arguments)]
-    fn start_next(
-        &self,
-        ops: &[Op],
-        waits: &[Waiting],
-        chains: &mut [(GroupId, std::ops::Range<usize>)],
-        c: usize,
-        tasks: &mut Vec<(Task, usize, usize)>,
-        reqs: &mut Vec<Request>,
-        owners: &mut Vec<Owner>,
-        pending: &mut usize,
-    ) -> Result<()> {
-        let g = chains[c].0;
-        if let Some(k) = chains[c].1.next() {
-            let t = tasks.len();
-            let mut task = Task::new(k);
-            let check = if self.check {
-                let (comm, members) = self.comm_of(g)?;
-                let w = &waits[k];
-                Some(task.post_check(&w.what, &w.site, comm, members.len())?)
-            } else {
-                None
-            };
-            let new = self.post(&mut task, &ops[k], g)?;
-            tasks.push((task, c, new.len() + usize::from(check.is_some())));
-            let owned = check
-                .map(|r| (r, Owner::Check(t)))
-                .into_iter()
-                .chain(new.into_iter().map(|r| (r, Owner::Task(t))));
-            for (r, o) in owned {
-                reqs.push(r);
-                owners.push(o);
-                *pending += 1;
-            }
-            if tasks[t].2 == 0 {
-                // Nothing to wait for (never the case today): the op is already complete.
-                self.completed(&waits[k]);
-                return self.start_next(ops, waits, chains, c, tasks, reqs, owners, pending);
-            }
-        }
-        Ok(())
     }
 }
 

@@ -28,10 +28,10 @@ const DONE: u8 = u8::MAX;
 
 /// 8-byte-aligned scratch memory (every dtype's alignment divides 8).
 #[derive(Default)]
-struct Scratch(Vec<u64>);
+pub(super) struct Scratch(Vec<u64>);
 
 impl Scratch {
-    fn with_bytes(bytes: usize) -> Result<Self> {
+    pub(super) fn with_bytes(bytes: usize) -> Result<Self> {
         let mut v = Vec::new();
         v.try_reserve_exact(bytes.div_ceil(8)).map_err(|_| {
             crate::error::Error::Tensor(format!("cannot allocate {bytes} bytes of scratch for MPI"))
@@ -40,8 +40,14 @@ impl Scratch {
         Ok(Scratch(v))
     }
 
-    fn ptr(&mut self) -> *mut u8 {
+    pub(super) fn ptr(&mut self) -> *mut u8 {
         self.0.as_mut_ptr().cast()
+    }
+
+    /// The scratch as bytes.
+    pub(super) fn bytes(&self) -> &[u8] {
+        // SAFETY: initialised u64s are initialised bytes; u8 has alignment 1.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 8) }
     }
 }
 
@@ -81,91 +87,22 @@ impl Layout {
 /// One collective in progress: which phase it is in and the memory its calls use (which must
 /// outlive them, so it lives here until the op completes).
 pub(super) struct Task {
-    /// Index of the op in the batch.
-    pub(super) op: usize,
     phase: u8,
     a: Scratch,
     b: Scratch,
     send: Layout,
     recv: Layout,
-    /// Every member's call record (see [`Task::post_check`]).
-    records: Scratch,
-}
-
-/// Bytes of one member's call record: a hash of the call's description, then its text and its
-/// call site, each cut to fit.
-const RECORD: usize = 8 + 120 + 64;
-
-fn record(what: &str, site: &str) -> [u8; RECORD] {
-    let mut r = [0u8; RECORD];
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in what.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    r[..8].copy_from_slice(&h.to_le_bytes());
-    let put = |dst: &mut [u8], text: &str| {
-        let n = text.len().min(dst.len());
-        dst[..n].copy_from_slice(&text.as_bytes()[..n]);
-    };
-    put(&mut r[8..128], what);
-    put(&mut r[128..], site);
-    r
-}
-
-fn text(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 impl Task {
-    pub(super) fn new(op: usize) -> Self {
+    pub(super) fn new() -> Self {
         Task {
-            op,
             phase: 0,
             a: Scratch::default(),
             b: Scratch::default(),
             send: Layout::default(),
             recv: Layout::default(),
-            records: Scratch::default(),
         }
-    }
-
-    /// Posts the exchange of every member's call record (what the call is and where), which
-    /// [`Task::disagreement`] compares once it completes: posted before the call's own first
-    /// phase on every member, so it is matched even when the calls are not.
-    pub(super) fn post_check(
-        &mut self,
-        what: &str,
-        site: &str,
-        comm: &Comm,
-        n: usize,
-    ) -> Result<Request> {
-        self.records = Scratch::with_bytes(RECORD * (n + 1))?;
-        let mine = record(what, site);
-        let base = self.records.ptr();
-        // SAFETY: `records` holds n + 1 records: ours is copied into the last slot and sent
-        // from there while every member's lands in the first n; the scratch lives in the task
-        // until the request completes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(mine.as_ptr(), base.add(RECORD * n), RECORD);
-            raw::iallgather(
-                base.add(RECORD * n),
-                base,
-                raw::count(RECORD)?,
-                raw::datatype(crate::DType::U8),
-                comm,
-            )
-        }
-    }
-
-    /// After the exchange: the first member (by index) whose call differs from member 0's,
-    /// with member 0's call and site and its own.
-    pub(super) fn disagreement(&self, n: usize) -> Option<(usize, [(String, String); 2])> {
-        let bytes: &[u8] = bytemuck_bytes(&self.records.0);
-        let at = |j: usize| &bytes[j * RECORD..(j + 1) * RECORD];
-        let j = (1..n).find(|&j| at(j)[..8] != at(0)[..8])?;
-        let parts = |j: usize| (text(&at(j)[8..128]), text(&at(j)[128..]));
-        Some((j, [parts(0), parts(j)]))
     }
 
     /// Runs the local work after the phase that just completed (none at the start) and posts
@@ -354,12 +291,6 @@ impl Task {
             }
         }
     }
-}
-
-/// The bytes of 8-byte words.
-fn bytemuck_bytes(words: &[u64]) -> &[u8] {
-    // SAFETY: any initialised u64 is 8 initialised bytes; u8 has alignment 1.
-    unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), words.len() * 8) }
 }
 
 /// Copies member blocks into row-major position: block `j` (`outer` rows of `width` bytes,

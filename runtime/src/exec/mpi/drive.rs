@@ -1,0 +1,367 @@
+//! Driving a batch's collectives to completion: one chain per communicator (its collectives in
+//! order), the agreement check before each, and packing.
+//!
+//! **Agreement.** Before a collective's data moves, the members exchange a *call record* (a
+//! hash and the text of the call's description, its site) in one `MPI_Iallgather` posted ahead
+//! of the call itself, so it is matched even when the calls are not. Different records are a
+//! collective mismatch, reported before any local work; mismatched calls can then neither
+//! return wrong data nor go unexplained. The exchange overlaps the call (both are posted
+//! together), so it costs bandwidth, not a round trip. `RANKWISE_MPI_CHECK=0` turns it off
+//! (and packing with it): for programs already checked, when every microsecond counts.
+//!
+//! **Packing.** A run of same-kind collectives at the head of a chain (all_reduce with one
+//! reduce op and dtype, in one batch) is packed into one buffer and one call. Batches are a
+//! local choice — members may batch the same collectives differently — so the pack size is
+//! agreed through the records: each member proposes how many it could pack (its run, up to
+//! [`MAX_PACK`]), all pack the smallest proposal, and the records carry hashes of every prefix
+//! of the proposed run so that the packed calls are checked too. A member proposing one call
+//! posts it with the exchange, so unbatched collectives pay nothing for this; members with
+//! more wait for the exchange, then post the packed call.
+
+use std::ops::Range;
+
+use super::monitor::{Waiting, site_of};
+use super::raw::{self, Request};
+use super::steps::{Scratch, Task};
+use super::{MpiBackend, Owner};
+use crate::error::{CollectiveMismatch, Error, Result};
+use crate::exec::{Buf, Op};
+use crate::model::{GroupId, OpKind, Shape};
+
+/// The most collectives packed into one call.
+pub(super) const MAX_PACK: usize = 64;
+
+/// Bytes of one member's call record: the description's hash, the proposal, the text of the
+/// description and the call site (each cut to fit), and the prefix hashes of the proposed run.
+const RECORD: usize = 8 + 8 + 120 + 64 + 8 * MAX_PACK;
+
+/// FNV-1a, continued from `h`.
+fn fnv(mut h: u64, text: &str) -> u64 {
+    for b in text.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn text(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// This member's record for the run `waits` (its first entry is the head call).
+fn record(waits: &[Waiting]) -> Vec<u8> {
+    let mut r = vec![0u8; RECORD];
+    let head = &waits[0];
+    r[..8].copy_from_slice(&fnv(FNV_START, &head.what).to_le_bytes());
+    r[8..16].copy_from_slice(&(waits.len() as u64).to_le_bytes());
+    let put = |dst: &mut [u8], t: &str| {
+        let n = t.len().min(dst.len());
+        dst[..n].copy_from_slice(&t.as_bytes()[..n]);
+    };
+    put(&mut r[16..136], &head.what);
+    put(&mut r[136..200], &head.site);
+    let mut h = FNV_START;
+    for (j, w) in waits.iter().enumerate() {
+        h = fnv(h, &w.what);
+        r[200 + 8 * j..208 + 8 * j].copy_from_slice(&h.to_le_bytes());
+    }
+    r
+}
+
+/// The records of every member, in member order.
+struct Records<'a>(&'a [u8]);
+
+impl Records<'_> {
+    fn at(&self, j: usize) -> &[u8] {
+        &self.0[j * RECORD..(j + 1) * RECORD]
+    }
+    fn word(&self, j: usize, at: usize) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&self.at(j)[at..at + 8]);
+        u64::from_le_bytes(w)
+    }
+    fn proposal(&self, j: usize) -> usize {
+        (self.word(j, 8) as usize).clamp(1, MAX_PACK)
+    }
+    fn prefix(&self, j: usize, m: usize) -> u64 {
+        self.word(j, 200 + 8 * (m - 1))
+    }
+    fn call(&self, j: usize) -> (String, String) {
+        (text(&self.at(j)[16..136]), text(&self.at(j)[136..200]))
+    }
+}
+
+/// How many collectives, from `k`, could go into one packed call: a run of all_reduces with
+/// one reduce op and dtype (at most [`MAX_PACK`], and within `end`).
+fn packable(ops: &[Op], k: usize, end: usize) -> usize {
+    let head = &ops[k].desc;
+    if head.kind != OpKind::AllReduce {
+        return 1;
+    }
+    ops[k..end]
+        .iter()
+        .take(MAX_PACK)
+        .take_while(|o| {
+            o.desc.kind == OpKind::AllReduce && o.desc.op == head.op && o.desc.dtype == head.dtype
+        })
+        .count()
+        .max(1)
+}
+
+/// Several collectives as one: their data side by side in one buffer.
+struct Packed {
+    op: Op,
+    buf: Scratch,
+}
+
+impl Packed {
+    /// Copies the tensors of `ops` into one buffer, described as one all_reduce of it.
+    fn new(ops: &[Op]) -> Result<Self> {
+        let es = ops[0].desc.dtype.size();
+        let total: usize = ops.iter().map(|o| o.desc.numel()).sum();
+        let mut buf = Scratch::with_bytes(total * es)?;
+        let base = buf.ptr();
+        let mut at = 0;
+        for o in ops {
+            let bytes = o.desc.numel() * es;
+            // SAFETY: the op's input holds `numel` elements (its validated description) and
+            // the scratch `total` elements; they do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(o.input.ptr, base.add(at), bytes) };
+            at += bytes;
+        }
+        let mut desc = ops[0].desc.clone();
+        desc.shape = Shape::from_slice(&[total]);
+        let b = Buf {
+            ptr: base,
+            len: total,
+        };
+        Ok(Packed {
+            op: Op {
+                desc,
+                input: b,
+                output: b,
+            },
+            buf,
+        })
+    }
+
+    /// Copies the results back into each op's tensor.
+    fn unpack(&mut self, ops: &[Op]) {
+        let es = ops[0].desc.dtype.size();
+        let base = self.buf.ptr();
+        let mut at = 0;
+        for o in ops {
+            let bytes = o.desc.numel() * es;
+            // SAFETY: as in `new`, the other way.
+            unsafe { std::ptr::copy_nonoverlapping(base.add(at), o.output.ptr, bytes) };
+            at += bytes;
+        }
+    }
+}
+
+/// A collective (or a packed run of them) in progress.
+struct Slot {
+    /// The ops it covers (one, or a packed run).
+    ops: Range<usize>,
+    chain: usize,
+    /// Requests of the current phase still outstanding.
+    outstanding: usize,
+    /// Waiting for the record exchange to fix the pack size (`ops` is the head alone then).
+    negotiating: bool,
+    task: Task,
+    packed: Option<Packed>,
+    records: Scratch,
+}
+
+/// A communicator's collectives in this batch, in order.
+struct Chain {
+    group: GroupId,
+    next: usize,
+    end: usize,
+}
+
+/// Drives the collectives of one batch.
+pub(super) struct Driver<'a> {
+    be: &'a MpiBackend,
+    ops: &'a [Op],
+    waits: &'a [Waiting],
+    chains: Vec<Chain>,
+    slots: Vec<Slot>,
+}
+
+impl<'a> Driver<'a> {
+    pub(super) fn new(
+        be: &'a MpiBackend,
+        ops: &'a [Op],
+        waits: &'a [Waiting],
+        chains: impl Iterator<Item = (GroupId, Range<usize>)>,
+    ) -> Self {
+        let chains = chains
+            .map(|(group, r)| Chain {
+                group,
+                next: r.start,
+                end: r.end,
+            })
+            .collect();
+        Driver {
+            be,
+            ops,
+            waits,
+            chains,
+            slots: Vec::new(),
+        }
+    }
+
+    /// Starts every chain.
+    pub(super) fn start(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        for c in 0..self.chains.len() {
+            self.start_next(c, reqs)?;
+        }
+        Ok(())
+    }
+
+    /// Starts the next collective of chain `c`, if any.
+    fn start_next(&mut self, c: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let chain = &self.chains[c];
+        let k = chain.next;
+        if k >= chain.end {
+            return Ok(());
+        }
+        let (comm, members) = self.be.comm_of(chain.group)?;
+        let s = self.slots.len();
+        let mut slot = Slot {
+            ops: k..k + 1,
+            chain: c,
+            outstanding: 0,
+            negotiating: false,
+            task: Task::new(),
+            packed: None,
+            records: Scratch::default(),
+        };
+        if self.be.check {
+            let proposal = packable(self.ops, k, chain.end);
+            let mine = record(&self.waits[k..k + proposal]);
+            slot.records = Scratch::with_bytes(RECORD * (members.len() + 1))?;
+            let base = slot.records.ptr();
+            // SAFETY: `records` holds n + 1 records: ours is copied into the last slot and
+            // sent from there, every member's lands in the first n; the scratch lives in the
+            // slot until the request completes.
+            let req = unsafe {
+                std::ptr::copy_nonoverlapping(
+                    mine.as_ptr(),
+                    base.add(RECORD * members.len()),
+                    RECORD,
+                );
+                raw::iallgather(
+                    base.add(RECORD * members.len()),
+                    base,
+                    raw::count(RECORD)?,
+                    raw::datatype(crate::DType::U8),
+                    comm,
+                )?
+            };
+            reqs.push((req, Owner::Check(s)));
+            slot.outstanding += 1;
+            slot.negotiating = proposal > 1;
+        }
+        if !slot.negotiating {
+            self.chains[c].next = k + 1;
+            let new = self
+                .be
+                .post(&mut slot.task, &self.ops[k], self.chains[c].group)?;
+            slot.outstanding += new.len();
+            reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
+        }
+        let idle = slot.outstanding == 0;
+        self.slots.push(slot);
+        if idle {
+            // Nothing posted (never the case today): complete it now.
+            return self.finish(s, reqs);
+        }
+        Ok(())
+    }
+
+    /// One request of slot `s` completed (`check`: its record exchange).
+    pub(super) fn done(
+        &mut self,
+        s: usize,
+        check: bool,
+        reqs: &mut Vec<(Request, Owner)>,
+    ) -> Result<()> {
+        if check {
+            self.agree(s)?;
+        }
+        let slot = &mut self.slots[s];
+        slot.outstanding -= 1;
+        if slot.outstanding > 0 || slot.negotiating {
+            return Ok(());
+        }
+        let group = self.chains[slot.chain].group;
+        let new = match &slot.packed {
+            Some(p) => self.be.post(&mut slot.task, &p.op, group)?,
+            None => self
+                .be
+                .post(&mut slot.task, &self.ops[slot.ops.start], group)?,
+        };
+        if new.is_empty() {
+            return self.finish(s, reqs);
+        }
+        slot.outstanding = new.len();
+        reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
+        Ok(())
+    }
+
+    /// Compares the members' records; for a negotiating slot, fixes the pack size (its call is
+    /// posted by `done`, now that nothing else is outstanding).
+    fn agree(&mut self, s: usize) -> Result<()> {
+        let slot = &self.slots[s];
+        let (_, members) = self.be.comm_of(self.chains[slot.chain].group)?;
+        let n = members.len();
+        let recs = Records(slot.records.bytes());
+        let m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
+        if let Some(j) = (1..n)
+            .find(|&j| recs.word(j, 0) != recs.word(0, 0) || recs.prefix(j, m) != recs.prefix(0, m))
+        {
+            let ((what_a, site_a), (what_b, site_b)) = (recs.call(0), recs.call(j));
+            return Err(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
+                members: members.to_vec(),
+                step: self.waits[slot.ops.start].seq,
+                rank_a: members[0],
+                what_a,
+                site_a: site_of(&site_a),
+                rank_b: members[j],
+                what_b,
+                site_b: site_of(&site_b),
+            })));
+        }
+        if !slot.negotiating {
+            return Ok(());
+        }
+        let k = slot.ops.start;
+        let c = slot.chain;
+        let slot = &mut self.slots[s];
+        slot.negotiating = false;
+        slot.ops = k..k + m;
+        self.chains[c].next = k + m;
+        if m > 1 {
+            slot.packed = Some(Packed::new(&self.ops[k..k + m])?);
+        }
+        Ok(())
+    }
+
+    /// Slot `s` completed: results back into packed tensors, its ops off the board, and its
+    /// chain's next collective started.
+    fn finish(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let slot = &mut self.slots[s];
+        if let Some(p) = &mut slot.packed {
+            p.unpack(&self.ops[slot.ops.clone()]);
+        }
+        for k in slot.ops.clone() {
+            self.be.completed(&self.waits[k]);
+        }
+        let c = slot.chain;
+        self.start_next(c, reqs)
+    }
+}
