@@ -1,0 +1,195 @@
+//! The MPI backend against raw MPI (rsmpi's blocking collectives, no rankwise), measured side by
+//! side in one job, and a bucket of small all_reduces batched against one by one.
+//!
+//! Run: `cargo bench -p rankwise-runtime --features mpi --bench mpi` (it starts `mpirun` itself,
+//! at worlds 2 and 4, with the agreement check on and off; `RANKWISE_BENCH_QUICK=1` for a smoke
+//! run). Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
+//! includes waiting for a core, for rankwise and raw MPI alike.
+
+use std::process::Command;
+use std::time::Instant;
+
+use mpi::collective::SystemOperation;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use rankwise_runtime::{Ctx, Engine, ReduceOp, Result, Tensor, launch};
+
+const KIB: usize = 1024;
+
+fn quick() -> bool {
+    std::env::var_os("RANKWISE_BENCH_QUICK").is_some()
+}
+
+fn sizes() -> Vec<usize> {
+    if quick() {
+        vec![8, 64 * KIB]
+    } else {
+        vec![8, KIB, 64 * KIB, 1024 * KIB, 16 * 1024 * KIB]
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Calls per sample and samples, for a size.
+fn plan(size: usize) -> (usize, usize) {
+    let k = (4 * 1024 * KIB / size.max(64)).clamp(2, 500);
+    (if quick() { k.min(20) } else { k }, if quick() { 3 } else { 9 })
+}
+
+/// Seconds per call of `body`, `k` calls started together, slowest rank (max over ranks).
+fn time(world: &SimpleCommunicator, k: usize, mut body: impl FnMut()) -> f64 {
+    world.barrier();
+    let t = Instant::now();
+    for _ in 0..k {
+        body();
+    }
+    let mine = t.elapsed().as_secs_f64() / k as f64;
+    let mut slowest = 0.0f64;
+    world.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
+    slowest
+}
+
+fn fmt(s: f64) -> String {
+    if s < 1e-3 {
+        format!("{:.2} µs", s * 1e6)
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
+fn size_name(b: usize) -> String {
+    match b {
+        b if b >= 1024 * KIB => format!("{} MiB", b / (1024 * KIB)),
+        b if b >= KIB => format!("{} KiB", b / KIB),
+        b => format!("{b} B"),
+    }
+}
+
+/// One row per op and size: rankwise, raw MPI, and their ratio (medians, interleaved samples).
+fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
+    let raw = SimpleCommunicator::world().duplicate();
+    let n = ctx.world();
+    let mut rows = Vec::new();
+    for size in sizes() {
+        let numel = (size / 4).max(n);
+        let numel = numel / n * n;
+        let (k, samples) = plan(size);
+        let src = vec![1.0f32; numel];
+        let mut dst = vec![0.0f32; numel];
+        let part = numel / n;
+        let mut t = Tensor::full([numel], 1.0f32)?;
+        let small = Tensor::full([part], 1.0f32)?;
+        let mut out = Tensor::<f32>::zeros([numel])?;
+        let mut part_out = Tensor::<f32>::zeros([part])?;
+        for name in ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"] {
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            for _ in 0..samples {
+                let mut err = Ok(());
+                ours.push(time(&raw, k, || {
+                    let r = match name {
+                        "all_reduce" => ctx.all_reduce(&mut t, ReduceOp::Sum),
+                        "all_gather" => ctx.all_gather(&small, &mut out, 0),
+                        "broadcast" => ctx.broadcast(&mut t, 0),
+                        "reduce_scatter" => ctx.reduce_scatter(&t, &mut part_out, ReduceOp::Sum, 0),
+                        _ => ctx.all_to_all(&t, &mut out, 0),
+                    };
+                    if r.is_err() {
+                        err = r;
+                    }
+                }));
+                err?;
+                theirs.push(time(&raw, k, || match name {
+                    "all_reduce" => raw.all_reduce_into(&src[..], &mut dst[..], SystemOperation::sum()),
+                    "all_gather" => raw.all_gather_into(&src[..part], &mut dst[..]),
+                    "broadcast" => raw.process_at_rank(0).broadcast_into(&mut dst[..]),
+                    "reduce_scatter" => raw.reduce_scatter_block_into(&src[..], &mut dst[..part], SystemOperation::sum()),
+                    _ => raw.all_to_all_into(&src[..], &mut dst[..]),
+                }));
+            }
+            let (a, b) = (median(ours), median(theirs));
+            rows.push(format!(
+                "| {name} | {n} | {} | {} | {} | {:.2}× | {:+.2} µs |",
+                size_name(size),
+                fmt(a),
+                fmt(b),
+                a / b,
+                (a - b) * 1e6
+            ));
+        }
+    }
+    // 1000 all_reduces of 1 KiB: one by one, and posted as one batch (packed).
+    let count = if quick() { 100 } else { 1000 };
+    let mut bucket: Vec<Tensor<f32>> = (0..count).map(|_| Tensor::full([256], 1.0f32)).collect::<Result<_>>()?;
+    let (mut single, mut batched) = (Vec::new(), Vec::new());
+    for _ in 0..if quick() { 3 } else { 7 } {
+        let mut err = Ok(());
+        single.push(time(&raw, 1, || {
+            for b in bucket.iter_mut() {
+                if let Err(e) = ctx.all_reduce(b, ReduceOp::Sum) {
+                    err = Err(e);
+                }
+            }
+        }));
+        batched.push(time(&raw, 1, || {
+            let mut batch = ctx.batch();
+            for b in bucket.iter_mut() {
+                batch.all_reduce(b, ReduceOp::Sum);
+            }
+            if let Err(e) = batch.run() {
+                err = Err(e);
+            }
+        }));
+        err?;
+    }
+    let (s, b) = (median(single), median(batched));
+    rows.push(format!(
+        "| {count} × all_reduce 1 KiB | {n} | one by one {} | batched {} | {:.1}× faster batched | |",
+        fmt(s),
+        fmt(b),
+        s / b
+    ));
+    Ok(rows)
+}
+
+fn main() -> Result<()> {
+    if Engine::detect()? == Engine::Mpi {
+        let ranks = launch(1, measure)?;
+        if let Some(rows) = ranks.get(0) {
+            for r in rows {
+                println!("{r}");
+            }
+        }
+        return Ok(());
+    }
+    // Not under MPI: start the jobs and print their tables.
+    let exe = std::env::current_exe().map_err(|e| rankwise_runtime::Error::Backend {
+        backend: "mpi",
+        detail: format!("cannot find this benchmark's executable: {e}"),
+    })?;
+    for (check, label) in [("1", "agreement check on (default)"), ("0", "RANKWISE_MPI_CHECK=0")] {
+        println!("\n### MPI backend vs raw MPI ({label})\n");
+        println!("| op | world | size | rankwise | raw MPI | ratio | difference |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for world in [2, 4] {
+            let out = Command::new("mpirun")
+                .args(["--oversubscribe", "-np", &world.to_string()])
+                .arg(&exe)
+                .env("RANKWISE_MPI_CHECK", check)
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+                .output()
+                .map_err(|e| rankwise_runtime::Error::Backend {
+                    backend: "mpi",
+                    detail: format!("cannot run mpirun: {e}"),
+                })?;
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            if !out.status.success() {
+                eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+    }
+    Ok(())
+}
