@@ -36,7 +36,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Calls per sample and samples, for a size.
 fn plan(size: usize) -> (usize, usize) {
     let k = (4 * 1024 * KIB / size.max(64)).clamp(2, 500);
-    (if quick() { k.min(20) } else { k }, if quick() { 3 } else { 9 })
+    (
+        if quick() { k.min(20) } else { k },
+        if quick() { 3 } else { 9 },
+    )
 }
 
 /// Seconds per call of `body`, `k` calls started together, slowest rank (max over ranks).
@@ -84,7 +87,13 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
         let small = Tensor::full([part], 1.0f32)?;
         let mut out = Tensor::<f32>::zeros([numel])?;
         let mut part_out = Tensor::<f32>::zeros([part])?;
-        for name in ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"] {
+        for name in [
+            "all_reduce",
+            "all_gather",
+            "broadcast",
+            "reduce_scatter",
+            "all_to_all",
+        ] {
             let (mut ours, mut theirs) = (Vec::new(), Vec::new());
             for _ in 0..samples {
                 let mut err = Ok(());
@@ -102,10 +111,16 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
                 }));
                 err?;
                 theirs.push(time(&raw, k, || match name {
-                    "all_reduce" => raw.all_reduce_into(&src[..], &mut dst[..], SystemOperation::sum()),
+                    "all_reduce" => {
+                        raw.all_reduce_into(&src[..], &mut dst[..], SystemOperation::sum())
+                    }
                     "all_gather" => raw.all_gather_into(&src[..part], &mut dst[..]),
                     "broadcast" => raw.process_at_rank(0).broadcast_into(&mut dst[..]),
-                    "reduce_scatter" => raw.reduce_scatter_block_into(&src[..], &mut dst[..part], SystemOperation::sum()),
+                    "reduce_scatter" => raw.reduce_scatter_block_into(
+                        &src[..],
+                        &mut dst[..part],
+                        SystemOperation::sum(),
+                    ),
                     _ => raw.all_to_all_into(&src[..], &mut dst[..]),
                 }));
             }
@@ -122,7 +137,9 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
     }
     // 1000 all_reduces of 1 KiB: one by one, and posted as one batch (packed).
     let count = if quick() { 100 } else { 1000 };
-    let mut bucket: Vec<Tensor<f32>> = (0..count).map(|_| Tensor::full([256], 1.0f32)).collect::<Result<_>>()?;
+    let mut bucket: Vec<Tensor<f32>> = (0..count)
+        .map(|_| Tensor::full([256], 1.0f32))
+        .collect::<Result<_>>()?;
     let (mut single, mut batched) = (Vec::new(), Vec::new());
     for _ in 0..if quick() { 3 } else { 7 } {
         let mut err = Ok(());
@@ -169,7 +186,10 @@ fn main() -> Result<()> {
         backend: "mpi",
         detail: format!("cannot find this benchmark's executable: {e}"),
     })?;
-    for (check, label) in [("1", "agreement check on (default)"), ("0", "RANKWISE_MPI_CHECK=0")] {
+    for (check, label) in [
+        ("1", "agreement check on (default)"),
+        ("0", "RANKWISE_MPI_CHECK=0"),
+    ] {
         println!("\n### MPI backend vs raw MPI ({label})\n");
         println!("| op | world | size | rankwise | raw MPI | ratio | difference |");
         println!("|---|---:|---:|---:|---:|---:|---:|");

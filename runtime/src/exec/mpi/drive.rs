@@ -26,46 +26,140 @@ use super::steps::{Scratch, Task};
 use super::{MpiBackend, Owner};
 use crate::error::{CollectiveMismatch, Error, Result};
 use crate::exec::{Buf, Op};
-use crate::model::{GroupId, OpKind, Shape};
+use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use crate::{DType, ReduceOp};
 
 /// The most collectives packed into one call.
 pub(super) const MAX_PACK: usize = 64;
 
-/// Bytes of one member's call record: the description's hash, the proposal, the text of the
-/// description and the call site (each cut to fit), and the prefix hashes of the proposed run.
-const RECORD: usize = 8 + 8 + 120 + 64 + 8 * MAX_PACK;
+/// Bytes of one member's call record: the head call's hash and the proposal, the head call's
+/// description and site in binary (so no text is formatted unless a mismatch is reported), and
+/// the prefix hashes of the proposed run.
+const RECORD: usize = 8 + 8 + DESC + SITE + 8 * MAX_PACK;
+/// Binary description: kind, dtype, dim, rank count, op tag, padding; peer; op scalar; shape.
+const DESC: usize = 8 + 8 + 8 + 8 * MAX_DIMS;
+const MAX_DIMS: usize = 8;
+/// Binary call site: line, column, then the file name, cut to fit.
+const SITE: usize = 8 + 56;
 
-/// FNV-1a, continued from `h`.
-fn fnv(mut h: u64, text: &str) -> u64 {
-    for b in text.bytes() {
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
     h
 }
 
-const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
-
-fn text(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+/// What members must agree on, in binary (see `OpDesc::agrees_with`): every field but the
+/// site and the group (each member names it with its own id); the whole shape goes into the
+/// hash, its first dimensions into the text.
+fn encode_desc(d: &OpDesc, out: &mut [u8]) -> u64 {
+    let op_tag = d.op.map_or(0u8, |o| {
+        1 + ReduceOp::ALL
+            .iter()
+            .position(|x| x.name() == o.name())
+            .unwrap_or(0) as u8
+    });
+    let scalar = match d.op {
+        Some(ReduceOp::PreMulSum(s)) => s,
+        _ => 0.0,
+    };
+    out[..DESC].fill(0);
+    out[0] = OpKind::ALL.iter().position(|x| *x == d.kind).unwrap_or(0) as u8;
+    out[1] = DType::ALL.iter().position(|x| *x == d.dtype).unwrap_or(0) as u8;
+    out[2] = d.dim.min(255) as u8;
+    out[3] = d.shape.len().min(255) as u8;
+    out[4] = op_tag;
+    out[8..16].copy_from_slice(&d.peer.map_or(u64::MAX, |p| p as u64).to_le_bytes());
+    out[16..24].copy_from_slice(&scalar.to_bits().to_le_bytes());
+    let mut h = fnv(FNV_START, &out[..24]);
+    for (i, &x) in d.shape.iter().enumerate() {
+        if i < MAX_DIMS {
+            out[24 + 8 * i..32 + 8 * i].copy_from_slice(&(x as u64).to_le_bytes());
+        }
+        h = fnv(h, &(x as u64).to_le_bytes());
+    }
+    h
 }
 
-/// This member's record for the run `waits` (its first entry is the head call).
-fn record(waits: &[Waiting]) -> Vec<u8> {
-    let mut r = vec![0u8; RECORD];
-    let head = &waits[0];
-    r[..8].copy_from_slice(&fnv(FNV_START, &head.what).to_le_bytes());
-    r[8..16].copy_from_slice(&(waits.len() as u64).to_le_bytes());
-    let put = |dst: &mut [u8], t: &str| {
-        let n = t.len().min(dst.len());
-        dst[..n].copy_from_slice(&t.as_bytes()[..n]);
+/// The description encoded by [`encode_desc`], as its summary text.
+fn desc_text(b: &[u8], site: &CallSite) -> String {
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(w)
     };
-    put(&mut r[16..136], &head.what);
-    put(&mut r[136..200], &head.site);
+    let ndim = usize::from(b[3]);
+    let shape: Vec<usize> = (0..ndim.min(MAX_DIMS))
+        .map(|i| word(24 + 8 * i) as usize)
+        .collect();
+    let op = match b[4] {
+        0 => None,
+        t => ReduceOp::ALL.get(usize::from(t) - 1).map(|o| match o {
+            ReduceOp::PreMulSum(_) => ReduceOp::PreMulSum(f64::from_bits(word(16))),
+            o => *o,
+        }),
+    };
+    let peer = word(8);
+    let d = OpDesc {
+        kind: OpKind::ALL
+            .get(usize::from(b[0]))
+            .copied()
+            .unwrap_or(OpKind::Barrier),
+        group: GroupId::WORLD,
+        peer: (peer != u64::MAX).then_some(peer as usize),
+        op,
+        dtype: DType::ALL
+            .get(usize::from(b[1]))
+            .copied()
+            .unwrap_or(DType::U8),
+        shape: Shape::from_slice(&shape),
+        dim: usize::from(b[2]),
+        site: *site,
+    };
+    let text = d.summary();
+    if ndim > MAX_DIMS {
+        format!("{text} (shape cut to its first {MAX_DIMS} dimensions)")
+    } else {
+        text
+    }
+}
+
+fn encode_site(site: &CallSite, out: &mut [u8]) {
+    out[..SITE].fill(0);
+    out[..4].copy_from_slice(&site.line.to_le_bytes());
+    out[4..8].copy_from_slice(&site.column.to_le_bytes());
+    let n = site.file.len().min(SITE - 8);
+    out[8..8 + n].copy_from_slice(&site.file.as_bytes()[..n]);
+}
+
+fn site_text(b: &[u8]) -> String {
+    let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let name = &b[8..SITE];
+    let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    format!(
+        "{}:{}:{}",
+        String::from_utf8_lossy(&name[..end]),
+        u32_at(0),
+        u32_at(4)
+    )
+}
+
+/// This member's record for the run `ops` (its first entry is the head call).
+fn record(ops: &[Op]) -> Vec<u8> {
+    let mut r = vec![0u8; RECORD];
+    let mut scratch = [0u8; DESC];
+    let head = &ops[0].desc;
+    let h0 = encode_desc(head, &mut r[16..16 + DESC]);
+    r[..8].copy_from_slice(&h0.to_le_bytes());
+    r[8..16].copy_from_slice(&(ops.len() as u64).to_le_bytes());
+    encode_site(&head.site, &mut r[16 + DESC..16 + DESC + SITE]);
     let mut h = FNV_START;
-    for (j, w) in waits.iter().enumerate() {
-        h = fnv(h, &w.what);
-        r[200 + 8 * j..208 + 8 * j].copy_from_slice(&h.to_le_bytes());
+    for (j, o) in ops.iter().enumerate() {
+        h = fnv(h, &encode_desc(&o.desc, &mut scratch).to_le_bytes());
+        let at = 16 + DESC + SITE + 8 * j;
+        r[at..at + 8].copy_from_slice(&h.to_le_bytes());
     }
     r
 }
@@ -86,10 +180,13 @@ impl Records<'_> {
         (self.word(j, 8) as usize).clamp(1, MAX_PACK)
     }
     fn prefix(&self, j: usize, m: usize) -> u64 {
-        self.word(j, 200 + 8 * (m - 1))
+        self.word(j, 16 + DESC + SITE + 8 * (m - 1))
     }
+    /// Member `j`'s head call, as text, and its site.
     fn call(&self, j: usize) -> (String, String) {
-        (text(&self.at(j)[16..136]), text(&self.at(j)[136..200]))
+        let r = self.at(j);
+        let site = site_text(&r[16 + DESC..16 + DESC + SITE]);
+        (desc_text(&r[16..16 + DESC], &site_of(&site)), site)
     }
 }
 
@@ -242,7 +339,7 @@ impl<'a> Driver<'a> {
         };
         if self.be.check {
             let proposal = packable(self.ops, k, chain.end);
-            let mine = record(&self.waits[k..k + proposal]);
+            let mine = record(&self.ops[k..k + proposal]);
             slot.records = Scratch::with_bytes(RECORD * (members.len() + 1))?;
             let base = slot.records.ptr();
             // SAFETY: `records` holds n + 1 records: ours is copied into the last slot and

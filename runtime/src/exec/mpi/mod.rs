@@ -43,7 +43,7 @@ use crate::plan::Target;
 
 use launch::abort_job_with;
 pub(crate) use launch::{abort_job, run};
-use monitor::{Board, GroupKey, Phase, Waiting};
+use monitor::{Board, Call, GroupKey, Phase, Waiting};
 use raw::{Comm, Request};
 
 /// A communicator as this rank knows it.
@@ -51,7 +51,7 @@ struct GroupEntry {
     members: Vec<usize>,
     ordinal: u32,
     /// How every rank names it (see `monitor::GroupKey`).
-    key: GroupKey,
+    key: Arc<GroupKey>,
     /// Created on first use (see the module docs).
     comm: Option<Comm>,
 }
@@ -75,7 +75,7 @@ pub(super) struct MpiBackend {
     /// so far: the sequence numbers of the next ones.
     issued_sends: HashMap<usize, u64>,
     issued_recvs: HashMap<usize, u64>,
-    issued_steps: HashMap<GroupKey, u64>,
+    issued_steps: HashMap<Arc<GroupKey>, u64>,
     /// Whether members exchange call records before each collective (`RANKWISE_MPI_CHECK`).
     check: bool,
 }
@@ -135,7 +135,7 @@ impl MpiBackend {
             create: world.duplicate(),
             tag_ub,
             groups: vec![GroupEntry {
-                key: (members.clone(), u32::MAX),
+                key: Arc::new((members.clone(), u32::MAX)),
                 members,
                 ordinal: 0,
                 comm: None,
@@ -166,7 +166,7 @@ impl MpiBackend {
                     .get(d.group.0 as usize)
                     .map(|e| e.key.clone())
                     .unwrap_or_default();
-                let seq = next_seq(&mut self.issued_steps, key.clone());
+                let seq = next_seq(&mut self.issued_steps, Arc::clone(&key));
                 (None, Some(key), seq)
             }
         };
@@ -175,21 +175,20 @@ impl MpiBackend {
             peer,
             group,
             seq,
-            what: d.summary(),
-            site: d.site.to_string(),
+            call: Call::Local(d.clone()),
         }
     }
 
     /// Records on the board that `w` completed.
     fn completed(&self, w: &Waiting) {
         self.board.update(|s| {
-            if let Some(i) = s.waiting.iter().position(|x| x == w) {
+            if let Some(i) = s.waiting.iter().position(|x| x.same(w)) {
                 s.waiting.swap_remove(i);
             }
             match (w.kind, w.peer, &w.group) {
                 (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
                 (OpKind::Recv, Some(p), _) => _ = next_seq(&mut s.received, p),
-                (_, _, Some(g)) => _ = next_seq(&mut s.steps, g.clone()),
+                (_, _, Some(g)) => _ = next_seq(&mut s.steps, GroupKey::clone(g)),
                 _ => {}
             }
         });
@@ -411,7 +410,7 @@ unsafe impl Backend for MpiBackend {
         self.groups.push(GroupEntry {
             members: members.to_vec(),
             ordinal,
-            key: (members.to_vec(), ordinal),
+            key: Arc::new((members.to_vec(), ordinal)),
             comm: None,
         });
         Ok(GroupId(self.groups.len() as u32 - 1))

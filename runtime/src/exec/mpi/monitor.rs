@@ -24,7 +24,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::raw;
 use crate::error::{CollectiveMismatch, DeadlockReport, Error, PeerFailure, RankWait, Result};
-use crate::model::OpKind;
+use crate::model::{OpDesc, OpKind};
 
 /// How often the monitors compare notes.
 pub(super) const PERIOD: Duration = Duration::from_millis(100);
@@ -46,20 +46,60 @@ pub(super) enum Phase {
 }
 
 /// One op a blocked rank waits for.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(super) struct Waiting {
     pub(super) kind: OpKind,
     /// Peer of a send or receive (world rank).
     pub(super) peer: Option<usize>,
     /// Communicator of a collective.
-    pub(super) group: Option<GroupKey>,
+    pub(super) group: Option<Arc<GroupKey>>,
     /// Its index among this rank's sends to `peer`, receives from `peer`, or collectives on
     /// `group`.
     pub(super) seq: u64,
+    /// The call: this rank's own description (formatted only when the monitor reports), or a
+    /// peer's, as text.
+    pub(super) call: Call,
+}
+
+/// A waited-for call, as far as the monitor needs it.
+#[derive(Clone, Debug)]
+pub(super) enum Call {
+    /// This rank's call.
+    Local(OpDesc),
+    /// A peer's call: what it is (which members of a collective must agree on) and where.
+    Remote { what: String, site: String },
+}
+
+impl Waiting {
     /// What members of a collective must agree on.
-    pub(super) what: String,
+    pub(super) fn what(&self) -> String {
+        match &self.call {
+            Call::Local(d) => d.summary(),
+            Call::Remote { what, .. } => what.clone(),
+        }
+    }
+
     /// The call site, as text.
-    pub(super) site: String,
+    pub(super) fn site(&self) -> String {
+        match &self.call {
+            Call::Local(d) => d.site.to_string(),
+            Call::Remote { site, .. } => site.clone(),
+        }
+    }
+
+    /// Whether `self` and `other` are the same wait (the same sequence number of one target).
+    pub(super) fn same(&self, other: &Waiting) -> bool {
+        self.kind == other.kind
+            && self.peer == other.peer
+            && self.seq == other.seq
+            && self.group.as_deref() == other.group.as_deref()
+    }
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        self.same(other) && self.what() == other.what() && self.site() == other.site()
+    }
 }
 
 /// What one rank publishes.
@@ -116,10 +156,10 @@ fn encode(s: &Snapshot) -> Vec<u8> {
             "w\t{}\t{}\t{}\t{}\t{}\t{}\n",
             w.kind.name(),
             w.peer.map_or("-".into(), |p| p.to_string()),
-            w.group.as_ref().map_or("-".into(), key),
+            w.group.as_deref().map_or("-".into(), key),
             w.seq,
-            w.what.replace(['\t', '\n'], " "),
-            w.site.replace(['\t', '\n'], " "),
+            w.what().replace(['\t', '\n'], " "),
+            w.site().replace(['\t', '\n'], " "),
         );
     }
     out.into_bytes()
@@ -162,10 +202,12 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
             ["w", kind, peer, group, seq, what, site] => s.waiting.push(Waiting {
                 kind: OpKind::from_name(kind)?,
                 peer: peer.parse().ok(),
-                group: key(group),
+                group: key(group).map(Arc::new),
                 seq: seq.parse().ok()?,
-                what: what.to_string(),
-                site: site.to_string(),
+                call: Call::Remote {
+                    what: what.to_string(),
+                    site: site.to_string(),
+                },
             }),
             _ => return None,
         }
@@ -191,8 +233,8 @@ fn matched(all: &[Snapshot], r: usize, op: &Waiting) -> bool {
         }
         (_, _, Some(g)) => g.0.iter().all(|&m| {
             m < all.len()
-                && (all[m].steps.get(g).copied().unwrap_or(0) > op.seq
-                    || has(m, &|w| w.group.as_ref() == Some(g) && w.seq == op.seq))
+                && (all[m].steps.get(&**g).copied().unwrap_or(0) > op.seq
+                    || has(m, &|w| w.group.as_deref() == Some(&**g) && w.seq == op.seq))
         }),
         _ => false,
     }
@@ -207,11 +249,11 @@ fn waited_for(all: &[Snapshot], r: usize, op: &Waiting) -> Vec<usize> {
                 .filter(|&m| {
                     m != r
                         && m < all.len()
-                        && all[m].steps.get(g).copied().unwrap_or(0) <= op.seq
+                        && all[m].steps.get(&**g).copied().unwrap_or(0) <= op.seq
                         && !all[m]
                             .waiting
                             .iter()
-                            .any(|w| w.group.as_ref() == Some(g) && w.seq == op.seq)
+                            .any(|w| w.group.as_deref() == Some(&**g) && w.seq == op.seq)
                 })
                 .collect()
         }
@@ -228,21 +270,21 @@ pub(super) fn judge(all: &[Snapshot]) -> Option<Error> {
     for (a, sa) in all.iter().enumerate() {
         for wa in sa.waiting.iter().filter(|w| w.group.is_some()) {
             for (b, sb) in all.iter().enumerate().skip(a + 1) {
-                if let Some(wb) = sb
-                    .waiting
-                    .iter()
-                    .find(|w| w.group == wa.group && w.seq == wa.seq && w.what != wa.what)
-                {
+                if let Some(wb) = sb.waiting.iter().find(|w| {
+                    w.group.as_deref() == wa.group.as_deref()
+                        && w.seq == wa.seq
+                        && w.what() != wa.what()
+                }) {
                     let members = wa.group.as_ref().map(|g| g.0.clone()).unwrap_or_default();
                     return Some(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
                         members,
                         step: wa.seq,
                         rank_a: a,
-                        what_a: wa.what.clone(),
-                        site_a: site_of(&wa.site),
+                        what_a: wa.what(),
+                        site_a: site_of(&wa.site()),
                         rank_b: b,
-                        what_b: wb.what.clone(),
-                        site_b: site_of(&wb.site),
+                        what_b: wb.what(),
+                        site_b: site_of(&wb.site()),
                     })));
                 }
             }
@@ -271,7 +313,7 @@ pub(super) fn judge(all: &[Snapshot]) -> Option<Error> {
                     rank: r,
                     peer,
                     reason: PeerFailure::Exited,
-                    site: Some(site_of(&w.site)),
+                    site: Some(site_of(&w.site())),
                 });
             }
         }
@@ -282,8 +324,8 @@ pub(super) fn judge(all: &[Snapshot]) -> Option<Error> {
             let w = all[r].waiting.first()?;
             Some(RankWait {
                 rank: r,
-                site: site_of(&w.site),
-                what: w.what.clone(),
+                site: site_of(&w.site()),
+                what: w.what(),
                 waiting_for: waited_for(all, r, w),
             })
         })
@@ -378,8 +420,10 @@ mod tests {
             peer: Some(to),
             group: None,
             seq,
-            what: format!("send(to {to}, f32[4])"),
-            site: "src/main.rs:7:9".into(),
+            call: Call::Remote {
+                what: format!("send(to {to}, f32[4])"),
+                site: "src/main.rs:7:9".into(),
+            },
         }
     }
 
@@ -387,10 +431,12 @@ mod tests {
         Waiting {
             kind: OpKind::AllReduce,
             peer: None,
-            group: Some((members.to_vec(), u32::MAX)),
+            group: Some(Arc::new((members.to_vec(), u32::MAX))),
             seq,
-            what: what.into(),
-            site: "src/main.rs:9:9".into(),
+            call: Call::Remote {
+                what: what.into(),
+                site: "src/main.rs:9:9".into(),
+            },
         }
     }
 
