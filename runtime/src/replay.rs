@@ -47,8 +47,43 @@ macro_rules! pick {
 pick!(f32 => F32, f64 => F64, crate::f16 => F16, crate::bf16 => BF16, i8 => I8, u8 => U8,
       i32 => I32, u32 => U32, i64 => I64, u64 => U64);
 
-fn alloc(dtype: DType, shape: &[usize]) -> Result<AnyTensor> {
-    with_dtype!(dtype, T => Ok(<T as Pick>::wrap(Tensor::full(shape, T::from_f64(1.0))?)))
+/// A tensor of `shape` holding small values that depend on `seed` (so ranks and ops differ).
+fn alloc(dtype: DType, shape: &[usize], seed: usize) -> Result<AnyTensor> {
+    let n: usize = shape.iter().product();
+    with_dtype!(dtype, T => {
+        let v: Vec<T> = (0..n)
+            .map(|i| T::from_f64(((seed + i * 7) % 9 + 1) as f64))
+            .collect();
+        Ok(<T as Pick>::wrap(Tensor::from_vec(shape, v)?))
+    })
+}
+
+impl AnyTensor {
+    /// The tensor's shape and values, as text (what [`replay`]'s digest covers).
+    fn text(&self) -> String {
+        match self {
+            AnyTensor::F32(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::F64(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::F16(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::BF16(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::I8(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::U8(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::I32(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::U32(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::I64(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+            AnyTensor::U64(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+        }
+    }
+}
+
+/// Folds the outputs of `bufs` into the digest `h` (FNV-1a).
+fn digest(mut h: u64, bufs: &Bufs) -> u64 {
+    if let Some(t) = &bufs.output {
+        for b in t.text().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 /// The tensors one op reads and writes.
@@ -57,28 +92,28 @@ struct Bufs {
     output: Option<AnyTensor>,
 }
 
-fn bufs(op: &VOp) -> Result<Bufs> {
+fn bufs(op: &VOp, seed: usize) -> Result<Bufs> {
     let d = &op.desc;
-    let of = |s: &Option<Shape>| s.as_ref().map(|s| alloc(d.dtype, s)).transpose();
+    let of = |s: &Option<Shape>| s.as_ref().map(|s| alloc(d.dtype, s, seed)).transpose();
     Ok(match d.kind {
         OpKind::Send => Bufs {
-            input: Some(alloc(d.dtype, &d.shape)?),
+            input: Some(alloc(d.dtype, &d.shape, seed)?),
             output: None,
         },
         OpKind::Recv | OpKind::Broadcast | OpKind::Reduce | OpKind::AllReduce => Bufs {
             input: None,
-            output: Some(alloc(d.dtype, &d.shape)?),
+            output: Some(alloc(d.dtype, &d.shape, seed)?),
         },
         OpKind::Scatter => Bufs {
             input: of(&op.root_input)?,
-            output: Some(alloc(d.dtype, &d.shape)?),
+            output: Some(alloc(d.dtype, &d.shape, seed)?),
         },
         OpKind::Barrier => Bufs {
             input: None,
             output: None,
         },
         _ => Bufs {
-            input: Some(alloc(d.dtype, &d.shape)?),
+            input: Some(alloc(d.dtype, &d.shape, seed)?),
             output: of(&op.output)?,
         },
     })
@@ -130,11 +165,14 @@ macro_rules! issue {
     }};
 }
 
-/// Makes exactly the calls `program` describes for `ctx.rank()`, on tensors of ones: the way
-/// to run a program built as data at run time (check it first with
-/// [`verify::verify`](crate::verify::verify)). Every rank creates every declared group, in
-/// order, so that ids agree.
-pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<()> {
+/// Makes exactly the calls `program` describes for `ctx.rank()`, on tensors of small values
+/// that depend on the rank and the call: the way to run a program built as data at run time
+/// (check it first with [`verify::verify`](crate::verify::verify)). Every rank creates every
+/// declared group, in order, so that ids agree.
+///
+/// Returns a digest (FNV-1a) of every output this rank received, in program order: the same on
+/// every engine for the same program, rank and world, which is how engines are compared.
+pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<u64> {
     let rank = ctx.rank();
     let items = program.ranks.get(rank).ok_or_else(|| Error::BadProgram {
         detail: format!(
@@ -152,25 +190,36 @@ pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<()> {
             None => Err(missing()),
         }
     };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut k = 0;
+    let mut seed = || {
+        k += 1;
+        rank * 5 + k * 3
+    };
     for item in items {
         match item {
             Item::Op(op) => {
                 let g = group(op)?;
-                let mut b = bufs(op)?;
+                let mut b = bufs(op, seed())?;
                 let mut comm = ctx.group(&g);
                 with_dtype!(op.desc.dtype, T => issue!(comm, op, b, T))?;
+                h = digest(h, &b);
             }
             Item::Batch(ops) => {
                 let gs = ops.iter().map(group).collect::<Result<Vec<_>>>()?;
-                let mut bs = ops.iter().map(bufs).collect::<Result<Vec<_>>>()?;
+                let mut bs = ops
+                    .iter()
+                    .map(|op| bufs(op, seed()))
+                    .collect::<Result<Vec<_>>>()?;
                 let mut batch = ctx.batch();
                 for ((op, g), b) in ops.iter().zip(&gs).zip(bs.iter_mut()) {
                     let mut comm = batch.group(g);
                     with_dtype!(op.desc.dtype, T => { issue!(comm, op, b, T); });
                 }
                 batch.run()?;
+                h = bs.iter().fold(h, digest);
             }
         }
     }
-    Ok(())
+    Ok(h)
 }
