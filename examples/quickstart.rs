@@ -44,6 +44,7 @@ fn program(ctx: &mut Ctx) -> Result<Steps> {
     Ok([all_reduce, all_gather, ring])
 }
 
+// ANCHOR: run
 /// Runs the program on four ranks and renders the output step by step, in rank order: on four
 /// threads, or on this process's rank under `mpirun` (each process prints its own rank's steps).
 pub fn run() -> Result<String> {
@@ -56,6 +57,7 @@ pub fn run() -> Result<String> {
     }
     Ok(out)
 }
+// ANCHOR_END: run
 
 #[allow(dead_code)] // also compiled into the golden-output test, which calls `run` directly
 fn main() -> Result<()> {

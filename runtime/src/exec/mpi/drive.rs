@@ -12,9 +12,9 @@
 //! **Packing.** A run of same-kind collectives at the head of a chain (all_reduce with one
 //! reduce op and dtype, in one batch) is packed into one buffer and one call. Batches are a
 //! local choice — members may batch the same collectives differently — so the pack size is
-//! agreed through the records: each member proposes how many it could pack (its run, up to
-//! [`MAX_PACK`]), all pack the smallest proposal, and the records carry hashes of every prefix
-//! of the proposed run so that the packed calls are checked too. A member proposing one call
+//! agreed through the records: each member proposes how many it could pack (the largest power
+//! of two within its run, up to [`MAX_PACK`]), all pack the smallest proposal, and the records
+//! carry hashes of the run's power-of-two prefixes so that the packed calls are checked too. A member proposing one call
 //! posts it with the exchange, so unbatched collectives pay nothing for this; members with
 //! more wait for the exchange, then post the packed call.
 
@@ -30,12 +30,15 @@ use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::{DType, ReduceOp};
 
 /// The most collectives packed into one call.
-pub(super) const MAX_PACK: usize = 64;
+pub(super) const MAX_PACK: usize = 1 << PACK_LEVELS;
+/// Proposals are powers of two (up to `2^PACK_LEVELS`), so a record needs a prefix hash only
+/// at each power of two.
+const PACK_LEVELS: usize = 10;
 
 /// Bytes of one member's call record: the head call's hash and the proposal, the head call's
 /// description and site in binary (so no text is formatted unless a mismatch is reported), and
 /// the prefix hashes of the proposed run.
-const RECORD: usize = 8 + 8 + DESC + SITE + 8 * MAX_PACK;
+const RECORD: usize = 8 + 8 + DESC + SITE + 8 * (PACK_LEVELS + 1);
 /// Binary description: kind, dtype, dim, rank count, op tag, padding; peer; op scalar; shape.
 const DESC: usize = 8 + 8 + 8 + 8 * MAX_DIMS;
 const MAX_DIMS: usize = 8;
@@ -158,8 +161,11 @@ fn record(ops: &[Op]) -> Vec<u8> {
     let mut h = FNV_START;
     for (j, o) in ops.iter().enumerate() {
         h = fnv(h, &encode_desc(&o.desc, &mut scratch).to_le_bytes());
-        let at = 16 + DESC + SITE + 8 * j;
-        r[at..at + 8].copy_from_slice(&h.to_le_bytes());
+        let len = j + 1;
+        if len.is_power_of_two() {
+            let at = 16 + DESC + SITE + 8 * len.trailing_zeros() as usize;
+            r[at..at + 8].copy_from_slice(&h.to_le_bytes());
+        }
     }
     r
 }
@@ -176,11 +182,14 @@ impl Records<'_> {
         w.copy_from_slice(&self.at(j)[at..at + 8]);
         u64::from_le_bytes(w)
     }
+    /// Member `j`'s proposal: a power of two up to [`MAX_PACK`].
     fn proposal(&self, j: usize) -> usize {
-        (self.word(j, 8) as usize).clamp(1, MAX_PACK)
+        let p = (self.word(j, 8) as usize).clamp(1, MAX_PACK);
+        1 << p.ilog2()
     }
+    /// The hash of member `j`'s first `m` calls (`m` a power of two it proposed at least).
     fn prefix(&self, j: usize, m: usize) -> u64 {
-        self.word(j, 16 + DESC + SITE + 8 * (m - 1))
+        self.word(j, 16 + DESC + SITE + 8 * m.trailing_zeros() as usize)
     }
     /// Member `j`'s head call, as text, and its site.
     fn call(&self, j: usize) -> (String, String) {
@@ -191,20 +200,21 @@ impl Records<'_> {
 }
 
 /// How many collectives, from `k`, could go into one packed call: a run of all_reduces with
-/// one reduce op and dtype (at most [`MAX_PACK`], and within `end`).
+/// one reduce op and dtype, cut to a power of two (at most [`MAX_PACK`], and within `end`).
 fn packable(ops: &[Op], k: usize, end: usize) -> usize {
     let head = &ops[k].desc;
     if head.kind != OpKind::AllReduce {
         return 1;
     }
-    ops[k..end]
+    let run = ops[k..end]
         .iter()
         .take(MAX_PACK)
         .take_while(|o| {
             o.desc.kind == OpKind::AllReduce && o.desc.op == head.op && o.desc.dtype == head.dtype
         })
         .count()
-        .max(1)
+        .max(1);
+    1 << run.ilog2()
 }
 
 /// Several collectives as one: their data side by side in one buffer.

@@ -339,9 +339,22 @@ impl MpiBackend {
                 Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
                 _ => raw::datatype(DType::U8),
             })?;
-            for (i, got) in done {
+            let done: Vec<(Owner, raw::Received)> =
+                done.into_iter().map(|(i, got)| (owners[i], got)).collect();
+            // Only live requests stay in the arrays MPI scans (a batch of thousands of calls
+            // would otherwise make every wait scan every finished one).
+            let mut i = 0;
+            while i < reqs.len() {
+                if raw::is_null(reqs[i]) {
+                    reqs.swap_remove(i);
+                    owners.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            for (owner, got) in done {
                 *pending -= 1;
-                match owners[i] {
+                match owner {
                     Owner::Send(k) => self.completed(&waits[k]),
                     Owner::Recv(k) => {
                         self.check_recv(&ops[k], got)?;

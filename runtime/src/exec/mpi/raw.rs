@@ -375,6 +375,12 @@ pub(super) unsafe fn ialltoallv(
     })
 }
 
+/// Whether `req` is the null request (MPI sets completed requests to it).
+pub(super) fn is_null(req: Request) -> bool {
+    // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
+    req == unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
 /// What a completed receive reports.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Received {

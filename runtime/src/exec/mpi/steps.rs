@@ -27,16 +27,43 @@ const SMALL_REDUCE_BYTES: usize = 16 * 1024;
 const DONE: u8 = u8::MAX;
 
 /// 8-byte-aligned scratch memory (every dtype's alignment divides 8).
+///
+/// Buffers come from a per-thread pool and return to it when dropped: large fresh allocations
+/// cost a page fault per 4 KiB (and zeroing), which at 16 MiB is more than the transfer.
 #[derive(Default)]
 pub(super) struct Scratch(Vec<u64>);
 
+/// Buffers kept for reuse, and the most bytes the pool holds.
+const POOL_BUFFERS: usize = 8;
+const POOL_BYTES: usize = 512 << 20;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<Vec<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Scratch {
     pub(super) fn with_bytes(bytes: usize) -> Result<Self> {
+        let words = bytes.div_ceil(8);
+        // The smallest pooled buffer that is large enough; its contents are initialised (by its
+        // first use), so it needs no zeroing.
+        let reused = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let best = p
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.len() >= words)
+                .min_by_key(|(_, v)| v.len())
+                .map(|(i, _)| i);
+            best.map(|i| p.swap_remove(i))
+        });
+        if let Some(v) = reused {
+            return Ok(Scratch(v));
+        }
         let mut v = Vec::new();
-        v.try_reserve_exact(bytes.div_ceil(8)).map_err(|_| {
+        v.try_reserve_exact(words).map_err(|_| {
             crate::error::Error::Tensor(format!("cannot allocate {bytes} bytes of scratch for MPI"))
         })?;
-        v.resize(bytes.div_ceil(8), 0);
+        v.resize(words, 0);
         Ok(Scratch(v))
     }
 
@@ -48,6 +75,22 @@ impl Scratch {
     pub(super) fn bytes(&self) -> &[u8] {
         // SAFETY: initialised u64s are initialised bytes; u8 has alignment 1.
         unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 8) }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        if v.is_empty() {
+            return;
+        }
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let held: usize = p.iter().map(|v| v.len() * 8).sum();
+            if p.len() < POOL_BUFFERS && held + v.len() * 8 <= POOL_BYTES {
+                p.push(v);
+            }
+        });
     }
 }
 
