@@ -3,7 +3,8 @@
 //! every failure mode ending the job promptly with a message naming the ranks and calls.
 //!
 //! Processes are oversubscribed (`--oversubscribe`: more ranks than cores) and may run as root
-//! (the `OMPI_ALLOW_RUN_AS_ROOT*` variables), as on CI machines.
+//! (the `OMPI_ALLOW_RUN_AS_ROOT*` variables), as on CI machines. `RANKWISE_TEST_MCA` adds MCA
+//! settings to every job (`"btl self,tcp"`: the whole suite over TCP).
 
 #![cfg(feature = "mpi")]
 
@@ -60,6 +61,18 @@ fn mpirun(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str]) -> Run {
         .env("RUST_BACKTRACE", "0");
     for (k, v) in mca {
         cmd.args(["--mca", k, v]);
+    }
+    // `RANKWISE_TEST_MCA="btl self,tcp"` runs the whole suite over another transport (CI runs
+    // it once over TCP, the transport several hosts use).
+    if let Ok(extra) = std::env::var("RANKWISE_TEST_MCA") {
+        let words: Vec<&str> = extra.split_whitespace().collect();
+        for pair in words.chunks(2) {
+            if let [k, v] = pair
+                && !mca.iter().any(|(key, _)| key == k)
+            {
+                cmd.args(["--mca", k, v]);
+            }
+        }
     }
     cmd.arg(example(name)).args(args);
     let start = Instant::now();

@@ -466,7 +466,7 @@ impl<'a> Driver<'a> {
             p.unpack(&self.ops[slot.ops.clone()]);
         }
         for k in slot.ops.clone() {
-            self.be.completed(&self.waits[k]);
+            self.be.completed(k, &self.waits[k]);
         }
         let c = slot.chain;
         self.start_next(c, reqs)

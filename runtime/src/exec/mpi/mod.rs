@@ -179,11 +179,11 @@ impl MpiBackend {
         }
     }
 
-    /// Records on the board that `w` completed.
-    fn completed(&self, w: &Waiting) {
+    /// Records on the board that op `k` of the batch (waiting for `w`) completed.
+    fn completed(&self, k: usize, w: &Waiting) {
         self.board.update(|s| {
-            if let Some(i) = s.waiting.iter().position(|x| x.same(w)) {
-                s.waiting.swap_remove(i);
+            if let Some(d) = s.done.get_mut(k) {
+                *d = true;
             }
             match (w.kind, w.peer, &w.group) {
                 (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
@@ -264,11 +264,13 @@ impl MpiBackend {
         self.board.update(|s| {
             s.phase = Phase::Blocked;
             s.waiting = waits.clone();
+            s.done = vec![false; waits.len()];
         });
         let result = self.post_and_wait(ops, &plan, &waits, pending);
         self.board.update(|s| {
             s.phase = Phase::Running;
             s.waiting.clear();
+            s.done.clear();
         });
         result
     }
@@ -355,10 +357,10 @@ impl MpiBackend {
             for (owner, got) in done {
                 *pending -= 1;
                 match owner {
-                    Owner::Send(k) => self.completed(&waits[k]),
+                    Owner::Send(k) => self.completed(k, &waits[k]),
                     Owner::Recv(k) => {
                         self.check_recv(&ops[k], got)?;
-                        self.completed(&waits[k]);
+                        self.completed(k, &waits[k]);
                     }
                     Owner::Check(s) => driver.done(s, true, &mut new)?,
                     Owner::Task(s) => driver.done(s, false, &mut new)?,

@@ -109,6 +109,9 @@ pub(super) struct Snapshot {
     /// Bumped on every change, so that "nothing moved" can be seen.
     pub(super) version: u64,
     pub(super) waiting: Vec<Waiting>,
+    /// This rank's own board only: which of `waiting` have completed (set by index, so a batch
+    /// of thousands of calls completes in linear time); completed ones are not sent.
+    pub(super) done: Vec<bool>,
     /// Completed sends per destination, receives per source, steps per communicator.
     pub(super) sent: HashMap<usize, u64>,
     pub(super) received: HashMap<usize, u64>,
@@ -151,7 +154,12 @@ fn encode(s: &Snapshot) -> Vec<u8> {
     for (g, n) in &s.steps {
         out += &format!("g\t{}\t{n}\n", key(g));
     }
-    for w in &s.waiting {
+    for (_, w) in s
+        .waiting
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| s.done.get(*i) != Some(&true))
+    {
         out += &format!(
             "w\t{}\t{}\t{}\t{}\t{}\t{}\n",
             w.kind.name(),
