@@ -280,14 +280,30 @@ struct Slot {
     task: Task,
     packed: Option<Packed>,
     records: Scratch,
+    /// MPI phases initiated so far (see `steps::mpi_phases`).
+    posted: u8,
 }
 
-/// A communicator's collectives in this batch, in order.
+/// A communicator's collectives in this batch, in order, several in flight at once.
+///
+/// MPI requires every member to *initiate* the collectives of a communicator in one order; they
+/// may complete in any. So ops start in op order, each op's phases are initiated back to back:
+/// while an op still has a phase to initiate (a large reduction between its exchange and its
+/// gather) or a pack size to agree, no later op starts. The order of initiations is then the
+/// same on every member whatever the timing.
 struct Chain {
     group: GroupId,
     next: usize,
     end: usize,
+    /// Slots of this chain not yet finished.
+    inflight: usize,
+    /// The slot that must initiate its last phase (or agree on its pack) before another op
+    /// starts.
+    blocker: Option<usize>,
 }
+
+/// Collectives of one communicator in flight at once, at most.
+const WINDOW: usize = 64;
 
 /// Drives the collectives of one batch.
 pub(super) struct Driver<'a> {
@@ -310,6 +326,8 @@ impl<'a> Driver<'a> {
                 group,
                 next: r.start,
                 end: r.end,
+                inflight: 0,
+                blocker: None,
             })
             .collect();
         Driver {
@@ -324,18 +342,39 @@ impl<'a> Driver<'a> {
     /// Starts every chain.
     pub(super) fn start(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
         for c in 0..self.chains.len() {
-            self.start_next(c, reqs)?;
+            self.fill(c, reqs)?;
         }
         Ok(())
     }
 
-    /// Starts the next collective of chain `c`, if any.
+    /// Starts collectives of chain `c` while the window has room and no op blocks.
+    fn fill(&mut self, c: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        loop {
+            let chain = &self.chains[c];
+            if chain.next >= chain.end || chain.inflight >= WINDOW || chain.blocker.is_some() {
+                return Ok(());
+            }
+            self.start_next(c, reqs)?;
+        }
+    }
+
+    /// Whether slot `s` has initiated every MPI phase it has.
+    fn initiated_all(&self, s: usize) -> bool {
+        let slot = &self.slots[s];
+        if slot.negotiating {
+            return false;
+        }
+        let op = match &slot.packed {
+            Some(p) => &p.op,
+            None => &self.ops[slot.ops.start],
+        };
+        slot.posted >= super::steps::mpi_phases(op)
+    }
+
+    /// Starts the next collective of chain `c` (there is one).
     fn start_next(&mut self, c: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
         let chain = &self.chains[c];
         let k = chain.next;
-        if k >= chain.end {
-            return Ok(());
-        }
         let (comm, members) = self.be.comm_of(chain.group)?;
         let s = self.slots.len();
         let mut slot = Slot {
@@ -346,6 +385,7 @@ impl<'a> Driver<'a> {
             task: Task::new(),
             packed: None,
             records: Scratch::default(),
+            posted: 0,
         };
         if self.be.check {
             let proposal = packable(self.ops, k, chain.end);
@@ -378,11 +418,19 @@ impl<'a> Driver<'a> {
             let new = self
                 .be
                 .post(&mut slot.task, &self.ops[k], self.chains[c].group)?;
+            slot.posted += u8::from(!new.is_empty());
             slot.outstanding += new.len();
             reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
+        } else {
+            // Until the pack size is agreed, nobody knows which op comes next.
+            self.chains[c].next = k + 1;
         }
         let idle = slot.outstanding == 0;
         self.slots.push(slot);
+        self.chains[c].inflight += 1;
+        if !self.initiated_all(s) {
+            self.chains[c].blocker = Some(s);
+        }
         if idle {
             // Nothing posted (never the case today): complete it now.
             return self.finish(s, reqs);
@@ -405,7 +453,8 @@ impl<'a> Driver<'a> {
         if slot.outstanding > 0 || slot.negotiating {
             return Ok(());
         }
-        let group = self.chains[slot.chain].group;
+        let c = slot.chain;
+        let group = self.chains[c].group;
         let new = match &slot.packed {
             Some(p) => self.be.post(&mut slot.task, &p.op, group)?,
             None => self
@@ -415,8 +464,13 @@ impl<'a> Driver<'a> {
         if new.is_empty() {
             return self.finish(s, reqs);
         }
+        slot.posted += 1;
         slot.outstanding = new.len();
         reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
+        if self.chains[c].blocker == Some(s) && self.initiated_all(s) {
+            self.chains[c].blocker = None;
+            self.fill(c, reqs)?;
+        }
         Ok(())
     }
 
@@ -452,6 +506,7 @@ impl<'a> Driver<'a> {
         slot.negotiating = false;
         slot.ops = k..k + m;
         self.chains[c].next = k + m;
+        // Still the blocker: its first phase is posted by `done`, which then lets others start.
         if m > 1 {
             slot.packed = Some(Packed::new(&self.ops[k..k + m])?);
         }
@@ -469,6 +524,11 @@ impl<'a> Driver<'a> {
             self.be.completed(k, &self.waits[k]);
         }
         let c = slot.chain;
-        self.start_next(c, reqs)
+        let chain = &mut self.chains[c];
+        chain.inflight -= 1;
+        if chain.blocker == Some(s) {
+            chain.blocker = None;
+        }
+        self.fill(c, reqs)
     }
 }

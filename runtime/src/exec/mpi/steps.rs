@@ -127,6 +127,18 @@ impl Layout {
     }
 }
 
+/// How many MPI calls, one after another, `op` initiates (its phases): two for a large
+/// reduction (exchange, then gather), one for everything else.
+pub(super) fn mpi_phases(op: &Op) -> u8 {
+    let d = &op.desc;
+    let large = d.numel() * d.dtype.size() > SMALL_REDUCE_BYTES;
+    if matches!(d.kind, OpKind::AllReduce | OpKind::Reduce) && large {
+        2
+    } else {
+        1
+    }
+}
+
 /// One collective in progress: which phase it is in and the memory its calls use (which must
 /// outlive them, so it lives here until the op completes).
 pub(super) struct Task {
