@@ -141,6 +141,29 @@ fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Resul
     for (i, t) in bucket.iter().enumerate() {
         out.push(format!("{} mixed bucket {i} {}", T::DTYPE, digest(t)));
     }
+    // The same with reduces and broadcasts to and from the last rank.
+    let root = w - 1;
+    for chunk in bucket.chunks_mut(per) {
+        let mut b = ctx.batch();
+        for t in chunk.iter_mut() {
+            b.reduce(t, root, ReduceOp::Max);
+        }
+        b.run()?;
+    }
+    for chunk in bucket.chunks_mut(per) {
+        let mut b = ctx.batch();
+        for t in chunk.iter_mut() {
+            b.broadcast(t, root);
+        }
+        b.run()?;
+    }
+    for (i, t) in bucket.iter().enumerate() {
+        out.push(format!(
+            "{} mixed rooted bucket {i} {}",
+            T::DTYPE,
+            digest(t)
+        ));
+    }
     // Blocking pairs: even ranks send first, odd ranks receive first.
     if w >= 2 && !(w % 2 == 1 && r == w - 1) {
         let peer = r ^ 1;

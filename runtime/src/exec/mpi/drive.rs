@@ -9,8 +9,9 @@
 //! together), so it costs bandwidth, not a round trip. `RANKWISE_MPI_CHECK=0` turns it off
 //! (and packing with it): for programs already checked, when every microsecond counts.
 //!
-//! **Packing.** A run of same-kind collectives at the head of a chain (all_reduce with one
-//! reduce op and dtype, in one batch) is packed into one buffer and one call. Batches are a
+//! **Packing.** A run of same-kind collectives at the head of a chain (all_reduces, reduces or
+//! broadcasts with one reduce op, root and dtype, in one batch) is packed into one buffer and one
+//! call. Batches are a
 //! local choice — members may batch the same collectives differently — so the pack size is
 //! agreed through the records: each member proposes how many it could pack (the largest power
 //! of two within its run, up to [`MAX_PACK`]), all pack the smallest proposal, and the records
@@ -200,17 +201,22 @@ impl Records<'_> {
 }
 
 /// How many collectives, from `k`, could go into one packed call: a run of all_reduces with
-/// one reduce op and dtype, cut to a power of two (at most [`MAX_PACK`], and within `end`).
+/// all_reduces, reduces or broadcasts with one reduce op, root and dtype, cut to a power of two
+/// (at most [`MAX_PACK`], and within `end`).
 fn packable(ops: &[Op], k: usize, end: usize) -> usize {
     let head = &ops[k].desc;
-    if head.kind != OpKind::AllReduce {
+    if !matches!(
+        head.kind,
+        OpKind::AllReduce | OpKind::Reduce | OpKind::Broadcast
+    ) {
         return 1;
     }
     let run = ops[k..end]
         .iter()
         .take(MAX_PACK)
         .take_while(|o| {
-            o.desc.kind == OpKind::AllReduce && o.desc.op == head.op && o.desc.dtype == head.dtype
+            let d = &o.desc;
+            d.kind == head.kind && d.op == head.op && d.dtype == head.dtype && d.peer == head.peer
         })
         .count()
         .max(1);
@@ -224,7 +230,7 @@ struct Packed {
 }
 
 impl Packed {
-    /// Copies the tensors of `ops` into one buffer, described as one all_reduce of it.
+    /// Copies the tensors of `ops` into one buffer, described as one call (of their kind) on it.
     fn new(ops: &[Op]) -> Result<Self> {
         let es = ops[0].desc.dtype.size();
         let total: usize = ops.iter().map(|o| o.desc.numel()).sum();
@@ -518,7 +524,11 @@ impl<'a> Driver<'a> {
     fn finish(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
         let slot = &mut self.slots[s];
         if let Some(p) = &mut slot.packed {
-            p.unpack(&self.ops[slot.ops.clone()]);
+            // A reduce writes only the root's tensors; the others keep theirs.
+            let d = &p.op.desc;
+            if d.kind != OpKind::Reduce || d.peer == Some(self.be.rank) {
+                p.unpack(&self.ops[slot.ops.clone()]);
+            }
         }
         for k in slot.ops.clone() {
             self.be.completed(k, &self.waits[k]);
