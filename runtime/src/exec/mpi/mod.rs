@@ -194,7 +194,7 @@ impl MpiBackend {
         });
     }
 
-    /// The communicator of group `g`: its comm, this rank's index in it, and its size.
+    /// The communicator of group `g` and its sorted members.
     fn comm_of(&self, g: GroupId) -> Result<(&Comm, &[usize])> {
         let e = self.groups.get(g.0 as usize).ok_or_else(|| {
             Error::Internal(format!("group id {} was not created in this world", g.0))

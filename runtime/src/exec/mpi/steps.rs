@@ -84,7 +84,8 @@ impl Drop for Scratch {
         if v.is_empty() {
             return;
         }
-        POOL.with(|p| {
+        // `try_with`: a scratch dropped while the thread is being torn down is simply freed.
+        let _ = POOL.try_with(|p| {
             let mut p = p.borrow_mut();
             let held: usize = p.iter().map(|v| v.len() * 8).sum();
             if p.len() < POOL_BUFFERS && held + v.len() * 8 <= POOL_BYTES {
