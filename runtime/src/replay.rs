@@ -61,18 +61,14 @@ fn alloc(dtype: DType, shape: &[usize], seed: usize) -> Result<AnyTensor> {
 impl AnyTensor {
     /// The tensor's shape and values, as text (what [`replay`]'s digest covers).
     fn text(&self) -> String {
-        match self {
-            AnyTensor::F32(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::F64(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::F16(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::BF16(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::I8(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::U8(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::I32(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::U32(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::I64(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
-            AnyTensor::U64(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),
+        macro_rules! show {
+            ($($v:ident),*) => {
+                match self {
+                    $(AnyTensor::$v(t) => format!("{:?}{:?}", t.shape(), t.to_vec()),)*
+                }
+            };
         }
+        show!(F32, F64, F16, BF16, I8, U8, I32, U32, I64, U64)
     }
 }
 

@@ -427,10 +427,9 @@ impl<'a> Driver<'a> {
             slot.posted += u8::from(!new.is_empty());
             slot.outstanding += new.len();
             reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
-        } else {
-            // Until the pack size is agreed, nobody knows which op comes next.
-            self.chains[c].next = k + 1;
         }
+        // A negotiating slot leaves `next` alone: `agree` sets it once the pack size is known,
+        // and the slot blocks the chain until then.
         let idle = slot.outstanding == 0;
         self.slots.push(slot);
         self.chains[c].inflight += 1;

@@ -97,7 +97,7 @@ impl Comm {
 /// be accessed otherwise, until the returned request has completed. Counts and roots must be
 /// the same on every member where MPI requires it.
 macro_rules! post {
-    ($what:literal, $call:expr) => {{
+    ($what:expr, $call:expr) => {{
         // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
         let mut req: Request = unsafe { ffi::RSMPI_REQUEST_NULL };
         let code = $call(&mut req);
@@ -174,30 +174,49 @@ pub(super) unsafe fn ibcast(
     })
 }
 
-/// `MPI_Iallgather` of `n` elements per member.
-///
-/// # Safety
-/// See the module's posting contract.
-pub(super) unsafe fn iallgather(
-    send: *const u8,
-    recv: *mut u8,
-    n: c_int,
-    ty: ffi::MPI_Datatype,
-    comm: &Comm,
-) -> Result<Request> {
-    // SAFETY: the caller's contract.
-    post!("MPI_Iallgather", |r| unsafe {
-        ffi::MPI_Iallgather(
-            send as *const c_void,
-            n,
-            ty,
-            recv as *mut c_void,
-            n,
-            ty,
-            comm.raw(),
-            r,
-        )
-    })
+/// The collectives whose every member sends and receives `n` elements per member (the root's
+/// buffers alone count for the rooted ones): one shape of call, so one definition.
+macro_rules! symmetric {
+    ($($(#[$doc:meta])* $name:ident => $ffi:ident $(($root:ident))?;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// See the module's posting contract.
+        pub(super) unsafe fn $name(
+            send: *const u8,
+            recv: *mut u8,
+            n: c_int,
+            ty: ffi::MPI_Datatype,
+            $($root: c_int,)?
+            comm: &Comm,
+        ) -> Result<Request> {
+            // SAFETY: the caller's contract.
+            post!(stringify!($ffi), |r| unsafe {
+                ffi::$ffi(
+                    send as *const c_void,
+                    n,
+                    ty,
+                    recv as *mut c_void,
+                    n,
+                    ty,
+                    $($root,)?
+                    comm.raw(),
+                    r,
+                )
+            })
+        }
+    )*};
+}
+
+symmetric! {
+    /// `MPI_Iallgather` of `n` elements per member.
+    iallgather => MPI_Iallgather;
+    /// `MPI_Igather` of `n` elements per member to `root` (`recv` is read only at the root).
+    igather => MPI_Igather(root);
+    /// `MPI_Iscatter` of `n` elements per member from `root` (`send` is read only at the root).
+    iscatter => MPI_Iscatter(root);
+    /// `MPI_Ialltoall` of `n` elements per pair.
+    ialltoall => MPI_Ialltoall;
 }
 
 /// `MPI_Iallgatherv`: member `j` contributes `counts[j]` elements, placed at `displs[j]`.
@@ -223,34 +242,6 @@ pub(super) unsafe fn iallgatherv(
             counts.as_ptr(),
             displs.as_ptr(),
             ty,
-            comm.raw(),
-            r,
-        )
-    })
-}
-
-/// `MPI_Igather` of `n` elements per member to `root` (`recv` is read only at the root).
-///
-/// # Safety
-/// See the module's posting contract.
-pub(super) unsafe fn igather(
-    send: *const u8,
-    recv: *mut u8,
-    n: c_int,
-    ty: ffi::MPI_Datatype,
-    root: c_int,
-    comm: &Comm,
-) -> Result<Request> {
-    // SAFETY: the caller's contract.
-    post!("MPI_Igather", |r| unsafe {
-        ffi::MPI_Igather(
-            send as *const c_void,
-            n,
-            ty,
-            recv as *mut c_void,
-            n,
-            ty,
-            root,
             comm.raw(),
             r,
         )
@@ -283,60 +274,6 @@ pub(super) unsafe fn igatherv(
             displs.as_ptr(),
             ty,
             root,
-            comm.raw(),
-            r,
-        )
-    })
-}
-
-/// `MPI_Iscatter` of `n` elements per member from `root` (`send` is read only at the root).
-///
-/// # Safety
-/// See the module's posting contract.
-pub(super) unsafe fn iscatter(
-    send: *const u8,
-    recv: *mut u8,
-    n: c_int,
-    ty: ffi::MPI_Datatype,
-    root: c_int,
-    comm: &Comm,
-) -> Result<Request> {
-    // SAFETY: the caller's contract.
-    post!("MPI_Iscatter", |r| unsafe {
-        ffi::MPI_Iscatter(
-            send as *const c_void,
-            n,
-            ty,
-            recv as *mut c_void,
-            n,
-            ty,
-            root,
-            comm.raw(),
-            r,
-        )
-    })
-}
-
-/// `MPI_Ialltoall` of `n` elements per pair.
-///
-/// # Safety
-/// See the module's posting contract.
-pub(super) unsafe fn ialltoall(
-    send: *const u8,
-    recv: *mut u8,
-    n: c_int,
-    ty: ffi::MPI_Datatype,
-    comm: &Comm,
-) -> Result<Request> {
-    // SAFETY: the caller's contract.
-    post!("MPI_Ialltoall", |r| unsafe {
-        ffi::MPI_Ialltoall(
-            send as *const c_void,
-            n,
-            ty,
-            recv as *mut c_void,
-            n,
-            ty,
             comm.raw(),
             r,
         )

@@ -25,6 +25,8 @@ const SMALL_REDUCE_BYTES: usize = 16 * 1024;
 
 /// The phase of an op whose last call needs no local work after it.
 const DONE: u8 = u8::MAX;
+/// The phase of a small reduction after its all-gather: the fold.
+const FOLD: u8 = 10;
 
 /// 8-byte-aligned scratch memory (every dtype's alignment divides 8).
 ///
@@ -282,7 +284,7 @@ impl Task {
                 }
                 (OpKind::AllReduce | OpKind::Reduce, 0) if numel * es <= SMALL_REDUCE_BYTES => {
                     let rooted = d.kind == OpKind::Reduce;
-                    self.phase = 10; // the small path's fold is phase 10
+                    self.phase = FOLD;
                     let c = raw::count(numel)?;
                     if rooted && me != root {
                         return Ok(vec![raw::igather(
@@ -301,7 +303,7 @@ impl Task {
                         raw::iallgather(op.input.ptr, self.a.ptr(), c, ty, comm)?
                     }])
                 }
-                (OpKind::AllReduce | OpKind::Reduce, 10) => {
+                (OpKind::AllReduce | OpKind::Reduce, FOLD) => {
                     if d.kind == OpKind::AllReduce || me == root {
                         fold(op, self.a.ptr(), n, numel, op.output.ptr);
                     }
