@@ -140,7 +140,11 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
     let mut bucket: Vec<Tensor<f32>> = (0..count)
         .map(|_| Tensor::full([256], 1.0f32))
         .collect::<Result<_>>()?;
-    let (mut single, mut batched) = (Vec::new(), Vec::new());
+    // Raw MPI's own bounds: the same calls one by one, and one call of their total size.
+    let src = vec![1.0f32; 256 * count];
+    let mut dst = vec![0.0f32; 256 * count];
+    let (mut single, mut batched, mut raw_single, mut raw_one) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..if quick() { 3 } else { 7 } {
         let mut err = Ok(());
         single.push(time(&raw, 1, || {
@@ -160,13 +164,26 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
             }
         }));
         err?;
+        raw_single.push(time(&raw, 1, || {
+            for (s, d) in src.chunks(256).zip(dst.chunks_mut(256)) {
+                raw.all_reduce_into(s, d, SystemOperation::sum());
+            }
+        }));
+        raw_one.push(time(&raw, 1, || {
+            raw.all_reduce_into(&src[..], &mut dst[..], SystemOperation::sum())
+        }));
     }
     let (s, b) = (median(single), median(batched));
+    let (rs, ro) = (median(raw_single), median(raw_one));
     rows.push(format!(
-        "| {count} × all_reduce 1 KiB | {n} | one by one {} | batched {} | {:.1}× faster batched | |",
+        "| {count} × all_reduce 1 KiB | {n} | {} | {} | {:.1}× | {} | {} | {:.1}× | {:.2}× |",
         fmt(s),
         fmt(b),
-        s / b
+        s / b,
+        fmt(rs),
+        fmt(ro),
+        rs / ro,
+        b / ro,
     ));
     Ok(rows)
 }
@@ -193,6 +210,7 @@ fn main() -> Result<()> {
         println!("\n### MPI backend vs raw MPI ({label})\n");
         println!("| op | world | size | rankwise | raw MPI | ratio | difference |");
         println!("|---|---:|---:|---:|---:|---:|---:|");
+        let mut buckets = Vec::new();
         for world in [2, 4] {
             let out = Command::new("mpirun")
                 .args(["--oversubscribe", "-np", &world.to_string()])
@@ -205,10 +223,30 @@ fn main() -> Result<()> {
                     backend: "mpi",
                     detail: format!("cannot run mpirun: {e}"),
                 })?;
-            print!("{}", String::from_utf8_lossy(&out.stdout));
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            for line in text.lines() {
+                if line.contains(" × all_reduce") {
+                    buckets.push(line.to_string());
+                } else {
+                    println!("{line}");
+                }
+            }
             if !out.status.success() {
                 eprintln!("{}", String::from_utf8_lossy(&out.stderr));
             }
+        }
+        println!(
+            "\nA bucket of small all_reduces: rankwise one by one and batched, raw MPI one by \
+             one and as one call of the total size; the last column is rankwise batched over \
+             raw MPI's one call.\n"
+        );
+        println!(
+            "| bucket | world | rankwise one by one | rankwise batched | speed-up | raw one by \
+             one | raw one call | raw speed-up | batched / raw one call |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for b in buckets {
+            println!("{b}");
         }
     }
     Ok(())

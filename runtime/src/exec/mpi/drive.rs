@@ -21,6 +21,7 @@
 
 use std::ops::Range;
 
+use super::eager::{self, Exchange};
 use super::monitor::{Waiting, site_of};
 use super::raw::{self, Request};
 use super::steps::{Scratch, Task};
@@ -39,7 +40,7 @@ const PACK_LEVELS: usize = 10;
 /// Bytes of one member's call record: the head call's hash and the proposal, the head call's
 /// description and site in binary (so no text is formatted unless a mismatch is reported), and
 /// the prefix hashes of the proposed run.
-const RECORD: usize = 8 + 8 + DESC + SITE + 8 * (PACK_LEVELS + 1);
+pub(super) const RECORD: usize = 8 + 8 + DESC + SITE + 8 * (PACK_LEVELS + 1);
 /// Binary description: kind, dtype, dim, rank count, op tag, padding; peer; op scalar; shape.
 const DESC: usize = 8 + 8 + 8 + 8 * MAX_DIMS;
 const MAX_DIMS: usize = 8;
@@ -48,11 +49,10 @@ const SITE: usize = 8 + 56;
 
 const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 
-fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+/// One step of an FNV-style hash over 64-bit words (a record hashes a few dozen words per
+/// call, so words, not bytes; the rotation spreads high bits back down).
+fn mix(h: u64, word: u64) -> u64 {
+    (h ^ word).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
 }
 
 /// What members must agree on, in binary (see `OpDesc::agrees_with`): every field but the
@@ -77,12 +77,17 @@ fn encode_desc(d: &OpDesc, out: &mut [u8]) -> u64 {
     out[4] = op_tag;
     out[8..16].copy_from_slice(&d.peer.map_or(u64::MAX, |p| p as u64).to_le_bytes());
     out[16..24].copy_from_slice(&scalar.to_bits().to_le_bytes());
-    let mut h = fnv(FNV_START, &out[..24]);
+    let mut h = FNV_START;
+    for w in out[..24].chunks_exact(8) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        h = mix(h, u64::from_le_bytes(b));
+    }
     for (i, &x) in d.shape.iter().enumerate() {
         if i < MAX_DIMS {
             out[24 + 8 * i..32 + 8 * i].copy_from_slice(&(x as u64).to_le_bytes());
         }
-        h = fnv(h, &(x as u64).to_le_bytes());
+        h = mix(h, x as u64);
     }
     h
 }
@@ -150,9 +155,10 @@ fn site_text(b: &[u8]) -> String {
     )
 }
 
-/// This member's record for the run `ops` (its first entry is the head call).
-fn record(ops: &[Op]) -> Vec<u8> {
-    let mut r = vec![0u8; RECORD];
+/// Writes this member's record for the run `ops` (its first entry is the head call) into `r`
+/// (`RECORD` bytes).
+pub(super) fn record(ops: &[Op], r: &mut [u8]) {
+    r[..RECORD].fill(0);
     let mut scratch = [0u8; DESC];
     let head = &ops[0].desc;
     let h0 = encode_desc(head, &mut r[16..16 + DESC]);
@@ -161,22 +167,32 @@ fn record(ops: &[Op]) -> Vec<u8> {
     encode_site(&head.site, &mut r[16 + DESC..16 + DESC + SITE]);
     let mut h = FNV_START;
     for (j, o) in ops.iter().enumerate() {
-        h = fnv(h, &encode_desc(&o.desc, &mut scratch).to_le_bytes());
+        let hj = if j == 0 {
+            h0
+        } else {
+            encode_desc(&o.desc, &mut scratch)
+        };
+        h = mix(h, hj);
         let len = j + 1;
         if len.is_power_of_two() {
             let at = 16 + DESC + SITE + 8 * len.trailing_zeros() as usize;
             r[at..at + 8].copy_from_slice(&h.to_le_bytes());
         }
     }
-    r
 }
 
-/// The records of every member, in member order.
-struct Records<'a>(&'a [u8]);
+/// The records of every member, in member order, `stride` bytes apart.
+pub(super) struct Records<'a> {
+    bytes: &'a [u8],
+    stride: usize,
+}
 
-impl Records<'_> {
+impl<'a> Records<'a> {
+    pub(super) fn new(bytes: &'a [u8], stride: usize) -> Self {
+        Records { bytes, stride }
+    }
     fn at(&self, j: usize) -> &[u8] {
-        &self.0[j * RECORD..(j + 1) * RECORD]
+        &self.bytes[j * self.stride..j * self.stride + RECORD]
     }
     fn word(&self, j: usize, at: usize) -> u64 {
         let mut w = [0u8; 8];
@@ -198,6 +214,29 @@ impl Records<'_> {
         let site = site_text(&r[16 + DESC..16 + DESC + SITE]);
         (desc_text(&r[16..16 + DESC], &site_of(&site)), site)
     }
+}
+
+/// Checks that every member's records agree with member 0's (the head call, and the calls of
+/// the agreed run); returns the agreed run's length: the shortest proposal.
+fn compare(recs: &Records, members: &[usize], step: u64) -> Result<usize> {
+    let n = members.len();
+    let m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
+    if let Some(j) = (1..n)
+        .find(|&j| recs.word(j, 0) != recs.word(0, 0) || recs.prefix(j, m) != recs.prefix(0, m))
+    {
+        let ((what_a, site_a), (what_b, site_b)) = (recs.call(0), recs.call(j));
+        return Err(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
+            members: members.to_vec(),
+            step,
+            rank_a: members[0],
+            what_a,
+            site_a: site_of(&site_a),
+            rank_b: members[j],
+            what_b,
+            site_b: site_of(&site_b),
+        })));
+    }
+    Ok(m)
 }
 
 /// How many collectives, from `k`, could go into one packed call: a run of all_reduces with
@@ -288,6 +327,8 @@ struct Slot {
     records: Scratch,
     /// MPI phases initiated so far (see `steps::mpi_phases`).
     posted: u8,
+    /// A run of small collectives exchanged as direct messages (see `eager`).
+    eager: Option<Exchange>,
 }
 
 /// A communicator's collectives in this batch, in order, several in flight at once.
@@ -382,6 +423,10 @@ impl<'a> Driver<'a> {
         let chain = &self.chains[c];
         let k = chain.next;
         let (comm, members) = self.be.comm_of(chain.group)?;
+        let small = eager::proposal(self.ops, k, chain.end, members.len());
+        if small > 0 {
+            return self.start_eager(c, k..k + small, reqs);
+        }
         let s = self.slots.len();
         let mut slot = Slot {
             ops: k..k + 1,
@@ -392,20 +437,19 @@ impl<'a> Driver<'a> {
             packed: None,
             records: Scratch::default(),
             posted: 0,
+            eager: None,
         };
         if self.be.check {
             let proposal = packable(self.ops, k, chain.end);
-            let mine = record(&self.ops[k..k + proposal]);
             slot.records = Scratch::with_bytes(RECORD * (members.len() + 1))?;
             let base = slot.records.ptr();
-            // SAFETY: `records` holds n + 1 records: ours is copied into the last slot and
+            // SAFETY: `records` holds n + 1 records: ours is written into the last slot and
             // sent from there, every member's lands in the first n; the scratch lives in the
             // slot until the request completes.
             let req = unsafe {
-                std::ptr::copy_nonoverlapping(
-                    mine.as_ptr(),
-                    base.add(RECORD * members.len()),
-                    RECORD,
+                record(
+                    &self.ops[k..k + proposal],
+                    std::slice::from_raw_parts_mut(base.add(RECORD * members.len()), RECORD),
                 );
                 raw::iallgather(
                     base.add(RECORD * members.len()),
@@ -441,6 +485,89 @@ impl<'a> Driver<'a> {
             return self.finish(s, reqs);
         }
         Ok(())
+    }
+
+    /// Starts the exchange of the small collectives `run` of chain `c` (this member's proposed
+    /// run; the agreed one may be shorter). It blocks the chain until every record is in.
+    fn start_eager(
+        &mut self,
+        c: usize,
+        run: Range<usize>,
+        reqs: &mut Vec<(Request, Owner)>,
+    ) -> Result<()> {
+        let group = self.chains[c].group;
+        let (comm, members) = self.be.eager_of(group)?;
+        let me = self.be.member_index(members)?;
+        // SAFETY: the ops' buffers are valid until `execute` returns, after every request
+        // completes; the exchange lives in its slot as long.
+        let (ex, posted) = unsafe { Exchange::post(&self.ops[run.clone()], comm, members, me)? };
+        let s = self.slots.len();
+        let outstanding = posted.len();
+        reqs.extend(
+            posted
+                .into_iter()
+                .map(|(r, from)| (r, Owner::Eager(s, from))),
+        );
+        self.slots.push(Slot {
+            outstanding,
+            ops: run,
+            chain: c,
+            negotiating: true,
+            task: Task::new(),
+            packed: None,
+            records: Scratch::default(),
+            posted: 0,
+            eager: Some(ex),
+        });
+        self.chains[c].inflight += 1;
+        self.chains[c].blocker = Some(s);
+        if outstanding == 0 {
+            // A group of one: nothing to wait for.
+            self.eager_agreed(s, reqs)?;
+            return self.finish(s, reqs);
+        }
+        Ok(())
+    }
+
+    /// A message of slot `s`'s exchange completed: a send, or the receive from member `from`.
+    pub(super) fn eager_done(
+        &mut self,
+        s: usize,
+        from: Option<usize>,
+        got: raw::Received,
+        reqs: &mut Vec<(Request, Owner)>,
+    ) -> Result<()> {
+        self.slots[s].outstanding -= 1;
+        if let (Some(i), Some(ex)) = (from, self.slots[s].eager.as_mut())
+            && ex.received(i, got)?
+        {
+            self.eager_agreed(s, reqs)?;
+        }
+        let slot = &self.slots[s];
+        if slot.outstanding == 0 && !slot.negotiating {
+            return self.finish(s, reqs);
+        }
+        Ok(())
+    }
+
+    /// Every record of slot `s`'s exchange is in: checks them, fixes the run, computes its
+    /// results, and lets the chain go on.
+    fn eager_agreed(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let (c, k) = (self.slots[s].chain, self.slots[s].ops.start);
+        let (_, members) = self.be.eager_of(self.chains[c].group)?;
+        let me = self.be.member_index(members)?;
+        let slot = &mut self.slots[s];
+        let Some(ex) = slot.eager.as_mut() else {
+            return Err(Error::Internal("an exchange without its buffers".into()));
+        };
+        let m = compare(&ex.records(), members, self.waits[k].seq)?;
+        // SAFETY: every message has arrived; the ops' buffers are valid (see `start_eager`).
+        unsafe { ex.deliver(&self.ops[k..k + m], members, me)? };
+        slot.ops = k..k + m;
+        slot.negotiating = false;
+        self.chains[c].next = k + m;
+        self.chains[c].blocker = None;
+        self.fill(c, reqs)
     }
 
     /// One request of slot `s` completed (`check`: its record exchange).
@@ -484,24 +611,8 @@ impl<'a> Driver<'a> {
     fn agree(&mut self, s: usize) -> Result<()> {
         let slot = &self.slots[s];
         let (_, members) = self.be.comm_of(self.chains[slot.chain].group)?;
-        let n = members.len();
-        let recs = Records(slot.records.bytes());
-        let m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
-        if let Some(j) = (1..n)
-            .find(|&j| recs.word(j, 0) != recs.word(0, 0) || recs.prefix(j, m) != recs.prefix(0, m))
-        {
-            let ((what_a, site_a), (what_b, site_b)) = (recs.call(0), recs.call(j));
-            return Err(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
-                members: members.to_vec(),
-                step: self.waits[slot.ops.start].seq,
-                rank_a: members[0],
-                what_a,
-                site_a: site_of(&site_a),
-                rank_b: members[j],
-                what_b,
-                site_b: site_of(&site_b),
-            })));
-        }
+        let recs = Records::new(slot.records.bytes(), RECORD);
+        let m = compare(&recs, members, self.waits[slot.ops.start].seq)?;
         if !slot.negotiating {
             return Ok(());
         }

@@ -24,6 +24,7 @@
 //! rank that fails.
 
 mod drive;
+mod eager;
 mod launch;
 mod monitor;
 mod raw;
@@ -52,8 +53,9 @@ struct GroupEntry {
     ordinal: u32,
     /// How every rank names it (see `monitor::GroupKey`).
     key: Arc<GroupKey>,
-    /// Created on first use (see the module docs).
-    comm: Option<Comm>,
+    /// Created on first use (see the module docs), with its duplicate for small collectives'
+    /// messages (see `eager`).
+    comm: Option<(Comm, Comm)>,
 }
 
 /// This process's rank of an MPI job.
@@ -62,6 +64,8 @@ pub(super) struct MpiBackend {
     world_id: WorldId,
     /// Data traffic: a duplicate of `MPI_COMM_WORLD`, returning errors.
     world: Comm,
+    /// Small collectives' messages on the world (see `eager`): a duplicate of its own.
+    world_eager: Comm,
     /// Where sub-communicators are created (a duplicate of its own, so creation traffic never
     /// meets data).
     create: SimpleCommunicator,
@@ -89,6 +93,9 @@ pub(super) enum Owner {
     Task(usize),
     /// The call-record exchange of a collective (see `drive`).
     Check(usize),
+    /// A message of a small collectives' exchange (see `eager`): the receive from a member, or
+    /// (`None`) a send.
+    Eager(usize, Option<usize>),
 }
 
 /// Whether collectives are checked for agreement before data moves: on unless
@@ -132,6 +139,7 @@ impl MpiBackend {
             rank,
             world_id: WorldId::fresh(),
             world: Comm::new(world.duplicate())?,
+            world_eager: Comm::new(world.duplicate())?,
             create: world.duplicate(),
             tag_ub,
             groups: vec![GroupEntry {
@@ -188,7 +196,11 @@ impl MpiBackend {
             match (w.kind, w.peer, &w.group) {
                 (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
                 (OpKind::Recv, Some(p), _) => _ = next_seq(&mut s.received, p),
-                (_, _, Some(g)) => _ = next_seq(&mut s.steps, GroupKey::clone(g)),
+                // Counted in place: the key is cloned only the first time.
+                (_, _, Some(g)) => match s.steps.get_mut(&**g) {
+                    Some(c) => *c += 1,
+                    None => _ = s.steps.insert(GroupKey::clone(g), 1),
+                },
                 _ => {}
             }
         });
@@ -196,17 +208,35 @@ impl MpiBackend {
 
     /// The communicator of group `g` and its sorted members.
     fn comm_of(&self, g: GroupId) -> Result<(&Comm, &[usize])> {
+        self.comms_of(g).map(|(data, _, members)| (data, members))
+    }
+
+    /// The communicator for small collectives' messages of group `g`, and its members.
+    fn eager_of(&self, g: GroupId) -> Result<(&Comm, &[usize])> {
+        self.comms_of(g).map(|(_, eager, members)| (eager, members))
+    }
+
+    fn comms_of(&self, g: GroupId) -> Result<(&Comm, &Comm, &[usize])> {
         let e = self.groups.get(g.0 as usize).ok_or_else(|| {
             Error::Internal(format!("group id {} was not created in this world", g.0))
         })?;
-        let comm = if g == GroupId::WORLD {
-            &self.world
-        } else {
-            e.comm.as_ref().ok_or_else(|| {
-                Error::Internal(format!("group {:?} used before it was created", e.members))
-            })?
-        };
-        Ok((comm, &e.members))
+        if g == GroupId::WORLD {
+            return Ok((&self.world, &self.world_eager, &e.members));
+        }
+        let (data, eager) = e.comm.as_ref().ok_or_else(|| {
+            Error::Internal(format!("group {:?} used before it was created", e.members))
+        })?;
+        Ok((data, eager, &e.members))
+    }
+
+    /// This rank's index among `members` (sorted).
+    fn member_index(&self, members: &[usize]) -> Result<usize> {
+        members.binary_search(&self.rank).map_err(|_| {
+            Error::Internal(format!(
+                "rank {} runs a collective of a group it is not in",
+                self.rank
+            ))
+        })
     }
 
     /// Creates the communicators of the groups `plan` uses for the first time, in the global
@@ -228,7 +258,9 @@ impl MpiBackend {
             let e = &self.groups[i];
             let tag = raw::creation_tag(&e.members, e.ordinal, self.tag_ub);
             let comm = raw::create_group(&self.create, &e.members, tag)?;
-            self.groups[i].comm = Some(Comm::new(comm)?);
+            // Collective over the same members, right after the creation they all run.
+            let eager = comm.duplicate();
+            self.groups[i].comm = Some((Comm::new(comm)?, Comm::new(eager)?));
         }
         Ok(())
     }
@@ -328,6 +360,8 @@ impl MpiBackend {
         let mut driver = drive::Driver::new(self, ops, waits, chains);
         let mut new: Vec<(Request, Owner)> = Vec::new();
         driver.start(&mut new)?;
+        let mut waiter = raw::Waiter::default();
+        let mut done: Vec<(Owner, raw::Received)> = Vec::new();
         loop {
             for (r, o) in new.drain(..) {
                 reqs.push(r);
@@ -337,12 +371,12 @@ impl MpiBackend {
             if *pending == 0 {
                 break;
             }
-            let done = raw::wait_some(&mut reqs, |i| match owners[i] {
+            let finished = waiter.wait_some(&mut reqs, |i| match owners[i] {
                 Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
                 _ => raw::datatype(DType::U8),
             })?;
-            let done: Vec<(Owner, raw::Received)> =
-                done.into_iter().map(|(i, got)| (owners[i], got)).collect();
+            done.clear();
+            done.extend(finished.iter().map(|&(i, got)| (owners[i], got)));
             // Only live requests stay in the arrays MPI scans (a batch of thousands of calls
             // would otherwise make every wait scan every finished one).
             let mut i = 0;
@@ -354,7 +388,7 @@ impl MpiBackend {
                     i += 1;
                 }
             }
-            for (owner, got) in done {
+            for &(owner, got) in &done {
                 *pending -= 1;
                 match owner {
                     Owner::Send(k) => self.completed(k, &waits[k]),
@@ -364,6 +398,7 @@ impl MpiBackend {
                     }
                     Owner::Check(s) => driver.done(s, true, &mut new)?,
                     Owner::Task(s) => driver.done(s, false, &mut new)?,
+                    Owner::Eager(s, from) => driver.eager_done(s, from, got, &mut new)?,
                 }
             }
         }
@@ -374,18 +409,8 @@ impl MpiBackend {
     fn post(&self, task: &mut steps::Task, op: &Op, g: GroupId) -> Result<Vec<Request>> {
         let (comm, members) = self.comm_of(g)?;
         let n = members.len();
-        let me = members.binary_search(&self.rank).map_err(|_| {
-            Error::Internal(format!(
-                "rank {} runs a collective of a group it is not in",
-                self.rank
-            ))
-        })?;
-        let root = match op.desc.peer {
-            Some(r) => members
-                .binary_search(&r)
-                .map_err(|_| Error::Internal(format!("root {r} is not a member of {members:?}")))?,
-            None => 0,
-        };
+        let me = self.member_index(members)?;
+        let root = eager::root_index(&op.desc, members)?;
         // SAFETY: the op's buffers are valid until `execute` returns, which is after every
         // request completes; the task (holding its scratch) lives in `run_batch` as long.
         unsafe { task.advance(op, comm, me, n, root) }

@@ -124,6 +124,24 @@ pub(super) unsafe fn issend(
     })
 }
 
+/// `MPI_Isend` in standard mode (MPI may buffer it: collectives' own messages need no
+/// rendezvous).
+///
+/// # Safety
+/// See the module's posting contract.
+pub(super) unsafe fn isend(
+    buf: *const u8,
+    n: c_int,
+    ty: ffi::MPI_Datatype,
+    dest: c_int,
+    comm: &Comm,
+) -> Result<Request> {
+    // SAFETY: the caller's contract.
+    post!("MPI_Isend", |r| unsafe {
+        ffi::MPI_Isend(buf as *const c_void, n, ty, dest, 0, comm.raw(), r)
+    })
+}
+
 /// `MPI_Irecv` of at most `n` elements from `src`, any tag.
 ///
 /// # Safety
@@ -327,56 +345,69 @@ pub(super) struct Received {
     pub count: Option<usize>,
 }
 
-/// Waits until at least one of `reqs` completes; returns the indices that did (their entries
-/// become `MPI_REQUEST_NULL`), with the receive status of each.
-pub(super) fn wait_some(
-    reqs: &mut [Request],
-    ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
-) -> Result<Vec<(usize, Received)>> {
-    let n = count(reqs.len())?;
-    let mut done: c_int = 0;
-    let mut indices: Vec<c_int> = vec![0; reqs.len()];
-    // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
-    let mut statuses: Vec<ffi::MPI_Status> = vec![unsafe { std::mem::zeroed() }; reqs.len()];
-    // SAFETY: the arrays have `reqs.len()` entries, as MPI_Waitsome needs.
-    let code = unsafe {
-        ffi::MPI_Waitsome(
-            n,
-            reqs.as_mut_ptr(),
-            &mut done,
-            indices.as_mut_ptr(),
-            statuses.as_mut_ptr(),
-        )
-    };
-    let in_status = code == ffi::MPI_ERR_IN_STATUS as c_int;
-    if code != ffi::MPI_SUCCESS as c_int && !in_status {
-        return Err(error(code, "MPI_Waitsome"));
-    }
-    let mut out = Vec::with_capacity(done.max(0) as usize);
-    for k in 0..done.max(0) as usize {
-        let i = indices[k] as usize;
-        let st = &statuses[k];
-        let truncated = in_status && st.MPI_ERROR == ffi::MPI_ERR_TRUNCATE as c_int;
-        if in_status && !truncated && st.MPI_ERROR != ffi::MPI_SUCCESS as c_int {
-            return Err(error(st.MPI_ERROR, "a transfer"));
-        }
-        let count = if truncated {
-            None
-        } else {
-            let mut c: c_int = 0;
-            // SAFETY: `st` is the status MPI filled for this request.
-            let code = unsafe { ffi::MPI_Get_count(st, ty_of(i), &mut c) };
-            (code == ffi::MPI_SUCCESS as c_int && c >= 0).then_some(c as usize)
+/// Waits for requests, reusing its arrays across calls (a batch of small calls waits many
+/// times, and allocating three arrays per wait showed in profiles).
+#[derive(Default)]
+pub(super) struct Waiter {
+    indices: Vec<c_int>,
+    statuses: Vec<ffi::MPI_Status>,
+    done: Vec<(usize, Received)>,
+}
+
+impl Waiter {
+    /// Waits until at least one of `reqs` completes; returns the indices that did (their
+    /// entries become `MPI_REQUEST_NULL`), with the receive status of each.
+    pub(super) fn wait_some(
+        &mut self,
+        reqs: &mut [Request],
+        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+    ) -> Result<&[(usize, Received)]> {
+        let n = count(reqs.len())?;
+        let mut done: c_int = 0;
+        self.indices.resize(reqs.len(), 0);
+        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
+        self.statuses
+            .resize(reqs.len(), unsafe { std::mem::zeroed() });
+        // SAFETY: the arrays have at least `reqs.len()` entries, as MPI_Waitsome needs.
+        let code = unsafe {
+            ffi::MPI_Waitsome(
+                n,
+                reqs.as_mut_ptr(),
+                &mut done,
+                self.indices.as_mut_ptr(),
+                self.statuses.as_mut_ptr(),
+            )
         };
-        out.push((
-            i,
-            Received {
-                tag: st.MPI_TAG,
-                count,
-            },
-        ));
+        let in_status = code == ffi::MPI_ERR_IN_STATUS as c_int;
+        if code != ffi::MPI_SUCCESS as c_int && !in_status {
+            return Err(error(code, "MPI_Waitsome"));
+        }
+        self.done.clear();
+        for k in 0..done.max(0) as usize {
+            let i = self.indices[k] as usize;
+            let st = &self.statuses[k];
+            let truncated = in_status && st.MPI_ERROR == ffi::MPI_ERR_TRUNCATE as c_int;
+            if in_status && !truncated && st.MPI_ERROR != ffi::MPI_SUCCESS as c_int {
+                return Err(error(st.MPI_ERROR, "a transfer"));
+            }
+            let count = if truncated {
+                None
+            } else {
+                let mut c: c_int = 0;
+                // SAFETY: `st` is the status MPI filled for this request.
+                let code = unsafe { ffi::MPI_Get_count(st, ty_of(i), &mut c) };
+                (code == ffi::MPI_SUCCESS as c_int && c >= 0).then_some(c as usize)
+            };
+            self.done.push((
+                i,
+                Received {
+                    tag: st.MPI_TAG,
+                    count,
+                },
+            ));
+        }
+        Ok(&self.done)
     }
-    Ok(out)
 }
 
 /// The largest tag `comm` allows (at least 32767, by the standard).

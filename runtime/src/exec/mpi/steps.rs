@@ -12,7 +12,7 @@
 use std::ffi::c_int;
 
 use super::raw::{self, Comm, Request};
-use crate::element::{Arith, with_dtype};
+use crate::element::with_dtype;
 use crate::error::Result;
 use crate::exec::Op;
 use crate::model::OpKind;
@@ -399,26 +399,31 @@ unsafe fn pack(dst: *mut u8, src: *const u8, n: usize, outer: usize, width: usiz
 /// `blocks` holds `n·len` elements of the op's dtype, 8-byte aligned; `dst` holds `len`,
 /// aligned for the dtype, and does not overlap `blocks`.
 unsafe fn fold(op: &Op, blocks: *const u8, n: usize, len: usize, dst: *mut u8) {
+    let es = op.desc.dtype.size();
+    let parts: Vec<*const u8> = (0..n).map(|j| blocks.wrapping_add(j * len * es)).collect();
+    // SAFETY: the caller's contract, cut into its `n` blocks.
+    unsafe { fold_parts(op, &parts, len, dst) }
+}
+
+/// `dst[..len] = parts[0] ∘ parts[1] ∘ …`, left to right, with `op`'s reduce operator.
+///
+/// # Safety
+/// Every part holds `len` elements of the op's dtype, aligned for it; `dst` holds `len`,
+/// aligned, and overlaps no part.
+pub(super) unsafe fn fold_parts(op: &Op, parts: &[*const u8], len: usize, dst: *mut u8) {
     let d = &op.desc;
     let rop = d.op.unwrap_or(crate::ReduceOp::Sum);
     with_dtype!(d.dtype, T => {
         // SAFETY: the caller's contract; `T` is the dtype's type, so sizes and alignment hold.
-        let (src, acc) = unsafe {
-            (
-                std::slice::from_raw_parts(blocks as *const T, n * len),
-                std::slice::from_raw_parts_mut(dst as *mut T, len),
-            )
-        };
-        fold_typed::<T>(rop, src, n, len, acc)
+        let part = |p: *const u8| unsafe { std::slice::from_raw_parts(p as *const T, len) };
+        // SAFETY: as above.
+        let acc = unsafe { std::slice::from_raw_parts_mut(dst as *mut T, len) };
+        let r = Reducer::<T>::new(rop, parts.len());
+        acc.copy_from_slice(part(parts[0]));
+        r.start(acc);
+        for &p in &parts[1..] {
+            r.combine(acc, part(p));
+        }
+        r.finish(acc);
     })
-}
-
-fn fold_typed<T: Arith>(op: crate::ReduceOp, src: &[T], n: usize, len: usize, acc: &mut [T]) {
-    let r = Reducer::<T>::new(op, n);
-    acc.copy_from_slice(&src[..len]);
-    r.start(acc);
-    for j in 1..n {
-        r.combine(acc, &src[j * len..(j + 1) * len]);
-    }
-    r.finish(acc);
 }
