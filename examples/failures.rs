@@ -3,7 +3,7 @@
 //! program returns the error; under `mpirun` the job ends (`MPI_Abort`) with a non-zero exit.
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
-//! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, p2p, slow.
+//! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, large, p2p, slow.
 //! (`slow` is correct: a long transfer that must not be taken for a hang.)
 
 use rankwise::prelude::*;
@@ -39,6 +39,21 @@ fn main() -> Result<()> {
                     ReduceOp::Sum
                 };
                 ctx.all_reduce(&mut t, op)?;
+            }
+            // Small on rank 0, large elsewhere: MPI runs the two by different algorithms.
+            "sizes" => {
+                let mut u = ctx.zeros::<f32>([if rank == 0 { 4 } else { 8192 }])?;
+                ctx.all_reduce(&mut u, ReduceOp::Sum)?;
+            }
+            // Large tensors, different operators.
+            "large" => {
+                let op = if rank == 0 {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Sum
+                };
+                let mut u = ctx.zeros::<f32>([8192])?;
+                ctx.all_reduce(&mut u, op)?;
             }
             "p2p" if world >= 2 && rank < 2 => {
                 if rank == 0 {

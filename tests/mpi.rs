@@ -199,7 +199,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 6] = [
+    let cases: [(&str, &[&str]); 8] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -217,6 +217,21 @@ fn failures_end_the_job_promptly_and_say_why() {
         (
             "mismatch",
             &["collective mismatch on group [0–3], step 1: rank 0 calls all_reduce(Max, f32[4])"],
+        ),
+        // Rank 0's small call runs as direct messages, the others' large one as a schedule.
+        (
+            "sizes",
+            &[
+                "collective mismatch on group [0–3], step 1: rank 0 calls all_reduce(Sum, f32[4])",
+                "rank 1 calls all_reduce(Sum, f32[8192])",
+            ],
+        ),
+        (
+            "large",
+            &[
+                "step 1: rank 0 calls all_reduce(Max, f32[8192])",
+                "rank 1 calls all_reduce(Sum, f32[8192])",
+            ],
         ),
         (
             "p2p",

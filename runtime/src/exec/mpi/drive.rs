@@ -41,6 +41,8 @@ const PACK_LEVELS: usize = 10;
 /// description and site in binary (so no text is formatted unless a mismatch is reported), and
 /// the prefix hashes of the proposed run.
 pub(super) const RECORD: usize = 8 + 8 + DESC + SITE + 8 * (PACK_LEVELS + 1);
+/// Where a record's prefix hashes start (the hash of the first `2^l` calls at `PREFIXES + 8l`).
+pub(super) const PREFIXES: usize = 16 + DESC + SITE;
 /// Binary description: kind, dtype, dim, rank count, op tag, padding; peer; op scalar; shape.
 const DESC: usize = 8 + 8 + 8 + 8 * MAX_DIMS;
 const MAX_DIMS: usize = 8;
@@ -175,7 +177,7 @@ pub(super) fn record(ops: &[Op], r: &mut [u8]) {
         h = mix(h, hj);
         let len = j + 1;
         if len.is_power_of_two() {
-            let at = 16 + DESC + SITE + 8 * len.trailing_zeros() as usize;
+            let at = PREFIXES + 8 * len.trailing_zeros() as usize;
             r[at..at + 8].copy_from_slice(&h.to_le_bytes());
         }
     }
@@ -206,7 +208,7 @@ impl<'a> Records<'a> {
     }
     /// The hash of member `j`'s first `m` calls (`m` a power of two it proposed at least).
     fn prefix(&self, j: usize, m: usize) -> u64 {
-        self.word(j, 16 + DESC + SITE + 8 * m.trailing_zeros() as usize)
+        self.word(j, PREFIXES + 8 * m.trailing_zeros() as usize)
     }
     /// Member `j`'s head call, as text, and its site.
     fn call(&self, j: usize) -> (String, String) {
@@ -218,7 +220,7 @@ impl<'a> Records<'a> {
 
 /// Checks that every member's records agree with member 0's (the head call, and the calls of
 /// the agreed run); returns the agreed run's length: the shortest proposal.
-fn compare(recs: &Records, members: &[usize], step: u64) -> Result<usize> {
+pub(super) fn compare(recs: &Records, members: &[usize], step: u64) -> Result<usize> {
     let n = members.len();
     let m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
     if let Some(j) = (1..n)
@@ -498,16 +500,11 @@ impl<'a> Driver<'a> {
         let group = self.chains[c].group;
         let (comm, members) = self.be.eager_of(group)?;
         let me = self.be.member_index(members)?;
+        let s = self.slots.len();
         // SAFETY: the ops' buffers are valid until `execute` returns, after every request
         // completes; the exchange lives in its slot as long.
-        let (ex, posted) = unsafe { Exchange::post(&self.ops[run.clone()], comm, members, me)? };
-        let s = self.slots.len();
-        let outstanding = posted.len();
-        reqs.extend(
-            posted
-                .into_iter()
-                .map(|(r, from)| (r, Owner::Eager(s, from))),
-        );
+        let (ex, outstanding) =
+            unsafe { Exchange::post(&self.ops[run.clone()], comm, members, me, s, reqs)? };
         self.slots.push(Slot {
             outstanding,
             ops: run,
@@ -554,15 +551,22 @@ impl<'a> Driver<'a> {
     /// results, and lets the chain go on.
     fn eager_agreed(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
         let (c, k) = (self.slots[s].chain, self.slots[s].ops.start);
-        let (_, members) = self.be.eager_of(self.chains[c].group)?;
+        let (comm, members) = self.be.eager_of(self.chains[c].group)?;
         let me = self.be.member_index(members)?;
         let slot = &mut self.slots[s];
         let Some(ex) = slot.eager.as_mut() else {
             return Err(Error::Internal("an exchange without its buffers".into()));
         };
-        let m = compare(&ex.records(), members, self.waits[k].seq)?;
         // SAFETY: every message has arrived; the ops' buffers are valid (see `start_eager`).
-        unsafe { ex.deliver(&self.ops[k..k + m], members, me)? };
+        let m = unsafe {
+            ex.deliver(
+                &self.ops[slot.ops.clone()],
+                comm,
+                members,
+                me,
+                self.waits[k].seq,
+            )?
+        };
         slot.ops = k..k + m;
         slot.negotiating = false;
         self.chains[c].next = k + m;

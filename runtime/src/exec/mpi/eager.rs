@@ -12,7 +12,8 @@
 //! Messages go over a communicator of their own per group (a duplicate made with the group's),
 //! so they never meet point-to-point traffic, whose receives take any tag.
 
-use super::drive::{RECORD, Records, record};
+use super::Owner;
+use super::drive::{MAX_PACK, PREFIXES, RECORD, Records, compare, record};
 use super::raw::{self, Comm, Received, Request};
 use super::steps::{Scratch, fold_parts};
 use crate::error::{Error, Result};
@@ -28,8 +29,24 @@ const MAX_MEMBERS: usize = 8;
 const SMALL: usize = 16 * 1024;
 /// The most payload bytes one message carries: a packed run stops before it would exceed it.
 const CAP: usize = 64 * 1024;
-/// Bytes of one member's region in the receive buffer: a record and a full payload.
-const REGION: usize = RECORD + CAP;
+/// Bytes of one member's region in the receive buffer: a header and a full payload.
+const REGION: usize = HEAD_MAX + CAP;
+
+/// The header of a message: the head call's hash, the proposal `p`, and the hashes of the
+/// first 1, 2, 4, …, `p` calls — the parts of the call record that agreement compares. The
+/// rest of the record (the calls as data, their sites) is sent only when headers disagree, to
+/// name the calls: shared memory moves a message of up to ~100 bytes markedly faster than one
+/// of 256.
+fn head_len(proposal: usize) -> usize {
+    16 + 8 * (proposal.trailing_zeros() as usize + 1)
+}
+const HEAD_MAX: usize = 16 + 8 * (MAX_PACK.trailing_zeros() as usize + 1);
+
+fn word(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
 
 fn pad8(bytes: usize) -> usize {
     bytes.div_ceil(8) * 8
@@ -62,7 +79,7 @@ pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize) -> usize {
     let mut bytes = 0;
     let run = ops[k..end]
         .iter()
-        .take(super::drive::MAX_PACK)
+        .take(MAX_PACK)
         .take_while(|o| {
             let b = bound(&o.desc);
             bytes += b;
@@ -85,64 +102,70 @@ pub(super) fn root_index(d: &OpDesc, members: &[usize]) -> Result<usize> {
 /// One exchange in flight: its buffers (which the posted messages use until they complete) and
 /// what has arrived.
 pub(super) struct Exchange {
-    /// Member `i`'s region (`REGION` bytes): its record, then its payload for this member.
+    /// Member `i`'s region (`REGION` bytes): its header, then its payload for this member.
     /// This member's own region is filled locally.
     recv: Scratch,
     /// This member's message to member `j` at `j · send_stride`.
     send: Scratch,
+    /// This member's full call record (sent only if the headers disagree).
+    record: [u8; RECORD],
     /// Bytes received from each member.
-    got: Vec<usize>,
+    got: [usize; MAX_MEMBERS],
     /// Receives still outstanding.
     pending: usize,
 }
 
 impl Exchange {
-    /// Writes this member's record and payloads for `run` and posts its messages: a receive
-    /// from, and a send to, every other member. Returns the requests, each with the member it
-    /// receives from (`None` for sends).
+    /// Writes this member's header and payloads for `run` (a power of two of calls) and posts
+    /// its messages: a receive from, and a send to, every other member, appended to `reqs` as
+    /// owned by slot `slot`. Returns the exchange and how many requests it posted.
     ///
     /// # Safety
     /// The ops' buffers must be valid for their descriptions until the exchange is delivered;
-    /// the returned requests must complete before the exchange is dropped.
+    /// the posted requests must complete before the exchange is dropped.
     pub(super) unsafe fn post(
         run: &[Op],
         comm: &Comm,
         members: &[usize],
         me: usize,
-    ) -> Result<(Self, Vec<(Request, Option<usize>)>)> {
+        slot: usize,
+        reqs: &mut Vec<(Request, Owner)>,
+    ) -> Result<(Self, usize)> {
         let n = members.len();
-        let stride = RECORD + run.iter().map(|o| bound(&o.desc)).sum::<usize>();
+        if n > MAX_MEMBERS {
+            return Err(Error::Internal(format!("an exchange among {n} members")));
+        }
+        let head = head_len(run.len());
+        let stride = head + run.iter().map(|o| bound(&o.desc)).sum::<usize>();
         let mut ex = Exchange {
             recv: Scratch::with_bytes(n * REGION)?,
             send: Scratch::with_bytes(n * stride)?,
-            got: vec![0; n],
+            record: [0; RECORD],
+            got: [0; MAX_MEMBERS],
             pending: n - 1,
         };
-        let roots = run
-            .iter()
-            .map(|o| root_index(&o.desc, members))
-            .collect::<Result<Vec<_>>>()?;
+        record(run, &mut ex.record);
+        let mut header = [0u8; HEAD_MAX];
+        header[..16].copy_from_slice(&ex.record[..16]);
+        header[16..head].copy_from_slice(&ex.record[PREFIXES..PREFIXES + head - 16]);
         let (recv, send) = (ex.recv.ptr(), ex.send.ptr());
-        // SAFETY: our region's first RECORD bytes are in bounds.
-        let mine = unsafe { recv.add(me * REGION) };
-        record(run, unsafe { std::slice::from_raw_parts_mut(mine, RECORD) });
-        let mut reqs = Vec::with_capacity(2 * (n - 1));
+        let u8s = raw::datatype(crate::DType::U8);
         for j in 0..n {
             // Our own message goes straight into our receive region.
-            let msg = if j == me {
-                mine
-            } else {
-                // SAFETY: region j of the send scratch is in bounds (n regions); the record
-                // is copied from our region, which does not overlap it.
-                unsafe {
-                    let msg = send.add(j * stride);
-                    std::ptr::copy_nonoverlapping(mine, msg, RECORD);
-                    msg
-                }
+            // SAFETY: region j of either scratch is in bounds (n regions each), and has room
+            // for the header.
+            let msg = unsafe {
+                let msg = if j == me {
+                    recv.add(me * REGION)
+                } else {
+                    send.add(j * stride)
+                };
+                std::ptr::copy_nonoverlapping(header.as_ptr(), msg, head);
+                msg
             };
-            let mut at = RECORD;
-            for (o, &root) in run.iter().zip(&roots) {
-                let len = seg(&o.desc, me, j, n, root);
+            let mut at = head;
+            for o in run {
+                let len = seg(&o.desc, me, j, n, root_index(&o.desc, members)?);
                 // SAFETY: the segment is at most `bound` bytes, which the stride (and for our
                 // own region, CAP ≥ the run's total) leaves room for; the op's buffers are
                 // valid for its description.
@@ -155,28 +178,26 @@ impl Exchange {
             }
             // Ranks of the group's communicator are member indices.
             let peer = raw::count(j)?;
-            let u8s = raw::datatype(crate::DType::U8);
-            // SAFETY: the send reads `at` bytes of region j, the receive writes at most REGION
-            // bytes of region j; both scratches live in the exchange until the requests
+            // SAFETY: the receive writes at most REGION bytes of region j, the send reads `at`
+            // bytes of its message; both scratches live in the exchange until the requests
             // complete (the caller's contract).
             unsafe {
-                reqs.push((
-                    raw::irecv(recv.add(j * REGION), raw::count(REGION)?, u8s, peer, comm)?,
-                    Some(j),
-                ));
-                reqs.push((raw::isend(msg, raw::count(at)?, u8s, peer, comm)?, None));
+                let r = raw::irecv(recv.add(j * REGION), raw::count(REGION)?, u8s, peer, comm)?;
+                reqs.push((r, Owner::Eager(slot, Some(j))));
+                let r = raw::isend(msg, raw::count(at)?, u8s, peer, comm)?;
+                reqs.push((r, Owner::Eager(slot, None)));
             }
         }
-        Ok((ex, reqs))
+        Ok((ex, 2 * (n - 1)))
     }
 
     /// Member `i`'s message arrived; returns whether every message has.
     pub(super) fn received(&mut self, i: usize, got: Received) -> Result<bool> {
         match got.count {
-            Some(c) if c >= RECORD => self.got[i] = c,
+            Some(c) if c >= head_len(1) => self.got[i] = c,
             _ => {
                 return Err(Error::Internal(format!(
-                    "a small-collective message from member {i} has {} bytes, not a record \
+                    "a small-collective message from member {i} has {} bytes, not a header \
                      and its data",
                     got.count.map_or("too many".to_string(), |c| c.to_string())
                 )));
@@ -186,31 +207,63 @@ impl Exchange {
         Ok(self.pending == 0)
     }
 
-    /// Every member's record (all have arrived).
-    pub(super) fn records(&self) -> Records<'_> {
-        Records::new(self.recv.bytes(), REGION)
+    /// Member `i`'s header: its region's first bytes.
+    fn header(&self, i: usize) -> &[u8] {
+        &self.recv.bytes()[i * REGION..i * REGION + self.got[i].min(HEAD_MAX)]
     }
 
-    /// Computes this member's results of `run` (the agreed first ops of the exchange) from the
-    /// messages.
+    /// Member `i`'s proposal, if its header is well formed.
+    fn proposal(&self, i: usize) -> Option<usize> {
+        let h = self.header(i);
+        let p = usize::try_from(word(h, 8)).ok()?;
+        (p.is_power_of_two() && p <= MAX_PACK && head_len(p) <= h.len()).then_some(p)
+    }
+
+    /// Checks the headers (every message has arrived): returns the agreed run's length (the
+    /// shortest proposal), or `None` when the members called different collectives.
+    fn agreed(&self, n: usize) -> Result<Option<usize>> {
+        let mut m = MAX_PACK;
+        for i in 0..n {
+            m = m.min(self.proposal(i).ok_or_else(|| {
+                Error::Internal(format!(
+                    "a malformed small-collective header from member {i}"
+                ))
+            })?);
+        }
+        let at = 16 + 8 * m.trailing_zeros() as usize;
+        let key = |i: usize| (word(self.header(i), 0), word(self.header(i), at));
+        Ok((1..n).all(|i| key(i) == key(0)).then_some(m))
+    }
+
+    /// Checks the headers (every message has arrived) and computes this member's results of
+    /// the agreed run: the first `m` ops of `run`, `m` returned. Members that called different
+    /// collectives exchange their full records to name them, and the result is the mismatch.
     ///
     /// # Safety
     /// Every message has arrived, and the ops' buffers are valid for their descriptions.
     pub(super) unsafe fn deliver(
         &mut self,
         run: &[Op],
+        comm: &Comm,
         members: &[usize],
         me: usize,
-    ) -> Result<()> {
+        step: u64,
+    ) -> Result<usize> {
         let n = members.len();
-        if n > MAX_MEMBERS {
-            return Err(Error::Internal(format!("an exchange among {n} members")));
+        let Some(m) = self.agreed(n)? else {
+            let records = self.full_records(comm, n, me)?;
+            compare(&Records::new(records.bytes(), RECORD), members, step)?;
+            return Err(Error::Internal(
+                "members' call headers differ but their records agree".into(),
+            ));
+        };
+        let mut at = [0usize; MAX_MEMBERS];
+        for (i, a) in at.iter_mut().enumerate().take(n) {
+            *a = head_len(self.proposal(i).unwrap_or(1));
         }
-        // n ≤ MAX_MEMBERS (see `proposal`): fixed arrays, no allocation per call.
-        let mut at = [RECORD; MAX_MEMBERS];
         let mut parts = [std::ptr::null::<u8>(); MAX_MEMBERS];
         let base = self.recv.ptr();
-        for o in run {
+        for o in run.iter().take(m) {
             let d = &o.desc;
             let es = d.dtype.size();
             let root = root_index(d, members)?;
@@ -230,7 +283,43 @@ impl Exchange {
             // SAFETY: the parts hold what `seg` says for this op; the op's buffers are valid.
             unsafe { read_segs(o, &parts[..n], me, n, root) };
         }
-        Ok(())
+        Ok(m)
+    }
+
+    /// Every member's full record, exchanged (only when headers disagree, so every member
+    /// comes here alike): n records in member order.
+    fn full_records(&self, comm: &Comm, n: usize, me: usize) -> Result<Scratch> {
+        let mut all = Scratch::with_bytes(n * RECORD)?;
+        let base = all.ptr();
+        let u8s = raw::datatype(crate::DType::U8);
+        let mut reqs = Vec::with_capacity(2 * n);
+        let mut exchange = || -> Result<()> {
+            // SAFETY: region `me` of `all` is in bounds; every other region receives at most
+            // RECORD bytes; `all` and `self.record` outlive the requests (waited for below,
+            // and on error `all` is leaked while the caller ends the job).
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.record.as_ptr(), base.add(me * RECORD), RECORD);
+                for j in (0..n).filter(|&j| j != me) {
+                    let peer = raw::count(j)?;
+                    let count = raw::count(RECORD)?;
+                    reqs.push(raw::irecv(base.add(j * RECORD), count, u8s, peer, comm)?);
+                    reqs.push(raw::isend(self.record.as_ptr(), count, u8s, peer, comm)?);
+                }
+            }
+            let mut waiter = raw::Waiter::default();
+            let mut left = reqs.len();
+            while left > 0 {
+                left -= waiter.wait_some(&mut reqs, |_| u8s)?.len();
+            }
+            Ok(())
+        };
+        match exchange() {
+            Ok(()) => Ok(all),
+            Err(e) => {
+                std::mem::forget(all);
+                Err(e)
+            }
+        }
     }
 }
 

@@ -82,6 +82,18 @@ pub(super) struct MpiBackend {
     issued_steps: HashMap<Arc<GroupKey>, u64>,
     /// Whether members exchange call records before each collective (`RANKWISE_MPI_CHECK`).
     check: bool,
+    /// The wait loop's arrays, reused.
+    lists: Lists,
+}
+
+/// The wait loop's arrays (empty between batches).
+#[derive(Default)]
+struct Lists {
+    reqs: Vec<Request>,
+    owners: Vec<Owner>,
+    done: Vec<(Owner, raw::Received)>,
+    waiter: raw::Waiter,
+    new: Vec<(Request, Owner)>,
 }
 
 /// What a request in the wait loop belongs to.
@@ -153,6 +165,7 @@ impl MpiBackend {
             issued_recvs: HashMap::new(),
             issued_steps: HashMap::new(),
             check: check_enabled(),
+            lists: Lists::default(),
         })
     }
 
@@ -315,8 +328,17 @@ impl MpiBackend {
         waits: &[Waiting],
         pending: &mut usize,
     ) -> Result<()> {
-        let mut reqs: Vec<Request> = Vec::new();
-        let mut owners: Vec<Owner> = Vec::new();
+        // The wait loop's arrays, kept across batches (a small call would otherwise allocate
+        // them every time); taken here, and put back only when the batch succeeds.
+        let Lists {
+            mut reqs,
+            mut owners,
+            mut done,
+            mut waiter,
+            mut new,
+        } = std::mem::take(&mut self.lists);
+        reqs.clear();
+        owners.clear();
         for (t, range) in plan {
             for i in range.clone() {
                 let op = &ops[i];
@@ -358,50 +380,65 @@ impl MpiBackend {
             _ => None,
         });
         let mut driver = drive::Driver::new(self, ops, waits, chains);
-        let mut new: Vec<(Request, Owner)> = Vec::new();
-        driver.start(&mut new)?;
-        let mut waiter = raw::Waiter::default();
-        let mut done: Vec<(Owner, raw::Received)> = Vec::new();
-        loop {
-            for (r, o) in new.drain(..) {
-                reqs.push(r);
-                owners.push(o);
-                *pending += 1;
-            }
-            if *pending == 0 {
-                break;
-            }
-            let finished = waiter.wait_some(&mut reqs, |i| match owners[i] {
-                Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
-                _ => raw::datatype(DType::U8),
-            })?;
-            done.clear();
-            done.extend(finished.iter().map(|&(i, got)| (owners[i], got)));
-            // Only live requests stay in the arrays MPI scans (a batch of thousands of calls
-            // would otherwise make every wait scan every finished one).
-            let mut i = 0;
-            while i < reqs.len() {
-                if raw::is_null(reqs[i]) {
-                    reqs.swap_remove(i);
-                    owners.swap_remove(i);
-                } else {
-                    i += 1;
+        new.clear();
+        let mut drive = || -> Result<()> {
+            driver.start(&mut new)?;
+            loop {
+                for (r, o) in new.drain(..) {
+                    reqs.push(r);
+                    owners.push(o);
+                    *pending += 1;
                 }
-            }
-            for &(owner, got) in &done {
-                *pending -= 1;
-                match owner {
-                    Owner::Send(k) => self.completed(k, &waits[k]),
-                    Owner::Recv(k) => {
-                        self.check_recv(&ops[k], got)?;
-                        self.completed(k, &waits[k]);
+                if *pending == 0 {
+                    break;
+                }
+                let finished = waiter.wait_some(&mut reqs, |i| match owners[i] {
+                    Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
+                    _ => raw::datatype(DType::U8),
+                })?;
+                done.clear();
+                done.extend(finished.iter().map(|&(i, got)| (owners[i], got)));
+                // Only live requests stay in the arrays MPI scans (a batch of thousands of calls
+                // would otherwise make every wait scan every finished one).
+                let mut i = 0;
+                while i < reqs.len() {
+                    if raw::is_null(reqs[i]) {
+                        reqs.swap_remove(i);
+                        owners.swap_remove(i);
+                    } else {
+                        i += 1;
                     }
-                    Owner::Check(s) => driver.done(s, true, &mut new)?,
-                    Owner::Task(s) => driver.done(s, false, &mut new)?,
-                    Owner::Eager(s, from) => driver.eager_done(s, from, got, &mut new)?,
+                }
+                for &(owner, got) in &done {
+                    *pending -= 1;
+                    match owner {
+                        Owner::Send(k) => self.completed(k, &waits[k]),
+                        Owner::Recv(k) => {
+                            self.check_recv(&ops[k], got)?;
+                            self.completed(k, &waits[k]);
+                        }
+                        Owner::Check(s) => driver.done(s, true, &mut new)?,
+                        Owner::Task(s) => driver.done(s, false, &mut new)?,
+                        Owner::Eager(s, from) => driver.eager_done(s, from, got, &mut new)?,
+                    }
                 }
             }
+            Ok(())
+        };
+        if let Err(e) = drive() {
+            // Requests may still be posted into the driver's scratch memory, and the caller
+            // ends the job rather than wait for them: the memory must outlive them.
+            std::mem::forget(driver);
+            return Err(e);
         }
+        drop(driver);
+        self.lists = Lists {
+            reqs,
+            owners,
+            done,
+            waiter,
+            new,
+        };
         Ok(())
     }
 
