@@ -1,5 +1,7 @@
 //! Driving a batch's collectives to completion: one chain per communicator (its collectives in
-//! order), the agreement check before each, and packing.
+//! order), the agreement check before each, and packing. Small collectives run as one exchange
+//! of direct messages (see `eager`), which carries the same record hashes; what follows is the
+//! path of the others.
 //!
 //! **Agreement.** Before a collective's data moves, the members exchange a *call record* (a
 //! hash and the text of the call's description, its site) in one `MPI_Iallgather` posted ahead
@@ -7,7 +9,8 @@
 //! collective mismatch, reported before any local work; mismatched calls can then neither
 //! return wrong data nor go unexplained. The exchange overlaps the call (both are posted
 //! together), so it costs bandwidth, not a round trip. `RANKWISE_MPI_CHECK=0` turns it off
-//! (and packing with it): for programs already checked, when every microsecond counts.
+//! (and packing with it) for large collectives: for programs already checked, when every
+//! microsecond counts.
 //!
 //! **Packing.** A run of same-kind collectives at the head of a chain (all_reduces, reduces or
 //! broadcasts with one reduce op, root and dtype, in one batch) is packed into one buffer and one

@@ -401,3 +401,79 @@ unsafe fn place(o: &Op, parts: &[*const u8], n: usize) {
         unsafe { copy_rows(o.output.ptr.add(i * width), pitch, p, width, outer, width) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Buf;
+    use crate::model::{CallSite, GroupId, Shape};
+    use crate::{DType, ReduceOp};
+
+    fn op(kind: OpKind, numel: usize) -> Op {
+        Op {
+            desc: OpDesc {
+                kind,
+                group: GroupId::WORLD,
+                peer: None,
+                op: Some(ReduceOp::Sum),
+                dtype: DType::F32,
+                shape: Shape::from_slice(&[numel]),
+                dim: 0,
+                site: CallSite::caller(),
+            },
+            input: Buf::NONE,
+            output: Buf::NONE,
+        }
+    }
+
+    #[test]
+    fn proposals_are_powers_of_two_within_the_payload_cap() {
+        // 1 KiB each: 64 fit in 64 KiB; the run of 100 is cut to 64.
+        let kib: Vec<Op> = (0..100).map(|_| op(OpKind::AllReduce, 256)).collect();
+        assert_eq!(proposal(&kib, 0, 100, 2), 64);
+        // 3 left: the largest power of two within them.
+        assert_eq!(proposal(&kib, 97, 100, 2), 2);
+        // Too many members, or a large head: the schedule path.
+        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1), 0);
+        let mut mixed = vec![op(OpKind::AllGather, 4)];
+        mixed.push(op(OpKind::AllReduce, SMALL / 4 + 1));
+        assert_eq!(proposal(&mixed, 1, 2, 4), 0);
+        // A small head packs until the first large call.
+        assert_eq!(proposal(&mixed, 0, 2, 4), 1);
+        // Mixed kinds pack together; barriers carry no data.
+        let kinds = [
+            OpKind::Barrier,
+            OpKind::Broadcast,
+            OpKind::AllToAll,
+            OpKind::Gather,
+        ];
+        let mixed: Vec<Op> = kinds.iter().map(|&k| op(k, 8)).collect();
+        assert_eq!(proposal(&mixed, 0, 4, 4), 4);
+    }
+
+    #[test]
+    fn segments_follow_each_collective_s_data_movement() {
+        let (n, root) = (4, 2);
+        let d = |k| op(k, 8).desc;
+        // Everyone sends everyone the whole tensor.
+        assert_eq!(seg(&d(OpKind::AllReduce), 0, 3, n, root), 8);
+        assert_eq!(seg(&d(OpKind::AllGather), 1, 0, n, root), 8);
+        // Only to the root.
+        assert_eq!(seg(&d(OpKind::Reduce), 0, root, n, root), 8);
+        assert_eq!(seg(&d(OpKind::Gather), 0, 1, n, root), 0);
+        // Only from the root.
+        assert_eq!(seg(&d(OpKind::Broadcast), root, 0, n, root), 8);
+        assert_eq!(seg(&d(OpKind::Scatter), 1, 0, n, root), 0);
+        // A member's block each.
+        assert_eq!(seg(&d(OpKind::AllToAll), 0, 1, n, root), 2);
+        assert_eq!(seg(&d(OpKind::ReduceScatter), 3, 3, n, root), 2);
+        assert_eq!(seg(&d(OpKind::Barrier), 0, 1, n, root), 0);
+    }
+
+    #[test]
+    fn headers_hold_one_hash_per_power_of_two() {
+        assert_eq!(head_len(1), 24);
+        assert_eq!(head_len(64), 16 + 8 * 7);
+        assert_eq!(head_len(MAX_PACK), HEAD_MAX);
+    }
+}
