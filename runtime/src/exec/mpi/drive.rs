@@ -506,8 +506,11 @@ impl<'a> Driver<'a> {
         let s = self.slots.len();
         // SAFETY: the ops' buffers are valid until `execute` returns, after every request
         // completes; the exchange lives in its slot as long.
-        let (ex, outstanding) =
-            unsafe { Exchange::post(&self.ops[run.clone()], comm, members, me, s, reqs)? };
+        let (ex, outstanding) = unsafe {
+            Exchange::post(&self.ops[run.clone()], comm, members, me, |r, from| {
+                reqs.push((r, Owner::Eager(s, from)))
+            })?
+        };
         self.slots.push(Slot {
             outstanding,
             ops: run,
@@ -648,7 +651,7 @@ impl<'a> Driver<'a> {
             }
         }
         for k in slot.ops.clone() {
-            self.be.completed(k, &self.waits[k]);
+            self.be.completed(k, &self.waits[k], self.ops[k].desc.group);
         }
         let c = slot.chain;
         let chain = &mut self.chains[c];

@@ -12,7 +12,6 @@
 //! Messages go over a communicator of their own per group (a duplicate made with the group's),
 //! so they never meet point-to-point traffic, whose receives take any tag.
 
-use super::Owner;
 use super::drive::{MAX_PACK, PREFIXES, RECORD, Records, compare, record};
 use super::raw::{self, Comm, Received, Request};
 use super::steps::{Scratch, fold_parts};
@@ -117,8 +116,9 @@ pub(super) struct Exchange {
 
 impl Exchange {
     /// Writes this member's header and payloads for `run` (a power of two of calls) and posts
-    /// its messages: a receive from, and a send to, every other member, appended to `reqs` as
-    /// owned by slot `slot`. Returns the exchange and how many requests it posted.
+    /// its messages: a receive from, and a send to, every other member, each handed to `push`
+    /// with the member it receives from (`None` for sends). Returns the exchange and how many
+    /// requests it posted.
     ///
     /// # Safety
     /// The ops' buffers must be valid for their descriptions until the exchange is delivered;
@@ -128,8 +128,7 @@ impl Exchange {
         comm: &Comm,
         members: &[usize],
         me: usize,
-        slot: usize,
-        reqs: &mut Vec<(Request, Owner)>,
+        mut push: impl FnMut(Request, Option<usize>),
     ) -> Result<(Self, usize)> {
         let n = members.len();
         if n > MAX_MEMBERS {
@@ -183,9 +182,9 @@ impl Exchange {
             // complete (the caller's contract).
             unsafe {
                 let r = raw::irecv(recv.add(j * REGION), raw::count(REGION)?, u8s, peer, comm)?;
-                reqs.push((r, Owner::Eager(slot, Some(j))));
+                push(r, Some(j));
                 let r = raw::isend(msg, raw::count(at)?, u8s, peer, comm)?;
-                reqs.push((r, Owner::Eager(slot, None)));
+                push(r, None);
             }
         }
         Ok((ex, 2 * (n - 1)))

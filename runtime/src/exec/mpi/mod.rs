@@ -79,7 +79,8 @@ pub(super) struct MpiBackend {
     /// so far: the sequence numbers of the next ones.
     issued_sends: HashMap<usize, u64>,
     issued_recvs: HashMap<usize, u64>,
-    issued_steps: HashMap<Arc<GroupKey>, u64>,
+    /// By group index.
+    issued_steps: Vec<u64>,
     /// Whether members exchange call records before each collective (`RANKWISE_MPI_CHECK`).
     check: bool,
     /// The wait loop's arrays, reused.
@@ -163,7 +164,7 @@ impl MpiBackend {
             board,
             issued_sends: HashMap::new(),
             issued_recvs: HashMap::new(),
-            issued_steps: HashMap::new(),
+            issued_steps: Vec::new(),
             check: check_enabled(),
             lists: Lists::default(),
         })
@@ -182,12 +183,17 @@ impl MpiBackend {
                 (Some(p), None, next_seq(&mut self.issued_recvs, p))
             }
             _ => {
+                let g = d.group.0 as usize;
                 let key = self
                     .groups
-                    .get(d.group.0 as usize)
+                    .get(g)
                     .map(|e| e.key.clone())
                     .unwrap_or_default();
-                let seq = next_seq(&mut self.issued_steps, Arc::clone(&key));
+                if self.issued_steps.len() <= g {
+                    self.issued_steps.resize(g + 1, 0);
+                }
+                let seq = self.issued_steps[g];
+                self.issued_steps[g] += 1;
                 (None, Some(key), seq)
             }
         };
@@ -200,8 +206,9 @@ impl MpiBackend {
         }
     }
 
-    /// Records on the board that op `k` of the batch (waiting for `w`) completed.
-    fn completed(&self, k: usize, w: &Waiting) {
+    /// Records on the board that op `k` of the batch (waiting for `w`, on group `g` if a
+    /// collective) completed.
+    fn completed(&self, k: usize, w: &Waiting, g: GroupId) {
         self.board.update(|s| {
             if let Some(d) = s.done.get_mut(k) {
                 *d = true;
@@ -209,11 +216,17 @@ impl MpiBackend {
             match (w.kind, w.peer, &w.group) {
                 (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
                 (OpKind::Recv, Some(p), _) => _ = next_seq(&mut s.received, p),
-                // Counted in place: the key is cloned only the first time.
-                (_, _, Some(g)) => match s.steps.get_mut(&**g) {
-                    Some(c) => *c += 1,
-                    None => _ = s.steps.insert(GroupKey::clone(g), 1),
-                },
+                (_, _, Some(key)) => {
+                    let i = g.0 as usize;
+                    if s.group_steps.len() <= i {
+                        s.group_steps.resize(i + 1, (Arc::default(), 0));
+                    }
+                    let e = &mut s.group_steps[i];
+                    if e.1 == 0 {
+                        e.0 = Arc::clone(key);
+                    }
+                    e.1 += 1;
+                }
                 _ => {}
             }
         });
@@ -304,20 +317,81 @@ impl MpiBackend {
 
     /// Runs the batch; on error, tells how much is still posted.
     fn run_batch(&mut self, ops: &mut [Op], pending: &mut usize) -> Result<()> {
-        let plan = crate::plan::plan(ops);
-        let waits: Vec<Waiting> = ops.iter().map(|o| self.waiting(o)).collect();
+        let waits: Arc<[Waiting]> = ops.iter().map(|o| self.waiting(o)).collect();
         self.board.update(|s| {
             s.phase = Phase::Blocked;
-            s.waiting = waits.clone();
-            s.done = vec![false; waits.len()];
+            s.waiting = Arc::clone(&waits);
+            s.done.clear();
+            s.done.resize(waits.len(), false);
         });
-        let result = self.post_and_wait(ops, &plan, &waits, pending);
+        let result = if self.single_small(ops) {
+            self.run_small(&ops[0], &waits[0], pending)
+        } else {
+            let plan = crate::plan::plan(ops);
+            self.post_and_wait(ops, &plan, &waits, pending)
+        };
         self.board.update(|s| {
             s.phase = Phase::Running;
-            s.waiting.clear();
+            s.waiting = Arc::default();
             s.done.clear();
         });
         result
+    }
+
+    /// Whether the batch is one small collective on a communicator that exists: the common
+    /// case of a single blocking call, which [`Self::run_small`] runs without the machinery of
+    /// batches (the same messages as `drive` would send, so members may take either path).
+    fn single_small(&self, ops: &[Op]) -> bool {
+        let [op] = ops else { return false };
+        if matches!(op.desc.kind, OpKind::Send | OpKind::Recv) {
+            return false;
+        }
+        self.eager_of(op.desc.group)
+            .is_ok_and(|(_, members)| eager::proposal(ops, 0, 1, members.len()) == 1)
+    }
+
+    /// Runs one small collective as one exchange (see `eager`).
+    fn run_small(&mut self, op: &Op, w: &Waiting, pending: &mut usize) -> Result<()> {
+        let mut waiter = std::mem::take(&mut self.lists.waiter);
+        let mut reqs = std::mem::take(&mut self.lists.reqs);
+        let mut from = std::mem::take(&mut self.lists.owners);
+        reqs.clear();
+        from.clear();
+        let (comm, members) = self.eager_of(op.desc.group)?;
+        let me = self.member_index(members)?;
+        // SAFETY: the op's buffers are valid until `execute` returns, which is after every
+        // request completes (or never: a failure after posting ends the job, and the exchange
+        // is leaked so that its memory outlives the requests).
+        // (Counted as posted at once: if posting fails halfway, the job must end.)
+        let (mut ex, _) = unsafe {
+            eager::Exchange::post(std::slice::from_ref(op), comm, members, me, |r, j| {
+                reqs.push(r);
+                from.push(Owner::Eager(0, j));
+                *pending += 1;
+            })?
+        };
+        let mut run = || -> Result<()> {
+            while *pending > 0 {
+                for &(i, got) in waiter.wait_some(&mut reqs, |_| raw::datatype(DType::U8))? {
+                    *pending -= 1;
+                    if let Owner::Eager(_, Some(j)) = from[i] {
+                        ex.received(j, got)?;
+                    }
+                }
+            }
+            // SAFETY: every message has arrived; the op's buffers are valid.
+            unsafe { ex.deliver(std::slice::from_ref(op), comm, members, me, w.seq)? };
+            Ok(())
+        };
+        if let Err(e) = run() {
+            std::mem::forget(ex);
+            return Err(e);
+        }
+        self.completed(0, w, op.desc.group);
+        self.lists.waiter = waiter;
+        self.lists.reqs = reqs;
+        self.lists.owners = from;
+        Ok(())
     }
 
     /// Posts the batch and drives it to completion (see the module docs).
@@ -412,10 +486,10 @@ impl MpiBackend {
                 for &(owner, got) in &done {
                     *pending -= 1;
                     match owner {
-                        Owner::Send(k) => self.completed(k, &waits[k]),
+                        Owner::Send(k) => self.completed(k, &waits[k], GroupId::WORLD),
                         Owner::Recv(k) => {
                             self.check_recv(&ops[k], got)?;
-                            self.completed(k, &waits[k]);
+                            self.completed(k, &waits[k], GroupId::WORLD);
                         }
                         Owner::Check(s) => driver.done(s, true, &mut new)?,
                         Owner::Task(s) => driver.done(s, false, &mut new)?,
@@ -427,7 +501,9 @@ impl MpiBackend {
         };
         if let Err(e) = drive() {
             // Requests may still be posted into the driver's scratch memory, and the caller
-            // ends the job rather than wait for them: the memory must outlive them.
+            // ends the job rather than wait for them: the memory must outlive them. (Requests
+            // posted but not yet in the wait arrays count too.)
+            *pending += new.len();
             std::mem::forget(driver);
             return Err(e);
         }

@@ -108,7 +108,8 @@ pub(super) struct Snapshot {
     pub(super) phase: Phase,
     /// Bumped on every change, so that "nothing moved" can be seen.
     pub(super) version: u64,
-    pub(super) waiting: Vec<Waiting>,
+    /// Shared with the backend that published it (no copy per call).
+    pub(super) waiting: Arc<[Waiting]>,
     /// This rank's own board only: which of `waiting` have completed (set by index, so a batch
     /// of thousands of calls completes in linear time); completed ones are not sent.
     pub(super) done: Vec<bool>,
@@ -116,6 +117,9 @@ pub(super) struct Snapshot {
     pub(super) sent: HashMap<usize, u64>,
     pub(super) received: HashMap<usize, u64>,
     pub(super) steps: HashMap<GroupKey, u64>,
+    /// This rank's own board only: steps per communicator by the backend's group index (a
+    /// counter bumped per collective without hashing the key; sent as `steps`).
+    pub(super) group_steps: Vec<(Arc<GroupKey>, u64)>,
 }
 
 /// The rank's side: where it publishes its state.
@@ -154,6 +158,9 @@ fn encode(s: &Snapshot) -> Vec<u8> {
     for (g, n) in &s.steps {
         out += &format!("g\t{}\t{n}\n", key(g));
     }
+    for (g, n) in s.group_steps.iter().filter(|(_, n)| *n > 0) {
+        out += &format!("g\t{}\t{n}\n", key(g));
+    }
     for (_, w) in s
         .waiting
         .iter()
@@ -187,6 +194,7 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
         Some((members, o.parse().ok()?))
     };
     let mut s = Snapshot::default();
+    let mut waiting = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split('\t').collect();
         match f.as_slice() {
@@ -207,7 +215,7 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
             ["g", g, n] => {
                 s.steps.insert(key(g)?, n.parse().ok()?);
             }
-            ["w", kind, peer, group, seq, what, site] => s.waiting.push(Waiting {
+            ["w", kind, peer, group, seq, what, site] => waiting.push(Waiting {
                 kind: OpKind::from_name(kind)?,
                 peer: peer.parse().ok(),
                 group: key(group).map(Arc::new),
@@ -220,6 +228,7 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
             _ => return None,
         }
     }
+    s.waiting = waiting.into();
     Some(s)
 }
 
@@ -312,7 +321,7 @@ pub(super) fn judge(all: &[Snapshot]) -> Option<Error> {
     }
     // Nothing can move. A rank waiting for one that returned: that rank skipped the call.
     for &r in &unfinished {
-        for w in &all[r].waiting {
+        for w in all[r].waiting.iter() {
             if let Some(&peer) = waited_for(all, r, w)
                 .iter()
                 .find(|&&p| all.get(p).is_some_and(|s| s.phase == Phase::Finished))
@@ -417,7 +426,7 @@ mod tests {
     fn blocked(waiting: Vec<Waiting>) -> Snapshot {
         Snapshot {
             phase: Phase::Blocked,
-            waiting,
+            waiting: waiting.into(),
             ..Snapshot::default()
         }
     }
