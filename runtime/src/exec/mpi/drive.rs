@@ -650,9 +650,14 @@ impl<'a> Driver<'a> {
                 p.unpack(&self.ops[slot.ops.clone()]);
             }
         }
-        for k in slot.ops.clone() {
-            self.be.completed(k, &self.waits[k], self.ops[k].desc.group);
-        }
+        // Every request of the slot has completed: its memory goes back to the scratch pool
+        // now, not at the end of the batch (a long batch would otherwise allocate afresh).
+        slot.packed = None;
+        slot.eager = None;
+        slot.task = Task::new();
+        slot.records = Scratch::default();
+        self.be
+            .completed_all(slot.ops.clone(), self.waits, self.ops);
         let c = slot.chain;
         let chain = &mut self.chains[c];
         chain.inflight -= 1;

@@ -130,6 +130,29 @@ fn next_seq<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u64>, k: K) -> u64 {
     *e - 1
 }
 
+/// Marks op `k` (waiting for `w`, on group `g` if a collective) done on a board, and counts it.
+fn count_done(s: &mut monitor::Snapshot, k: usize, w: &Waiting, g: GroupId) {
+    if let Some(d) = s.done.get_mut(k) {
+        *d = true;
+    }
+    match (w.kind, w.peer, &w.group) {
+        (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
+        (OpKind::Recv, Some(p), _) => _ = next_seq(&mut s.received, p),
+        (_, _, Some(key)) => {
+            let i = g.0 as usize;
+            if s.group_steps.len() <= i {
+                s.group_steps.resize(i + 1, (Arc::default(), 0));
+            }
+            let e = &mut s.group_steps[i];
+            if e.1 == 0 {
+                e.0 = Arc::clone(key);
+            }
+            e.1 += 1;
+        }
+        _ => {}
+    }
+}
+
 /// The tag that carries a sender's dtype.
 fn tag_of(dtype: DType) -> c_int {
     1 + DType::ALL.iter().position(|d| *d == dtype).unwrap_or(0) as c_int
@@ -209,25 +232,14 @@ impl MpiBackend {
     /// Records on the board that op `k` of the batch (waiting for `w`, on group `g` if a
     /// collective) completed.
     fn completed(&self, k: usize, w: &Waiting, g: GroupId) {
+        self.board.update(|s| count_done(s, k, w, g));
+    }
+
+    /// [`Self::completed`] for the ops `ks` at once (one lock for a packed run).
+    fn completed_all(&self, ks: std::ops::Range<usize>, waits: &[Waiting], ops: &[Op]) {
         self.board.update(|s| {
-            if let Some(d) = s.done.get_mut(k) {
-                *d = true;
-            }
-            match (w.kind, w.peer, &w.group) {
-                (OpKind::Send, Some(p), _) => _ = next_seq(&mut s.sent, p),
-                (OpKind::Recv, Some(p), _) => _ = next_seq(&mut s.received, p),
-                (_, _, Some(key)) => {
-                    let i = g.0 as usize;
-                    if s.group_steps.len() <= i {
-                        s.group_steps.resize(i + 1, (Arc::default(), 0));
-                    }
-                    let e = &mut s.group_steps[i];
-                    if e.1 == 0 {
-                        e.0 = Arc::clone(key);
-                    }
-                    e.1 += 1;
-                }
-                _ => {}
+            for k in ks {
+                count_done(s, k, &waits[k], ops[k].desc.group);
             }
         });
     }
