@@ -3,8 +3,8 @@
 //! program returns the error; under `mpirun` the job ends (`MPI_Abort`) with a non-zero exit.
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
-//! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, large, p2p, slow.
-//! (`slow` is correct: a long transfer that must not be taken for a hang.)
+//! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, rooted,
+//! large, p2p, slow. (`slow` is correct: a long transfer that must not be taken for a hang.)
 
 use rankwise::prelude::*;
 
@@ -44,6 +44,11 @@ fn main() -> Result<()> {
             "sizes" => {
                 let mut u = ctx.zeros::<f32>([if rank == 0 { 4 } else { 8192 }])?;
                 ctx.all_reduce(&mut u, ReduceOp::Sum)?;
+            }
+            // A broadcast whose root sends a longer tensor than the others expect.
+            "rooted" => {
+                let mut u = ctx.zeros::<f32>([if rank == 0 { 4 } else { 3 }])?;
+                ctx.broadcast(&mut u, 0)?;
             }
             // Large tensors, different operators.
             "large" => {

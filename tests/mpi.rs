@@ -43,11 +43,24 @@ struct Run {
     took: Duration,
 }
 
-/// Runs `name args…` as `np` MPI processes, with `mca` settings, collecting each rank's output
+/// MCA settings and environment variables of one `mpirun`.
+#[derive(Clone, Copy, Default)]
+struct Opts<'a> {
+    mca: &'a [(&'a str, &'a str)],
+    env: &'a [(&'a str, &'a str)],
+}
+
+const PLAIN: Opts = Opts { mca: &[], env: &[] };
+
+/// Runs `name args…` as `np` MPI processes, with `opts`, collecting each rank's output
 /// separately (`--output-filename`: ranks' lines are not interleaved).
-fn mpirun(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str]) -> Run {
+fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
+    let mca = opts.mca;
+    // A directory per run: tests run in parallel, some with the same program and size.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "rankwise-mpi-{}-{name}-{np}-{}",
+        "rankwise-mpi-{}-{run}-{name}-{np}-{}",
         std::process::id(),
         args.join("-")
     ));
@@ -62,6 +75,8 @@ fn mpirun(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str]) -> Run {
     for (k, v) in mca {
         cmd.args(["--mca", k, v]);
     }
+    // Processes on this host inherit mpirun's environment.
+    cmd.envs(opts.env.iter().copied());
     // `RANKWISE_TEST_MCA="btl self,tcp"` runs the whole suite over another transport (CI runs
     // it once over TCP, the transport several hosts use).
     if let Ok(extra) = std::env::var("RANKWISE_TEST_MCA") {
@@ -129,8 +144,8 @@ fn sorted_lines(text: &str) -> Vec<String> {
 }
 
 /// Every line the MPI ranks printed, against the threads engine's lines for the same world.
-fn same_as_threads(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str], exact: bool) {
-    let run = mpirun(np, mca, name, args);
+fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool) {
+    let run = mpirun(np, opts, name, args);
     assert!(run.ok, "{name} -np {np} failed:\n{}", run.err);
     assert_eq!(
         run.out.len(),
@@ -160,28 +175,44 @@ fn same_as_threads(np: usize, mca: &[(&str, &str)], name: &str, args: &[&str], e
 #[test]
 fn every_operation_gives_the_threads_engines_bits() {
     for np in [1, 2, 3, 4] {
-        same_as_threads(np, &[], "every_op", &[], true);
+        same_as_threads(np, PLAIN, "every_op", &[], true);
+    }
+}
+
+#[test]
+fn every_operation_without_the_check() {
+    // Small rooted collectives go one way then (see `eager::one_way`).
+    let unchecked = Opts {
+        env: &[("RANKWISE_MPI_CHECK", "0")],
+        ..PLAIN
+    };
+    for np in [2, 4] {
+        same_as_threads(np, unchecked, "every_op", &[], true);
     }
 }
 
 #[test]
 fn every_operation_over_tcp() {
     // The transport several hosts would use, instead of shared memory.
-    same_as_threads(4, &[("btl", "self,tcp")], "every_op", &[], true);
+    let tcp = Opts {
+        mca: &[("btl", "self,tcp")],
+        ..PLAIN
+    };
+    same_as_threads(4, tcp, "every_op", &[], true);
 }
 
 #[test]
 fn examples_print_what_they_print_on_threads() {
-    same_as_threads(4, &[], "quickstart", &[], true);
+    same_as_threads(4, PLAIN, "quickstart", &[], true);
     for np in [3, 4] {
-        same_as_threads(np, &[], "ring_allreduce", &[], false);
-        same_as_threads(np, &[], "failures", &["slow"], true);
+        same_as_threads(np, PLAIN, "ring_allreduce", &[], false);
+        same_as_threads(np, PLAIN, "failures", &["slow"], true);
     }
 }
 
 #[test]
 fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
-    let run = mpirun(9, &[], "ring_allreduce", &[]);
+    let run = mpirun(9, PLAIN, "ring_allreduce", &[]);
     assert!(!run.ok);
     assert!(
         run.err
@@ -199,7 +230,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 8] = [
+    let cases: [(&str, &[&str]); 9] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -227,6 +258,13 @@ fn failures_end_the_job_promptly_and_say_why() {
             ],
         ),
         (
+            "rooted",
+            &[
+                "step 1: rank 0 calls broadcast(root 0, f32[4])",
+                "rank 1 calls broadcast(root 0, f32[3])",
+            ],
+        ),
+        (
             "large",
             &[
                 "step 1: rank 0 calls all_reduce(Max, f32[8192])",
@@ -239,7 +277,7 @@ fn failures_end_the_job_promptly_and_say_why() {
         ),
     ];
     for (case, says) in cases {
-        let run = mpirun(4, &[], "failures", &[case]);
+        let run = mpirun(4, PLAIN, "failures", &[case]);
         assert!(!run.ok, "{case}: the job succeeded");
         for s in says {
             assert!(run.err.contains(s), "{case}: no {s:?} in:\n{}", run.err);
@@ -251,6 +289,21 @@ fn failures_end_the_job_promptly_and_say_why() {
             run.took
         );
     }
+    // Without the check a small broadcast goes one way; its receivers still find the
+    // disagreement (though not the root's call).
+    let unchecked = Opts {
+        env: &[("RANKWISE_MPI_CHECK", "0")],
+        ..PLAIN
+    };
+    let run = mpirun(4, unchecked, "failures", &["rooted"]);
+    assert!(!run.ok, "rooted without the check: the job succeeded");
+    assert!(
+        run.err.contains("calls broadcast(root 0, f32[3])")
+            && run.err.contains("but rank 0's call differs"),
+        "{}",
+        run.err
+    );
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
 }
 
 /// How a failed job ended, in the verifier's terms.
@@ -270,13 +323,13 @@ fn verdict_of(stderr: &str) -> &'static str {
 #[test]
 fn random_programs_agree_with_threads_and_the_verifier() {
     for np in [2, 3, 4] {
-        same_as_threads(np, &[], "random_programs", &["good", "11", "100"], true);
+        same_as_threads(np, PLAIN, "random_programs", &["good", "11", "100"], true);
     }
     let mut rejected = 0;
     for i in 0..30usize {
         let np = 2 + i % 3;
         let index = i.to_string();
-        let run = mpirun(np, &[], "random_programs", &["bad", "11", &index]);
+        let run = mpirun(np, PLAIN, "random_programs", &["bad", "11", &index]);
         let out = run.out.get(&0).cloned().unwrap_or_default();
         let verdict = out
             .lines()

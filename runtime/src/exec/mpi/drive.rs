@@ -428,7 +428,7 @@ impl<'a> Driver<'a> {
         let chain = &self.chains[c];
         let k = chain.next;
         let (comm, members) = self.be.comm_of(chain.group)?;
-        let small = eager::proposal(self.ops, k, chain.end, members.len());
+        let small = eager::proposal(self.ops, k, chain.end, members.len(), self.be.check);
         if small > 0 {
             return self.start_eager(c, k..k + small, reqs);
         }
@@ -507,10 +507,16 @@ impl<'a> Driver<'a> {
         // SAFETY: the ops' buffers are valid until `execute` returns, after every request
         // completes; the exchange lives in its slot as long.
         let (ex, outstanding) = unsafe {
-            Exchange::post(&self.ops[run.clone()], comm, members, me, |r, from| {
-                reqs.push((r, Owner::Eager(s, from)))
-            })?
+            Exchange::post(
+                &self.ops[run.clone()],
+                comm,
+                members,
+                me,
+                self.be.check,
+                |r, from| reqs.push((r, Owner::Eager(s, from))),
+            )?
         };
+        let all_in = ex.all_in();
         self.slots.push(Slot {
             outstanding,
             ops: run,
@@ -524,9 +530,11 @@ impl<'a> Driver<'a> {
         });
         self.chains[c].inflight += 1;
         self.chains[c].blocker = Some(s);
-        if outstanding == 0 {
-            // A group of one: nothing to wait for.
+        if all_in {
+            // Nothing to receive (a group of one, or a one-way sender): agreed as it stands.
             self.eager_agreed(s, reqs)?;
+        }
+        if outstanding == 0 {
             return self.finish(s, reqs);
         }
         Ok(())

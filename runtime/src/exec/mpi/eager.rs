@@ -41,10 +41,11 @@ fn head_len(proposal: usize) -> usize {
 }
 const HEAD_MAX: usize = 16 + 8 * (MAX_PACK.trailing_zeros() as usize + 1);
 
+/// The word at `at` of a header (0 past its end: a short header then fails the checks).
 fn word(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
+    b.get(at..at + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
 }
 
 fn pad8(bytes: usize) -> usize {
@@ -71,9 +72,12 @@ fn seg(d: &OpDesc, from: usize, to: usize, n: usize, root: usize) -> usize {
 /// How many collectives from `k` (a power of two) go into one exchange, or 0 when the head is
 /// not small (it then takes the schedule path of `steps`). Every member decides the head's path
 /// alike, from the description all members share.
-pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize) -> usize {
+pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) -> usize {
     if n > MAX_MEMBERS || bound(&ops[k].desc) > SMALL {
         return 0;
+    }
+    if one_way(&ops[k].desc, check) {
+        return 1;
     }
     let mut bytes = 0;
     let run = ops[k..end]
@@ -86,6 +90,16 @@ pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize) -> usize {
         })
         .count();
     1 << run.max(1).ilog2()
+}
+
+/// Whether `d`, at the head of a run, is exchanged one way — only the messages that carry data
+/// (root to members, or members to root), alone. Only without the agreement check
+/// (`RANKWISE_MPI_CHECK=0`): a member that sends nothing tells nobody what it called, so a
+/// disagreement is found only by the members that receive, and only its existence, not the
+/// other call. With the check, every member hears from every other (one round trip more than a
+/// one-way broadcast: the measured price of naming both calls).
+pub(super) fn one_way(d: &OpDesc, check: bool) -> bool {
+    !check && d.kind.is_rooted()
 }
 
 /// The member index of `d`'s root among `members` (0 for calls without one).
@@ -108,8 +122,10 @@ pub(super) struct Exchange {
     send: Scratch,
     /// This member's full call record (sent only if the headers disagree).
     record: [u8; RECORD],
-    /// Bytes received from each member.
+    /// Bytes received from each member (this one's own included); 0: nothing comes from it.
     got: [usize; MAX_MEMBERS],
+    /// Exchanged one way (see [`one_way`]).
+    one_way: bool,
     /// Receives still outstanding.
     pending: usize,
 }
@@ -128,6 +144,7 @@ impl Exchange {
         comm: &Comm,
         members: &[usize],
         me: usize,
+        check: bool,
         mut push: impl FnMut(Request, Option<usize>),
     ) -> Result<(Self, usize)> {
         let n = members.len();
@@ -141,7 +158,8 @@ impl Exchange {
             send: Scratch::with_bytes(n * stride)?,
             record: [0; RECORD],
             got: [0; MAX_MEMBERS],
-            pending: n - 1,
+            one_way: one_way(&run[0].desc, check),
+            pending: 0,
         };
         record(run, &mut ex.record);
         let mut header = [0u8; HEAD_MAX];
@@ -149,6 +167,7 @@ impl Exchange {
         header[16..head].copy_from_slice(&ex.record[PREFIXES..PREFIXES + head - 16]);
         let (recv, send) = (ex.recv.ptr(), ex.send.ptr());
         let u8s = raw::datatype(crate::DType::U8);
+        let mut posted = 0;
         for j in 0..n {
             // Our own message goes straight into our receive region.
             // SAFETY: region j of either scratch is in bounds (n regions each), and has room
@@ -177,17 +196,36 @@ impl Exchange {
             }
             // Ranks of the group's communicator are member indices.
             let peer = raw::count(j)?;
+            let root = root_index(&run[0].desc, members)?;
+            let (from_j, to_j) = if ex.one_way {
+                let d = &run[0].desc;
+                (seg(d, j, me, n, root) > 0, seg(d, me, j, n, root) > 0)
+            } else {
+                (true, true)
+            };
             // SAFETY: the receive writes at most REGION bytes of region j, the send reads `at`
             // bytes of its message; both scratches live in the exchange until the requests
             // complete (the caller's contract).
             unsafe {
-                let r = raw::irecv(recv.add(j * REGION), raw::count(REGION)?, u8s, peer, comm)?;
-                push(r, Some(j));
-                let r = raw::isend(msg, raw::count(at)?, u8s, peer, comm)?;
-                push(r, None);
+                if from_j {
+                    let r = raw::irecv(recv.add(j * REGION), raw::count(REGION)?, u8s, peer, comm)?;
+                    push(r, Some(j));
+                    posted += 1;
+                    ex.pending += 1;
+                }
+                if to_j {
+                    let r = raw::isend(msg, raw::count(at)?, u8s, peer, comm)?;
+                    push(r, None);
+                    posted += 1;
+                }
             }
         }
-        Ok((ex, 2 * (n - 1)))
+        Ok((ex, posted))
+    }
+
+    /// Whether every message to receive has arrived.
+    pub(super) fn all_in(&self) -> bool {
+        self.pending == 0
     }
 
     /// Member `i`'s message arrived; returns whether every message has.
@@ -218,11 +256,13 @@ impl Exchange {
         (p.is_power_of_two() && p <= MAX_PACK && head_len(p) <= h.len()).then_some(p)
     }
 
-    /// Checks the headers (every message has arrived): returns the agreed run's length (the
-    /// shortest proposal), or `None` when the members called different collectives.
-    fn agreed(&self, n: usize) -> Result<Option<usize>> {
+    /// Checks the headers of the members heard from (every message has arrived): returns the
+    /// agreed run's length (the shortest proposal), or the first member whose call differs from
+    /// this member's.
+    fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<usize, usize>> {
+        let heard = |i: &usize| self.got[*i] > 0;
         let mut m = MAX_PACK;
-        for i in 0..n {
+        for i in (0..n).filter(heard) {
             m = m.min(self.proposal(i).ok_or_else(|| {
                 Error::Internal(format!(
                     "a malformed small-collective header from member {i}"
@@ -231,7 +271,10 @@ impl Exchange {
         }
         let at = 16 + 8 * m.trailing_zeros() as usize;
         let key = |i: usize| (word(self.header(i), 0), word(self.header(i), at));
-        Ok((1..n).all(|i| key(i) == key(0)).then_some(m))
+        Ok(match (0..n).filter(heard).find(|&i| key(i) != key(me)) {
+            None => Ok(m),
+            Some(i) => Err(i),
+        })
     }
 
     /// Checks the headers (every message has arrived) and computes this member's results of
@@ -249,12 +292,31 @@ impl Exchange {
         step: u64,
     ) -> Result<usize> {
         let n = members.len();
-        let Some(m) = self.agreed(n)? else {
-            let records = self.full_records(comm, n, me)?;
-            compare(&Records::new(records.bytes(), RECORD), members, step)?;
-            return Err(Error::Internal(
-                "members' call headers differ but their records agree".into(),
-            ));
+        let m = match self.agreed(n, me)? {
+            Ok(m) => m,
+            Err(j) if self.one_way => {
+                let d = &run[0].desc;
+                return Err(Error::Backend {
+                    backend: "mpi",
+                    detail: format!(
+                        "collective mismatch on group {members:?}, step {step}: rank {} calls {} \
+                         at {}, but rank {}'s call differs (in kind, root, dtype, shape or \
+                         operator); with RANKWISE_MPI_CHECK=0 small rooted collectives do not \
+                         exchange their calls — run without it to see both",
+                        members[me],
+                        d.summary(),
+                        d.site,
+                        members[j]
+                    ),
+                });
+            }
+            Err(_) => {
+                let records = self.full_records(comm, n, me)?;
+                compare(&Records::new(records.bytes(), RECORD), members, step)?;
+                return Err(Error::Internal(
+                    "members' call headers differ but their records agree".into(),
+                ));
+            }
         };
         let mut at = [0usize; MAX_MEMBERS];
         for (i, a) in at.iter_mut().enumerate().take(n) {
@@ -268,6 +330,10 @@ impl Exchange {
             let root = root_index(d, members)?;
             for i in 0..n {
                 let bytes = seg(d, i, me, n, root) * es;
+                if bytes == 0 {
+                    parts[i] = std::ptr::null(); // nothing comes from member i: never read
+                    continue;
+                }
                 if at[i] + bytes > self.got[i] {
                     return Err(Error::Internal(format!(
                         "the small-collective message from member {i} is shorter ({} bytes) \
@@ -429,16 +495,16 @@ mod tests {
     fn proposals_are_powers_of_two_within_the_payload_cap() {
         // 1 KiB each: 64 fit in 64 KiB; the run of 100 is cut to 64.
         let kib: Vec<Op> = (0..100).map(|_| op(OpKind::AllReduce, 256)).collect();
-        assert_eq!(proposal(&kib, 0, 100, 2), 64);
+        assert_eq!(proposal(&kib, 0, 100, 2, true), 64);
         // 3 left: the largest power of two within them.
-        assert_eq!(proposal(&kib, 97, 100, 2), 2);
+        assert_eq!(proposal(&kib, 97, 100, 2, true), 2);
         // Too many members, or a large head: the schedule path.
-        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1), 0);
+        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1, true), 0);
         let mut mixed = vec![op(OpKind::AllGather, 4)];
         mixed.push(op(OpKind::AllReduce, SMALL / 4 + 1));
-        assert_eq!(proposal(&mixed, 1, 2, 4), 0);
+        assert_eq!(proposal(&mixed, 1, 2, 4, true), 0);
         // A small head packs until the first large call.
-        assert_eq!(proposal(&mixed, 0, 2, 4), 1);
+        assert_eq!(proposal(&mixed, 0, 2, 4, true), 1);
         // Mixed kinds pack together; barriers carry no data.
         let kinds = [
             OpKind::Barrier,
@@ -447,7 +513,12 @@ mod tests {
             OpKind::Gather,
         ];
         let mixed: Vec<Op> = kinds.iter().map(|&k| op(k, 8)).collect();
-        assert_eq!(proposal(&mixed, 0, 4, 4), 4);
+        assert_eq!(proposal(&mixed, 0, 4, 4, true), 4);
+        // Without the check, a rooted head goes one way, alone; other heads still pack.
+        assert_eq!(proposal(&mixed, 1, 4, 4, false), 1);
+        assert_eq!(proposal(&kib, 0, 100, 2, false), 64);
+        assert!(one_way(&mixed[3].desc, false) && !one_way(&mixed[3].desc, true));
+        assert!(!one_way(&mixed[2].desc, false));
     }
 
     #[test]

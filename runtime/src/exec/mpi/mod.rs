@@ -359,7 +359,7 @@ impl MpiBackend {
             return false;
         }
         self.eager_of(op.desc.group)
-            .is_ok_and(|(_, members)| eager::proposal(ops, 0, 1, members.len()) == 1)
+            .is_ok_and(|(_, members)| eager::proposal(ops, 0, 1, members.len(), self.check) == 1)
     }
 
     /// Runs one small collective as one exchange (see `eager`).
@@ -376,11 +376,18 @@ impl MpiBackend {
         // is leaked so that its memory outlives the requests).
         // (Counted as posted at once: if posting fails halfway, the job must end.)
         let (mut ex, _) = unsafe {
-            eager::Exchange::post(std::slice::from_ref(op), comm, members, me, |r, j| {
-                reqs.push(r);
-                from.push(Owner::Eager(0, j));
-                *pending += 1;
-            })?
+            eager::Exchange::post(
+                std::slice::from_ref(op),
+                comm,
+                members,
+                me,
+                self.check,
+                |r, j| {
+                    reqs.push(r);
+                    from.push(Owner::Eager(0, j));
+                    *pending += 1;
+                },
+            )?
         };
         let mut run = || -> Result<()> {
             while *pending > 0 {
