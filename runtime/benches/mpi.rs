@@ -145,16 +145,18 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
     let mut dst = vec![0.0f32; 256 * count];
     let (mut single, mut batched, mut raw_single, mut raw_one) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Several buckets per sample: the steady state, not the first bucket after a barrier.
+    let reps = if quick() { 1 } else { 5 };
     for _ in 0..if quick() { 3 } else { 7 } {
         let mut err = Ok(());
-        single.push(time(&raw, 1, || {
+        single.push(time(&raw, reps, || {
             for b in bucket.iter_mut() {
                 if let Err(e) = ctx.all_reduce(b, ReduceOp::Sum) {
                     err = Err(e);
                 }
             }
         }));
-        batched.push(time(&raw, 1, || {
+        batched.push(time(&raw, reps, || {
             let mut batch = ctx.batch();
             for b in bucket.iter_mut() {
                 batch.all_reduce(b, ReduceOp::Sum);
@@ -164,12 +166,12 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
             }
         }));
         err?;
-        raw_single.push(time(&raw, 1, || {
+        raw_single.push(time(&raw, reps, || {
             for (s, d) in src.chunks(256).zip(dst.chunks_mut(256)) {
                 raw.all_reduce_into(s, d, SystemOperation::sum());
             }
         }));
-        raw_one.push(time(&raw, 1, || {
+        raw_one.push(time(&raw, reps, || {
             raw.all_reduce_into(&src[..], &mut dst[..], SystemOperation::sum())
         }));
     }
