@@ -470,9 +470,18 @@ impl<'a> Driver<'a> {
         }
         if !slot.negotiating {
             self.chains[c].next = k + 1;
-            let new = self
+            let new = match self
                 .be
-                .post(&mut slot.task, &self.ops[k], self.chains[c].group)?;
+                .post(&mut slot.task, &self.ops[k], self.chains[c].group)
+            {
+                Ok(new) => new,
+                Err(e) => {
+                    // The record exchange may be posted into the slot's memory, and the job
+                    // ends on this error: keep the memory.
+                    std::mem::forget(slot);
+                    return Err(e);
+                }
+            };
             slot.posted += u8::from(!new.is_empty());
             slot.outstanding += new.len();
             reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));

@@ -165,60 +165,81 @@ impl Exchange {
         let mut header = [0u8; HEAD_MAX];
         header[..16].copy_from_slice(&ex.record[..16]);
         header[16..head].copy_from_slice(&ex.record[PREFIXES..PREFIXES + head - 16]);
+        // Everything that can fail before posting is checked here: once a message is posted,
+        // the exchange's memory must outlive it, so a later failure leaks the exchange (the
+        // caller then ends the job) rather than free memory MPI may still use.
+        for o in run {
+            root_index(&o.desc, members)?;
+        }
+        let head_root = root_index(&run[0].desc, members)?;
+        let region = raw::count(REGION)?;
         let (recv, send) = (ex.recv.ptr(), ex.send.ptr());
         let u8s = raw::datatype(crate::DType::U8);
         let mut posted = 0;
-        for j in 0..n {
-            // Our own message goes straight into our receive region.
-            // SAFETY: region j of either scratch is in bounds (n regions each), and has room
-            // for the header.
-            let msg = unsafe {
-                let msg = if j == me {
-                    recv.add(me * REGION)
-                } else {
-                    send.add(j * stride)
+        let mut post_all = |ex: &mut Exchange| -> Result<()> {
+            for j in 0..n {
+                // Our own message goes straight into our receive region.
+                // SAFETY: region j of either scratch is in bounds (n regions each), and has
+                // room for the header.
+                let msg = unsafe {
+                    let msg = if j == me {
+                        recv.add(me * REGION)
+                    } else {
+                        send.add(j * stride)
+                    };
+                    std::ptr::copy_nonoverlapping(header.as_ptr(), msg, head);
+                    msg
                 };
-                std::ptr::copy_nonoverlapping(header.as_ptr(), msg, head);
-                msg
-            };
-            let mut at = head;
-            for o in run {
-                let len = seg(&o.desc, me, j, n, root_index(&o.desc, members)?);
-                // SAFETY: the segment is at most `bound` bytes, which the stride (and for our
-                // own region, CAP ≥ the run's total) leaves room for; the op's buffers are
-                // valid for its description.
-                unsafe { write_seg(o, msg.add(at), j, n, len) };
-                at += pad8(len * o.desc.dtype.size());
-            }
-            if j == me {
-                ex.got[me] = at;
-                continue;
-            }
-            // Ranks of the group's communicator are member indices.
-            let peer = raw::count(j)?;
-            let root = root_index(&run[0].desc, members)?;
-            let (from_j, to_j) = if ex.one_way {
-                let d = &run[0].desc;
-                (seg(d, j, me, n, root) > 0, seg(d, me, j, n, root) > 0)
-            } else {
-                (true, true)
-            };
-            // SAFETY: the receive writes at most REGION bytes of region j, the send reads `at`
-            // bytes of its message; both scratches live in the exchange until the requests
-            // complete (the caller's contract).
-            unsafe {
-                if from_j {
-                    let r = raw::irecv(recv.add(j * REGION), raw::count(REGION)?, u8s, peer, comm)?;
-                    push(r, Some(j));
-                    posted += 1;
-                    ex.pending += 1;
+                let mut at = head;
+                for o in run {
+                    let root = root_index(&o.desc, members).unwrap_or(0);
+                    let len = seg(&o.desc, me, j, n, root);
+                    // SAFETY: the segment is at most `bound` bytes, which the stride (and for
+                    // our own region, CAP ≥ the run's total) leaves room for; the op's buffers
+                    // are valid for its description.
+                    unsafe { write_seg(o, msg.add(at), j, n, len) };
+                    at += pad8(len * o.desc.dtype.size());
                 }
-                if to_j {
-                    let r = raw::isend(msg, raw::count(at)?, u8s, peer, comm)?;
-                    push(r, None);
-                    posted += 1;
+                if j == me {
+                    ex.got[me] = at;
+                    continue;
+                }
+                let (from_j, to_j) = if ex.one_way {
+                    let d = &run[0].desc;
+                    (
+                        seg(d, j, me, n, head_root) > 0,
+                        seg(d, me, j, n, head_root) > 0,
+                    )
+                } else {
+                    (true, true)
+                };
+                // Ranks of the group's communicator are member indices.
+                let (peer, len) = (raw::count(j)?, raw::count(at)?);
+                // SAFETY: the receive writes at most REGION bytes of region j, the send reads
+                // `at` bytes of its message; both scratches live in the exchange until the
+                // requests complete (the caller's contract).
+                unsafe {
+                    if from_j {
+                        push(
+                            raw::irecv(recv.add(j * REGION), region, u8s, peer, comm)?,
+                            Some(j),
+                        );
+                        posted += 1;
+                        ex.pending += 1;
+                    }
+                    if to_j {
+                        push(raw::isend(msg, len, u8s, peer, comm)?, None);
+                        posted += 1;
+                    }
                 }
             }
+            Ok(())
+        };
+        if let Err(e) = post_all(&mut ex) {
+            if posted > 0 {
+                std::mem::forget(ex);
+            }
+            return Err(e);
         }
         Ok((ex, posted))
     }
