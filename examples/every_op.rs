@@ -64,37 +64,42 @@ fn collectives<T: Fill>(ctx: &mut Ctx, g: &Group, name: &str, out: &mut Vec<Stri
             line(format!("reduce {op} {shape:?}"), digest(&t));
         }
     }
-    let base = [3usize, 5, 2];
-    for dim in 0..3 {
-        let x = data::<T>(r, dim, &with(&base, dim, |d| d * n))?;
-        let mut y = Tensor::<T>::zeros(base)?;
-        ctx.group(g)
-            .reduce_scatter(&x, &mut y, ops[dim % ops.len()], dim)?;
-        line(format!("reduce_scatter dim {dim}"), digest(&y));
+    // Small blocks, and blocks large enough that the MPI backend sends gathers and scatters as
+    // direct messages (dims 0 and 1 of the second shape are contiguous per member).
+    for (b, base) in [[3usize, 5, 2], [1, 1100, 4]].into_iter().enumerate() {
+        for dim in 0..3 {
+            let salt = dim + 10 * b;
+            let x = data::<T>(r, salt, &with(&base, dim, |d| d * n))?;
+            let mut y = Tensor::<T>::zeros(base)?;
+            ctx.group(g)
+                .reduce_scatter(&x, &mut y, ops[dim % ops.len()], dim)?;
+            line(format!("reduce_scatter dim {dim} {base:?}"), digest(&y));
 
-        let x = data::<T>(r, dim + 1, &base)?;
-        let mut y = Tensor::<T>::zeros(with(&base, dim, |d| d * n))?;
-        ctx.group(g).all_gather(&x, &mut y, dim)?;
-        line(format!("all_gather dim {dim}"), digest(&y));
+            let x = data::<T>(r, salt + 1, &base)?;
+            let mut y = Tensor::<T>::zeros(with(&base, dim, |d| d * n))?;
+            ctx.group(g).all_gather(&x, &mut y, dim)?;
+            line(format!("all_gather dim {dim} {base:?}"), digest(&y));
 
-        let root = m[(dim + 1) % n];
-        let mut y = Tensor::<T>::zeros(with(&base, dim, |d| d * n))?;
-        let out_y = (r == root).then_some(&mut y);
-        ctx.group(g).gather(&x, out_y, root, dim)?;
-        line(format!("gather dim {dim}"), digest(&y));
+            let root = m[(dim + 1) % n];
+            let mut y = Tensor::<T>::zeros(with(&base, dim, |d| d * n))?;
+            let out_y = (r == root).then_some(&mut y);
+            ctx.group(g).gather(&x, out_y, root, dim)?;
+            line(format!("gather dim {dim} {base:?}"), digest(&y));
 
-        let root = m[(dim + 2) % n];
-        let big = data::<T>(r, dim + 2, &with(&base, dim, |d| d * n))?;
-        let mut y = Tensor::<T>::zeros(base)?;
-        ctx.group(g)
-            .scatter((r == root).then_some(&big), &mut y, root, dim)?;
-        line(format!("scatter dim {dim}"), digest(&y));
+            let root = m[(dim + 2) % n];
+            let big = data::<T>(r, salt + 2, &with(&base, dim, |d| d * n))?;
+            let mut y = Tensor::<T>::zeros(base)?;
+            ctx.group(g)
+                .scatter((r == root).then_some(&big), &mut y, root, dim)?;
+            line(format!("scatter dim {dim} {base:?}"), digest(&y));
 
-        let x = data::<T>(r, dim + 3, &with(&base, dim, |d| d * n))?;
-        let mut y = Tensor::<T>::zeros(x.shape())?;
-        ctx.group(g).all_to_all(&x, &mut y, dim)?;
-        line(format!("all_to_all dim {dim}"), digest(&y));
+            let x = data::<T>(r, salt + 3, &with(&base, dim, |d| d * n))?;
+            let mut y = Tensor::<T>::zeros(x.shape())?;
+            ctx.group(g).all_to_all(&x, &mut y, dim)?;
+            line(format!("all_to_all dim {dim} {base:?}"), digest(&y));
+        }
     }
+    let base = [3usize, 5, 2];
     let mut t = data::<T>(r, 7, &base)?;
     ctx.group(g).broadcast(&mut t, m[n - 1])?;
     line("broadcast".into(), digest(&t));

@@ -4,7 +4,8 @@
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
 //! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, rooted,
-//! large, p2p, slow. (`slow` is correct: a long transfer that must not be taken for a hang.)
+//! gathers, large, p2p, slow. (`slow` is correct: a long transfer that must not be taken for a
+//! hang.)
 
 use rankwise::prelude::*;
 
@@ -49,6 +50,13 @@ fn main() -> Result<()> {
             "rooted" => {
                 let mut u = ctx.zeros::<f32>([if rank == 0 { 4 } else { 3 }])?;
                 ctx.broadcast(&mut u, 0)?;
+            }
+            // Large all_gathers of different lengths (the MPI backend sends them directly).
+            "gathers" => {
+                let len = if rank == 0 { 8192 } else { 8000 };
+                let x = ctx.zeros::<f32>([len])?;
+                let mut y = ctx.zeros::<f32>([len * world])?;
+                ctx.all_gather(&x, &mut y, 0)?;
             }
             // Large tensors, different operators.
             "large" => {

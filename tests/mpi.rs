@@ -230,7 +230,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 9] = [
+    let cases: [(&str, &[&str]); 10] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -262,6 +262,13 @@ fn failures_end_the_job_promptly_and_say_why() {
             &[
                 "step 1: rank 0 calls broadcast(root 0, f32[4])",
                 "rank 1 calls broadcast(root 0, f32[3])",
+            ],
+        ),
+        (
+            "gathers",
+            &[
+                "step 1: rank 0 calls all_gather(f32[8192], dim 0)",
+                "rank 1 calls all_gather(f32[8000], dim 0)",
             ],
         ),
         (

@@ -24,7 +24,7 @@
 
 use std::ops::Range;
 
-use super::eager::{self, Exchange};
+use super::eager::{self, Exchange, Msg};
 use super::monitor::{Waiting, site_of};
 use super::raw::{self, Request};
 use super::steps::{Scratch, Task};
@@ -553,14 +553,24 @@ impl<'a> Driver<'a> {
     pub(super) fn eager_done(
         &mut self,
         s: usize,
-        from: Option<usize>,
+        msg: Msg,
         got: raw::Received,
         reqs: &mut Vec<(Request, Owner)>,
     ) -> Result<()> {
         self.slots[s].outstanding -= 1;
-        if let (Some(i), Some(ex)) = (from, self.slots[s].eager.as_mut())
-            && ex.received(i, got)?
-        {
+        let (c, k) = (self.slots[s].chain, self.slots[s].ops.start);
+        let Some(ex) = self.slots[s].eager.as_mut() else {
+            return Err(Error::Internal("an exchange without its buffers".into()));
+        };
+        let progress = ex.received(msg, got)?;
+        if progress.heads_now && !progress.all_now {
+            // A direct exchange: its headers are checked before its data is waited for, so
+            // that a disagreement is reported, not waited on.
+            let (comm, members) = self.be.eager_of(self.chains[c].group)?;
+            let me = self.be.member_index(members)?;
+            ex.verify(&self.ops[k].desc, comm, members, me, self.waits[k].seq)?;
+        }
+        if progress.all_now {
             self.eager_agreed(s, reqs)?;
         }
         let slot = &self.slots[s];

@@ -28,6 +28,12 @@ const MAX_MEMBERS: usize = 8;
 const SMALL: usize = 16 * 1024;
 /// The most payload bytes one message carries: a packed run stops before it would exceed it.
 const CAP: usize = 64 * 1024;
+/// Tags: exchanges (headers and data) and the full records sent when headers disagree, kept
+/// apart so that a record never lands in an exchange's receive (or the other way round) when
+/// members disagree about what they exchange.
+const DATA: std::ffi::c_int = 0;
+const RECORDS: std::ffi::c_int = 1;
+
 /// Bytes of one member's region in the receive buffer: a header and a full payload.
 const REGION: usize = HEAD_MAX + CAP;
 
@@ -69,10 +75,38 @@ fn seg(d: &OpDesc, from: usize, to: usize, n: usize, root: usize) -> usize {
     }
 }
 
+/// What a posted message of an exchange is.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Msg {
+    Sent,
+    /// The header (with a small exchange's data) from a member.
+    Head(usize),
+    /// A direct exchange's data from a member, received in place.
+    Data(usize),
+}
+
+/// Whether `d` is exchanged *directly*: a large gather or scatter whose blocks are contiguous
+/// (along dim 0, or dims before it of size 1) goes as a header message and then the data,
+/// straight from the input and into the output — no copy, each byte sent once, which is what
+/// these collectives need at any size. (Reductions need every member's data folded, which the
+/// schedule path does with ring bandwidth.)
+pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
+    n <= MAX_MEMBERS
+        && bound(d) > SMALL
+        && matches!(
+            d.kind,
+            OpKind::AllGather | OpKind::Gather | OpKind::AllToAll | OpKind::Scatter
+        )
+        && rows(&d.shape, d.dim).0 == 1
+}
+
 /// How many collectives from `k` (a power of two) go into one exchange, or 0 when the head is
-/// not small (it then takes the schedule path of `steps`). Every member decides the head's path
-/// alike, from the description all members share.
+/// neither small nor direct (it then takes the schedule path of `steps`). Every member decides
+/// the head's path alike, from the description all members share.
 pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) -> usize {
+    if direct(&ops[k].desc, n) {
+        return 1;
+    }
     if n > MAX_MEMBERS || bound(&ops[k].desc) > SMALL {
         return 0;
     }
@@ -126,8 +160,22 @@ pub(super) struct Exchange {
     got: [usize; MAX_MEMBERS],
     /// Exchanged one way (see [`one_way`]).
     one_way: bool,
-    /// Receives still outstanding.
+    /// Exchanged directly (see [`direct`]): headers, then data in place.
+    direct: bool,
+    /// Header receives still outstanding.
     pending: usize,
+    /// A direct exchange's data receives still outstanding, and the bytes each brought (a
+    /// message shorter than its receive is no MPI error: it is compared in `deliver`).
+    data_pending: usize,
+    got_data: [usize; MAX_MEMBERS],
+}
+
+/// How far an exchange is after a message.
+pub(super) struct Progress {
+    /// Every header has arrived (before this message, not all had).
+    pub(super) heads_now: bool,
+    /// Everything has arrived (before this message, not all had).
+    pub(super) all_now: bool,
 }
 
 impl Exchange {
@@ -145,21 +193,26 @@ impl Exchange {
         members: &[usize],
         me: usize,
         check: bool,
-        mut push: impl FnMut(Request, Option<usize>),
+        mut push: impl FnMut(Request, Msg),
     ) -> Result<(Self, usize)> {
         let n = members.len();
         if n > MAX_MEMBERS {
             return Err(Error::Internal(format!("an exchange among {n} members")));
         }
         let head = head_len(run.len());
-        let stride = head + run.iter().map(|o| bound(&o.desc)).sum::<usize>();
+        let is_direct = run.len() == 1 && direct(&run[0].desc, n);
+        let payload: usize = run.iter().map(|o| bound(&o.desc)).sum();
+        let stride = head + if is_direct { 0 } else { payload };
         let mut ex = Exchange {
             recv: Scratch::with_bytes(n * REGION)?,
             send: Scratch::with_bytes(n * stride)?,
             record: [0; RECORD],
             got: [0; MAX_MEMBERS],
             one_way: one_way(&run[0].desc, check),
+            direct: is_direct,
             pending: 0,
+            data_pending: 0,
+            got_data: [0; MAX_MEMBERS],
         };
         record(run, &mut ex.record);
         let mut header = [0u8; HEAD_MAX];
@@ -191,7 +244,7 @@ impl Exchange {
                     msg
                 };
                 let mut at = head;
-                for o in run {
+                for o in run.iter().filter(|_| !is_direct) {
                     let root = root_index(&o.desc, members).unwrap_or(0);
                     let len = seg(&o.desc, me, j, n, root);
                     // SAFETY: the segment is at most `bound` bytes, which the stride (and for
@@ -221,15 +274,40 @@ impl Exchange {
                 unsafe {
                     if from_j {
                         push(
-                            raw::irecv(recv.add(j * REGION), region, u8s, peer, comm)?,
-                            Some(j),
+                            raw::irecv(recv.add(j * REGION), region, u8s, peer, Some(DATA), comm)?,
+                            Msg::Head(j),
                         );
                         posted += 1;
                         ex.pending += 1;
                     }
                     if to_j {
-                        push(raw::isend(msg, len, u8s, peer, comm)?, None);
+                        push(raw::isend(msg, len, u8s, peer, DATA, comm)?, Msg::Sent);
                         posted += 1;
+                    }
+                    if is_direct {
+                        // The data follows its header on the same channel (messages between two
+                        // members keep their order), straight from and into the tensors.
+                        let o = &run[0];
+                        let d = &o.desc;
+                        let es = d.dtype.size();
+                        let inward = seg(d, j, me, n, head_root);
+                        if inward > 0 {
+                            let at = block(o, j, me, n, head_root, Side::Into);
+                            let c = raw::count(inward * es)?;
+                            push(
+                                raw::irecv(at, c, u8s, peer, Some(DATA), comm)?,
+                                Msg::Data(j),
+                            );
+                            posted += 1;
+                            ex.data_pending += 1;
+                        }
+                        let outward = seg(d, me, j, n, head_root);
+                        if outward > 0 {
+                            let at = block(o, me, j, n, head_root, Side::From);
+                            let c = raw::count(outward * es)?;
+                            push(raw::isend(at, c, u8s, peer, DATA, comm)?, Msg::Sent);
+                            posted += 1;
+                        }
                     }
                 }
             }
@@ -246,23 +324,41 @@ impl Exchange {
 
     /// Whether every message to receive has arrived.
     pub(super) fn all_in(&self) -> bool {
-        self.pending == 0
+        self.pending == 0 && self.data_pending == 0
     }
 
-    /// Member `i`'s message arrived; returns whether every message has.
-    pub(super) fn received(&mut self, i: usize, got: Received) -> Result<bool> {
-        match got.count {
-            Some(c) if c >= head_len(1) => self.got[i] = c,
-            _ => {
-                return Err(Error::Internal(format!(
-                    "a small-collective message from member {i} has {} bytes, not a header \
-                     and its data",
-                    got.count.map_or("too many".to_string(), |c| c.to_string())
-                )));
+    /// A message arrived (`msg`, with its status); says what that completes.
+    pub(super) fn received(&mut self, msg: Msg, got: Received) -> Result<Progress> {
+        let before = (self.pending == 0, self.all_in());
+        match msg {
+            Msg::Sent => {
+                return Ok(Progress {
+                    heads_now: false,
+                    all_now: false,
+                });
+            }
+            Msg::Head(i) => match got.count {
+                Some(c) if c >= head_len(1) => {
+                    self.got[i] = c;
+                    self.pending -= 1;
+                }
+                _ => {
+                    return Err(Error::Internal(format!(
+                        "a collective's message from member {i} has {} bytes, not a header",
+                        got.count.map_or("too many".to_string(), |c| c.to_string())
+                    )));
+                }
+            },
+            Msg::Data(i) => {
+                self.data_pending -= 1;
+                // Too long (truncated) counts as nothing: the size check in `deliver` fails.
+                self.got_data[i] = got.count.unwrap_or(0);
             }
         }
-        self.pending -= 1;
-        Ok(self.pending == 0)
+        Ok(Progress {
+            heads_now: !before.0 && self.pending == 0,
+            all_now: !before.1 && self.all_in(),
+        })
     }
 
     /// Member `i`'s header: its region's first bytes.
@@ -298,9 +394,45 @@ impl Exchange {
         })
     }
 
+    /// Checks the headers (all have arrived): returns the agreed run's length, or the error
+    /// that names the disagreement. Members that called different collectives exchange their
+    /// full records to name both calls (except one way, where only this member's is known).
+    pub(super) fn verify(
+        &self,
+        head: &OpDesc,
+        comm: &Comm,
+        members: &[usize],
+        me: usize,
+        step: u64,
+    ) -> Result<usize> {
+        let n = members.len();
+        match self.agreed(n, me)? {
+            Ok(m) => Ok(m),
+            Err(j) if self.one_way => Err(Error::Backend {
+                backend: "mpi",
+                detail: format!(
+                    "collective mismatch on group {members:?}, step {step}: rank {} calls {} at \
+                     {}, but rank {}'s call differs (in kind, root, dtype, shape or operator); \
+                     with RANKWISE_MPI_CHECK=0 small rooted collectives do not exchange their \
+                     calls — run without it to see both",
+                    members[me],
+                    head.summary(),
+                    head.site,
+                    members[j]
+                ),
+            }),
+            Err(_) => {
+                let records = self.full_records(comm, n, me)?;
+                compare(&Records::new(records.bytes(), RECORD), members, step)?;
+                Err(Error::Internal(
+                    "members' call headers differ but their records agree".into(),
+                ))
+            }
+        }
+    }
+
     /// Checks the headers (every message has arrived) and computes this member's results of
-    /// the agreed run: the first `m` ops of `run`, `m` returned. Members that called different
-    /// collectives exchange their full records to name them, and the result is the mismatch.
+    /// the agreed run: the first `m` ops of `run`, `m` returned.
     ///
     /// # Safety
     /// Every message has arrived, and the ops' buffers are valid for their descriptions.
@@ -313,32 +445,12 @@ impl Exchange {
         step: u64,
     ) -> Result<usize> {
         let n = members.len();
-        let m = match self.agreed(n, me)? {
-            Ok(m) => m,
-            Err(j) if self.one_way => {
-                let d = &run[0].desc;
-                return Err(Error::Backend {
-                    backend: "mpi",
-                    detail: format!(
-                        "collective mismatch on group {members:?}, step {step}: rank {} calls {} \
-                         at {}, but rank {}'s call differs (in kind, root, dtype, shape or \
-                         operator); with RANKWISE_MPI_CHECK=0 small rooted collectives do not \
-                         exchange their calls — run without it to see both",
-                        members[me],
-                        d.summary(),
-                        d.site,
-                        members[j]
-                    ),
-                });
-            }
-            Err(_) => {
-                let records = self.full_records(comm, n, me)?;
-                compare(&Records::new(records.bytes(), RECORD), members, step)?;
-                return Err(Error::Internal(
-                    "members' call headers differ but their records agree".into(),
-                ));
-            }
-        };
+        let m = self.verify(&run[0].desc, comm, members, me, step)?;
+        if self.direct {
+            // SAFETY: every message has arrived; the op's buffers are valid.
+            unsafe { self.deliver_direct(&run[0], members, me)? };
+            return Ok(1);
+        }
         let mut at = [0usize; MAX_MEMBERS];
         for (i, a) in at.iter_mut().enumerate().take(n) {
             *a = head_len(self.proposal(i).unwrap_or(1));
@@ -372,6 +484,37 @@ impl Exchange {
         Ok(m)
     }
 
+    /// A direct exchange's data is in place: checks its sizes and copies this member's own
+    /// block.
+    ///
+    /// # Safety
+    /// As for [`Exchange::deliver`].
+    unsafe fn deliver_direct(&self, o: &Op, members: &[usize], me: usize) -> Result<()> {
+        let (d, n) = (&o.desc, members.len());
+        let es = d.dtype.size();
+        let root = root_index(d, members)?;
+        for i in (0..n).filter(|&i| i != me) {
+            let want = seg(d, i, me, n, root) * es;
+            if want > 0 && self.got_data[i] != want {
+                return Err(Error::Internal(format!(
+                    "member {i} sent {} bytes where its agreed call sends {want}",
+                    self.got_data[i]
+                )));
+            }
+        }
+        let own = seg(d, me, me, n, root) * es;
+        if own > 0 {
+            let (from, into) = (
+                block(o, me, me, n, root, Side::From),
+                block(o, me, me, n, root, Side::Into),
+            );
+            // SAFETY: this member's block of its input and of its output, `own` bytes each,
+            // in different tensors.
+            unsafe { std::ptr::copy_nonoverlapping(from, into, own) };
+        }
+        Ok(())
+    }
+
     /// Every member's full record, exchanged (only when headers disagree, so every member
     /// comes here alike): n records in member order.
     fn full_records(&self, comm: &Comm, n: usize, me: usize) -> Result<Scratch> {
@@ -388,8 +531,22 @@ impl Exchange {
                 for j in (0..n).filter(|&j| j != me) {
                     let peer = raw::count(j)?;
                     let count = raw::count(RECORD)?;
-                    reqs.push(raw::irecv(base.add(j * RECORD), count, u8s, peer, comm)?);
-                    reqs.push(raw::isend(self.record.as_ptr(), count, u8s, peer, comm)?);
+                    reqs.push(raw::irecv(
+                        base.add(j * RECORD),
+                        count,
+                        u8s,
+                        peer,
+                        Some(RECORDS),
+                        comm,
+                    )?);
+                    reqs.push(raw::isend(
+                        self.record.as_ptr(),
+                        count,
+                        u8s,
+                        peer,
+                        RECORDS,
+                        comm,
+                    )?);
                 }
             }
             let mut waiter = raw::Waiter::default();
@@ -406,6 +563,27 @@ impl Exchange {
                 Err(e)
             }
         }
+    }
+}
+
+/// Which buffer of a direct exchange a block is in: the sender's input or the receiver's
+/// output.
+#[derive(Clone, Copy)]
+enum Side {
+    From,
+    Into,
+}
+
+/// Where the block member `from` sends member `to` in a direct exchange lies (blocks are
+/// contiguous there, see [`direct`]).
+fn block(o: &Op, from: usize, to: usize, n: usize, root: usize, side: Side) -> *mut u8 {
+    let d = &o.desc;
+    let len = seg(d, from, to, n, root) * d.dtype.size();
+    match (side, d.kind) {
+        (Side::From, OpKind::AllToAll | OpKind::Scatter) => o.input.ptr.wrapping_add(to * len),
+        (Side::From, _) => o.input.ptr,
+        (Side::Into, OpKind::Scatter) => o.output.ptr,
+        (Side::Into, _) => o.output.ptr.wrapping_add(from * len),
     }
 }
 

@@ -99,16 +99,15 @@ struct Lists {
 
 /// What a request in the wait loop belongs to.
 #[derive(Clone, Copy)]
-pub(super) enum Owner {
+enum Owner {
     Send(usize),
     Recv(usize),
     /// A phase of a collective (a slot of the `drive::Driver`).
     Task(usize),
     /// The call-record exchange of a collective (see `drive`).
     Check(usize),
-    /// A message of a small collectives' exchange (see `eager`): the receive from a member, or
-    /// (`None`) a send.
-    Eager(usize, Option<usize>),
+    /// A message of an exchange of direct messages (see `eager`).
+    Eager(usize, eager::Msg),
 }
 
 /// Whether collectives are checked for agreement before data moves: on unless
@@ -393,8 +392,12 @@ impl MpiBackend {
             while *pending > 0 {
                 for &(i, got) in waiter.wait_some(&mut reqs, |_| raw::datatype(DType::U8))? {
                     *pending -= 1;
-                    if let Owner::Eager(_, Some(j)) = from[i] {
-                        ex.received(j, got)?;
+                    if let Owner::Eager(_, msg) = from[i] {
+                        let progress = ex.received(msg, got)?;
+                        if progress.heads_now && !progress.all_now {
+                            // Headers before data (see `drive`): report, do not wait.
+                            ex.verify(&op.desc, comm, members, me, w.seq)?;
+                        }
                     }
                 }
             }
@@ -454,7 +457,7 @@ impl MpiBackend {
                         Target::Recv(_) => {
                             let n = raw::count(op.output.len)?;
                             (
-                                raw::irecv(op.output.ptr, n, ty, peer, &self.world)?,
+                                raw::irecv(op.output.ptr, n, ty, peer, None, &self.world)?,
                                 Owner::Recv(i),
                             )
                         }

@@ -124,8 +124,8 @@ pub(super) unsafe fn issend(
     })
 }
 
-/// `MPI_Isend` in standard mode (MPI may buffer it: collectives' own messages need no
-/// rendezvous).
+/// `MPI_Isend` in standard mode with `tag` (MPI may buffer it: collectives' own messages need
+/// no rendezvous).
 ///
 /// # Safety
 /// See the module's posting contract.
@@ -134,15 +134,16 @@ pub(super) unsafe fn isend(
     n: c_int,
     ty: ffi::MPI_Datatype,
     dest: c_int,
+    tag: c_int,
     comm: &Comm,
 ) -> Result<Request> {
     // SAFETY: the caller's contract.
     post!("MPI_Isend", |r| unsafe {
-        ffi::MPI_Isend(buf as *const c_void, n, ty, dest, 0, comm.raw(), r)
+        ffi::MPI_Isend(buf as *const c_void, n, ty, dest, tag, comm.raw(), r)
     })
 }
 
-/// `MPI_Irecv` of at most `n` elements from `src`, any tag.
+/// `MPI_Irecv` of at most `n` elements from `src`, with `tag` (`None`: any tag).
 ///
 /// # Safety
 /// See the module's posting contract.
@@ -151,19 +152,14 @@ pub(super) unsafe fn irecv(
     n: c_int,
     ty: ffi::MPI_Datatype,
     src: c_int,
+    tag: Option<c_int>,
     comm: &Comm,
 ) -> Result<Request> {
+    // SAFETY: reading rsmpi's any-tag constant, initialised before `main`.
+    let tag = tag.unwrap_or(unsafe { ffi::RSMPI_ANY_TAG });
     // SAFETY: the caller's contract.
     post!("MPI_Irecv", |r| unsafe {
-        ffi::MPI_Irecv(
-            buf as *mut c_void,
-            n,
-            ty,
-            src,
-            ffi::RSMPI_ANY_TAG,
-            comm.raw(),
-            r,
-        )
+        ffi::MPI_Irecv(buf as *mut c_void, n, ty, src, tag, comm.raw(), r)
     })
 }
 
