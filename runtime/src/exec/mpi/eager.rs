@@ -86,18 +86,19 @@ pub(super) enum Msg {
 }
 
 /// Whether `d` is exchanged *directly*: a large gather or scatter whose blocks are contiguous
-/// (along dim 0, or dims before it of size 1) goes as a header message and then the data,
-/// straight from the input and into the output — no copy, each byte sent once, which is what
-/// these collectives need at any size. (Reductions need every member's data folded, which the
-/// schedule path does with ring bandwidth.)
+/// (along dim 0, or dims before it of size 1), or a large broadcast between two, goes as a
+/// header message and then the data, straight from the input and into the output — no copy,
+/// each byte sent once, which is what these collectives need at any size. (Reductions need
+/// every member's data folded, which the schedule path does with ring bandwidth.)
 pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
-    n <= MAX_MEMBERS
-        && bound(d) > SMALL
-        && matches!(
-            d.kind,
-            OpKind::AllGather | OpKind::Gather | OpKind::AllToAll | OpKind::Scatter
-        )
-        && rows(&d.shape, d.dim).0 == 1
+    let gathers = matches!(
+        d.kind,
+        OpKind::AllGather | OpKind::Gather | OpKind::AllToAll | OpKind::Scatter
+    ) && rows(&d.shape, d.dim).0 == 1;
+    // A broadcast's root would send the whole tensor to every member: only for a pair, where
+    // that is all a tree would do too.
+    let pair_broadcast = d.kind == OpKind::Broadcast && n <= 2;
+    n <= MAX_MEMBERS && bound(d) > SMALL && (gathers || pair_broadcast)
 }
 
 /// How many collectives from `k` (a power of two) go into one exchange, or 0 when the head is
@@ -503,7 +504,8 @@ impl Exchange {
             }
         }
         let own = seg(d, me, me, n, root) * es;
-        if own > 0 {
+        // (A broadcast's root keeps its tensor: nothing to copy.)
+        if own > 0 && d.kind != OpKind::Broadcast {
             let (from, into) = (
                 block(o, me, me, n, root, Side::From),
                 block(o, me, me, n, root, Side::Into),
@@ -581,8 +583,8 @@ fn block(o: &Op, from: usize, to: usize, n: usize, root: usize, side: Side) -> *
     let len = seg(d, from, to, n, root) * d.dtype.size();
     match (side, d.kind) {
         (Side::From, OpKind::AllToAll | OpKind::Scatter) => o.input.ptr.wrapping_add(to * len),
+        (_, OpKind::Broadcast) | (Side::Into, OpKind::Scatter) => o.output.ptr,
         (Side::From, _) => o.input.ptr,
-        (Side::Into, OpKind::Scatter) => o.output.ptr,
         (Side::Into, _) => o.output.ptr.wrapping_add(from * len),
     }
 }

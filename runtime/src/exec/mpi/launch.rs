@@ -42,7 +42,8 @@ where
         let e = Error::Backend {
             backend: "mpi",
             detail: format!(
-                "the MPI library grants thread level {threading:?}; rankwise needs                  MPI_THREAD_MULTIPLE (Open MPI and MPICH provide it)"
+                "the MPI library grants thread level {threading:?}; rankwise needs \
+                 MPI_THREAD_MULTIPLE (Open MPI and MPICH provide it)"
             ),
         };
         abort_job(rank, &e);
@@ -101,7 +102,17 @@ where
 /// Prints `error` (which names its ranks) and ends every process of the job with `MPI_Abort`.
 pub(crate) fn abort_job_with(error: &Error) -> ! {
     eprintln!("rankwise: {error}\nrankwise: ending the MPI job (MPI_Abort)");
-    // SAFETY: MPI is initialised (the monitor exists only then); aborting needs no more.
+    end_job()
+}
+
+/// `MPI_Abort` on the world, after a moment: the launcher forwards a process's standard error
+/// through its daemon, and an abort right after the message can tear that channel down before
+/// the message — the one that explains the failure — is through (seen under load in the
+/// `mpirun` tests).
+fn end_job() -> ! {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // SAFETY: MPI is initialised (a backend or monitor exists only then); aborting needs no
+    // more.
     unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1) };
     std::process::abort()
 }
@@ -115,7 +126,5 @@ pub(crate) fn abort_job(rank: usize, error: &Error) -> ! {
         e => format!("rank {rank}: {e}"),
     };
     eprintln!("rankwise: {shown}\nrankwise: rank {rank} ends the MPI job (MPI_Abort)");
-    // SAFETY: MPI is initialised (the backend exists only then); aborting needs no more.
-    unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1) };
-    std::process::abort()
+    end_job()
 }
