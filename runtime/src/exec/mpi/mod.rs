@@ -542,13 +542,13 @@ impl MpiBackend {
 
     /// Posts the next phase of `task` (on group `g`).
     fn post(&self, task: &mut steps::Task, op: &Op, g: GroupId) -> Result<Vec<Request>> {
-        let (comm, members) = self.comm_of(g)?;
+        let (comm, pairs, members) = self.comms_of(g)?;
         let n = members.len();
         let me = self.member_index(members)?;
         let root = eager::root_index(&op.desc, members)?;
         // SAFETY: the op's buffers are valid until `execute` returns, which is after every
         // request completes; the task (holding its scratch) lives in `run_batch` as long.
-        unsafe { task.advance(op, comm, me, n, root) }
+        unsafe { task.advance(op, comm, pairs, me, n, root) }
     }
 }
 

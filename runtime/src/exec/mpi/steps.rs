@@ -23,6 +23,13 @@ use crate::rules::rows;
 /// larger ones by chunked all-to-all, fold and all-gather (two calls, ring bandwidth).
 const SMALL_REDUCE_BYTES: usize = 16 * 1024;
 
+/// Groups up to this many members run large all_reduces as direct messages.
+const DIRECT_MEMBERS: usize = 8;
+/// Tags of a direct all_reduce's two rounds on the point-to-point communicator (apart from
+/// the exchanges' tags, see `eager`).
+const SPREAD: c_int = 2;
+const SHARE: c_int = 3;
+
 /// The phase of an op whose last call needs no local work after it.
 const DONE: u8 = u8::MAX;
 /// The phase of a small reduction after its all-gather: the fold.
@@ -146,6 +153,8 @@ pub(super) fn mpi_phases(op: &Op) -> u8 {
 /// outlive them, so it lives here until the op completes).
 pub(super) struct Task {
     phase: u8,
+    /// A large all_reduce among a few members, as direct messages (see `advance`).
+    direct: bool,
     a: Scratch,
     b: Scratch,
     send: Layout,
@@ -156,6 +165,7 @@ impl Task {
     pub(super) fn new() -> Self {
         Task {
             phase: 0,
+            direct: false,
             a: Scratch::default(),
             b: Scratch::default(),
             send: Layout::default(),
@@ -173,6 +183,7 @@ impl Task {
         &mut self,
         op: &Op,
         comm: &Comm,
+        pairs: &Comm,
         me: usize,
         n: usize,
         root: usize,
@@ -281,6 +292,51 @@ impl Task {
                     let (outer, row) = rows(&d.shape, d.dim);
                     fold(op, self.b.ptr(), n, outer * (row / n), op.output.ptr);
                     Ok(Vec::new())
+                }
+                // A large all_reduce among 2 to 8 members: each member's chunk of every
+                // member's tensor goes straight to it (`pairs`, point to point), it folds them,
+                // and its folded chunk goes straight into every member's output — each byte
+                // crosses twice, as in a ring, in two rounds instead of 2(n - 1) steps.
+                (OpKind::AllReduce, 0)
+                    if numel * es > SMALL_REDUCE_BYTES && (2..=DIRECT_MEMBERS).contains(&n) =>
+                {
+                    self.direct = true;
+                    self.send = Layout::chunks(numel, n)?;
+                    let (counts, displs) = (&self.send.counts, &self.send.displs);
+                    let mine = counts[me] as usize;
+                    self.a = Scratch::with_bytes(n * mine * es)?;
+                    let a = self.a.ptr();
+                    let chunk = |j: usize| displs[j] as usize * es;
+                    std::ptr::copy_nonoverlapping(
+                        op.input.ptr.add(chunk(me)),
+                        a.add(me * mine * es),
+                        mine * es,
+                    );
+                    let mut reqs = Vec::with_capacity(2 * (n - 1));
+                    for j in (0..n).filter(|&j| j != me) {
+                        let peer = raw::count(j)?;
+                        let into = a.add(j * mine * es);
+                        reqs.push(raw::irecv(into, counts[me], ty, peer, Some(SPREAD), pairs)?);
+                        let from = op.input.ptr.add(chunk(j));
+                        reqs.push(raw::isend(from, counts[j], ty, peer, SPREAD, pairs)?);
+                    }
+                    Ok(reqs)
+                }
+                (OpKind::AllReduce, 1) if self.direct => {
+                    let (counts, displs) = (&self.send.counts, &self.send.displs);
+                    let mine = counts[me] as usize;
+                    let chunk = |j: usize| displs[j] as usize * es;
+                    let out = op.output.ptr;
+                    fold(op, self.a.ptr(), n, mine, out.add(chunk(me)));
+                    let mut reqs = Vec::with_capacity(2 * (n - 1));
+                    for j in (0..n).filter(|&j| j != me) {
+                        let peer = raw::count(j)?;
+                        let into = out.add(chunk(j));
+                        reqs.push(raw::irecv(into, counts[j], ty, peer, Some(SHARE), pairs)?);
+                        let from = out.add(chunk(me));
+                        reqs.push(raw::isend(from, counts[me], ty, peer, SHARE, pairs)?);
+                    }
+                    Ok(reqs)
                 }
                 (OpKind::AllReduce | OpKind::Reduce, 0) if numel * es <= SMALL_REDUCE_BYTES => {
                     let rooted = d.kind == OpKind::Reduce;
