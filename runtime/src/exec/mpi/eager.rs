@@ -9,6 +9,10 @@
 //! proposal, see `drive`) *and* already holds everyone's data for it: packing small collectives
 //! costs no extra round. Data beyond the agreed run is ignored.
 //!
+//! Large gathers and scatters with contiguous blocks (and large broadcasts between two) use the
+//! same exchange *directly*: the header message first, then the data straight from the input
+//! into the output (see [`direct`]).
+//!
 //! Messages go over a communicator of their own per group (a duplicate made with the group's),
 //! so they never meet point-to-point traffic, whose receives take any tag.
 

@@ -15,8 +15,10 @@
 //!    order could deadlock where the program does not.
 //! 3. **Collectives in order per communicator.** MPI requires every member to start the
 //!    collectives of a communicator in the same order, so the collectives of one communicator
-//!    run one after another (each a few non-blocking phases, see `steps`), while different
-//!    communicators and the messages progress together; one `MPI_Waitsome` loop drives all.
+//!    start one after another (each a few non-blocking phases, see `steps`, or one exchange of
+//!    direct messages, see `eager`), while different communicators and the messages progress
+//!    together; one `MPI_Waitsome` loop drives all (`drive`). A batch of one small collective
+//!    is run without that machinery (`run_small`).
 //!
 //! Once anything is posted, the buffers belong to MPI until the requests complete. A failure
 //! then cannot be returned to the caller (it could free a buffer MPI still writes), so it ends

@@ -7,7 +7,10 @@
 //! Reductions move data like a ring all-reduce without its latency chain: small tensors are
 //! all-gathered and folded by every member (one call); large ones are exchanged all-to-all in
 //! member-owned chunks, folded, and all-gathered (two calls, each moving `(n - 1)/n` of the
-//! tensor per member — the bandwidth of MPI's own large-message algorithms).
+//! tensor per member — the bandwidth of MPI's own large-message algorithms). Among 2 to 8
+//! members a large all_reduce does the same with point-to-point messages on the group's second
+//! communicator instead of MPI's collectives. (Small collectives and large gathers and
+//! scatters among a few members do not come here: see `eager`.)
 
 use std::ffi::c_int;
 
