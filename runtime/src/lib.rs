@@ -30,6 +30,7 @@
 #[macro_use]
 mod fail;
 
+pub mod bootstrap;
 mod ctx;
 mod element;
 mod error;

@@ -185,9 +185,9 @@ pub(super) struct Progress {
 
 impl Exchange {
     /// Writes this member's header and payloads for `run` (a power of two of calls) and posts
-    /// its messages: a receive from, and a send to, every other member, each handed to `push`
-    /// with the member it receives from (`None` for sends). Returns the exchange and how many
-    /// requests it posted.
+    /// its messages: a receive from, and a send to, every other member (only those that carry
+    /// data, one way; the data after the header, directly), each handed to `push` with what it
+    /// is. Returns the exchange and how many requests it posted.
     ///
     /// # Safety
     /// The ops' buffers must be valid for their descriptions until the exchange is delivered;

@@ -1,0 +1,420 @@
+//! How the processes of a job started by `torchrun` (or any launcher that sets `RANK`,
+//! `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`) meet: rank 0 listens on the master address,
+//! every other rank connects and says who it is, and rank 0 hands every rank the same bytes —
+//! NCCL's unique id, which every rank needs to create the communicator.
+//!
+//! Every failure is an `Err` naming what to fix, within the timeout, on every rank that can be
+//! told: a wrong address (nobody listens), a rank that never arrives (rank 0 names the missing
+//! ranks, and tells the others), world sizes that disagree, two processes claiming one rank.
+//!
+//! The wire format is rankwise's own and fixed: a hello of 16 bytes (`RWBOOT01`, the world size
+//! and the rank, little-endian u32s) and a reply (a status byte, a u32 length, then the payload
+//! or the error's text).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"RWBOOT01";
+/// The most bytes a reply carries (an id is 128; error texts are short).
+const MAX_PAYLOAD: usize = 1 << 16;
+/// How long to wait between attempts to reach rank 0.
+const RETRY: Duration = Duration::from_millis(50);
+
+/// Where and as whom this process meets the others.
+#[derive(Clone, Debug)]
+pub struct Rendezvous {
+    /// Rank 0's address (`MASTER_ADDR:MASTER_PORT`).
+    pub addr: String,
+    /// This process's rank (`RANK`).
+    pub rank: usize,
+    /// The number of processes (`WORLD_SIZE`).
+    pub world: usize,
+    /// How long to wait for the others (`RANKWISE_BOOTSTRAP_TIMEOUT` in seconds; 60 by
+    /// default).
+    pub timeout: Duration,
+}
+
+impl Rendezvous {
+    /// The rendezvous the launcher's variables describe, `None` when `RANK` is not set (not
+    /// started by such a launcher); an `Err` when they are present but unusable.
+    pub fn from_env() -> Result<Option<Self>> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let Some(rank) = var("RANK") else {
+            return Ok(None);
+        };
+        let need = |k: &str| {
+            var(k).ok_or_else(|| bad(format!("RANK is set but {k} is not: start the job with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")))
+        };
+        let number = |k: &str, v: String| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| bad(format!("{k}={v:?} is not a number")))
+        };
+        let rank = number("RANK", rank)?;
+        let world = number("WORLD_SIZE", need("WORLD_SIZE")?)?;
+        let addr = format!("{}:{}", need("MASTER_ADDR")?, need("MASTER_PORT")?);
+        let timeout = match var("RANKWISE_BOOTSTRAP_TIMEOUT") {
+            Some(v) => Duration::from_secs_f64(v.trim().parse::<f64>().map_err(|_| {
+                bad(format!(
+                    "RANKWISE_BOOTSTRAP_TIMEOUT={v:?} is not a number of seconds"
+                ))
+            })?),
+            None => Duration::from_secs(60),
+        };
+        let r = Rendezvous {
+            addr,
+            rank,
+            world,
+            timeout,
+        };
+        r.validate()?;
+        Ok(Some(r))
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.world == 0 || self.rank >= self.world {
+            return Err(bad(format!(
+                "rank {} is not a rank of a world of {}",
+                self.rank, self.world
+            )));
+        }
+        if self.world > u32::MAX as usize {
+            return Err(bad(format!("a world of {} is too large", self.world)));
+        }
+        Ok(())
+    }
+
+    /// Shares `payload` (given on rank 0, `None` elsewhere) with every rank: each returns rank
+    /// 0's bytes once every rank has arrived.
+    pub fn share(&self, payload: Option<&[u8]>) -> Result<Vec<u8>> {
+        self.validate()?;
+        match (self.rank, payload) {
+            (0, Some(p)) if p.len() <= MAX_PAYLOAD => self.serve(p),
+            (0, Some(p)) => Err(bad(format!("{} bytes is too much to share", p.len()))),
+            (0, None) => Err(bad("rank 0 must provide the bytes to share".into())),
+            (_, _) => self.join(),
+        }
+    }
+
+    /// Rank 0: waits for every other rank, checks them, answers all.
+    fn serve(&self, payload: &[u8]) -> Result<Vec<u8>> {
+        let listener = TcpListener::bind(self.listen_addr()?).map_err(|e| {
+            bad(format!(
+                "rank 0 cannot listen on {}: {e} (is MASTER_ADDR this host, and MASTER_PORT free?)",
+                self.addr
+            ))
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| bad(format!("cannot poll the listening socket: {e}")))?;
+        let deadline = Instant::now() + self.timeout;
+        let mut peers: Vec<Option<TcpStream>> = (0..self.world).map(|_| None).collect();
+        let mut problem: Option<String> = None;
+        while peers.iter().skip(1).any(Option::is_none) && problem.is_none() {
+            match listener.accept() {
+                Ok((mut s, from)) => match self.hello(&mut s, deadline) {
+                    Ok(rank) if peers[rank].is_some() => {
+                        problem =
+                            Some(format!("two processes claim rank {rank} (one from {from})"));
+                        peers.push(Some(s)); // told below, with the others
+                    }
+                    Ok(rank) => peers[rank] = Some(s),
+                    Err(Hello::Mismatch(text)) => {
+                        problem = Some(text);
+                        peers.push(Some(s));
+                    }
+                    // Not one of ours (a port scanner, a stray client): ignored.
+                    Err(Hello::Garbage) => {}
+                },
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<usize> =
+                            (1..self.world).filter(|&r| peers[r].is_none()).collect();
+                        problem = Some(format!(
+                            "rank(s) {missing:?} did not arrive within {:?} (started? the same \
+                             MASTER_ADDR and MASTER_PORT? raise RANKWISE_BOOTSTRAP_TIMEOUT for \
+                             slow starts)",
+                            self.timeout
+                        ));
+                    } else {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                Err(e) => problem = Some(format!("accepting a connection failed: {e}")),
+            }
+        }
+        let reply = match &problem {
+            None => (0u8, payload.to_vec()),
+            Some(text) => (1u8, text.clone().into_bytes()),
+        };
+        for s in peers.iter_mut().flatten() {
+            // A rank that already left cannot be told; the others still are.
+            let _ = send_reply(s, reply.0, &reply.1);
+        }
+        match problem {
+            None => Ok(payload.to_vec()),
+            Some(text) => Err(bad(format!("rank 0: {text}"))),
+        }
+    }
+
+    /// Reads and checks a hello; the sender's rank.
+    fn hello(&self, s: &mut TcpStream, deadline: Instant) -> std::result::Result<usize, Hello> {
+        let _ = s.set_nonblocking(false);
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(RETRY);
+        let _ = s.set_read_timeout(Some(left));
+        let mut h = [0u8; 16];
+        s.read_exact(&mut h).map_err(|_| Hello::Garbage)?;
+        if &h[..8] != MAGIC {
+            return Err(Hello::Garbage);
+        }
+        let world = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+        let rank = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+        if world != self.world {
+            return Err(Hello::Mismatch(format!(
+                "rank {rank} was started with WORLD_SIZE={world}, rank 0 with {}",
+                self.world
+            )));
+        }
+        if rank == 0 || rank >= self.world {
+            return Err(Hello::Mismatch(format!(
+                "a process claims rank {rank} in a world of {world}"
+            )));
+        }
+        Ok(rank)
+    }
+
+    /// Every other rank: reaches rank 0 (retrying until the timeout: it may start later),
+    /// says who it is, and reads the answer.
+    fn join(&self) -> Result<Vec<u8>> {
+        let deadline = Instant::now() + self.timeout;
+        let mut s = loop {
+            let last = match self.connect_once() {
+                Ok(s) => break s,
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(bad(format!(
+                    "rank {} could not reach rank 0 at {} within {:?}: {last} (is rank 0 \
+                     running, and MASTER_ADDR/MASTER_PORT the same for every rank?)",
+                    self.rank, self.addr, self.timeout
+                )));
+            }
+            std::thread::sleep(RETRY);
+        };
+        let mut h = [0u8; 16];
+        h[..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&(self.world as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&(self.rank as u32).to_le_bytes());
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(RETRY);
+        let io = |e: std::io::Error| {
+            bad(format!(
+                "rank {}: the connection to rank 0 at {} failed: {e} (rank 0 waited for the \
+                 other ranks longer than RANKWISE_BOOTSTRAP_TIMEOUT allows?)",
+                self.rank, self.addr
+            ))
+        };
+        s.set_write_timeout(Some(left)).map_err(io)?;
+        // Rank 0 answers only once every rank has arrived, which may take the whole timeout.
+        s.set_read_timeout(Some(left + self.timeout)).map_err(io)?;
+        s.write_all(&h).map_err(io)?;
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).map_err(io)?;
+        let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if len > MAX_PAYLOAD {
+            return Err(bad(format!(
+                "rank {}: {} answered with {len} bytes: is it a rankwise job's rank 0?",
+                self.rank, self.addr
+            )));
+        }
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).map_err(io)?;
+        match head[0] {
+            0 => Ok(body),
+            _ => Err(bad(format!(
+                "rank {}: rank 0 refused the job: {}",
+                self.rank,
+                String::from_utf8_lossy(&body)
+            ))),
+        }
+    }
+
+    fn connect_once(&self) -> std::result::Result<TcpStream, String> {
+        let addrs: Vec<SocketAddr> = self
+            .addr
+            .to_socket_addrs()
+            .map_err(|e| format!("{} does not resolve: {e}", self.addr))?
+            .collect();
+        let mut last = format!("{} has no address", self.addr);
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, RETRY.max(Duration::from_millis(200))) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = format!("{a}: {e}"),
+            }
+        }
+        Err(last)
+    }
+
+    /// Where rank 0 listens: the master address's port on every interface of its family (the
+    /// name may resolve to an address this host does not own under NAT or in containers).
+    fn listen_addr(&self) -> Result<SocketAddr> {
+        let a = self
+            .addr
+            .to_socket_addrs()
+            .map_err(|e| bad(format!("{} does not resolve: {e}", self.addr)))?
+            .next()
+            .ok_or_else(|| bad(format!("{} has no address", self.addr)))?;
+        Ok(match a {
+            SocketAddr::V4(v) => SocketAddr::from(([0, 0, 0, 0], v.port())),
+            SocketAddr::V6(v) => SocketAddr::from(([0u16; 8], v.port())),
+        })
+    }
+}
+
+enum Hello {
+    /// Not a rankwise hello.
+    Garbage,
+    /// A rankwise rank that does not fit this job.
+    Mismatch(String),
+}
+
+fn send_reply(s: &mut TcpStream, status: u8, body: &[u8]) -> std::io::Result<()> {
+    let mut msg = Vec::with_capacity(5 + body.len());
+    msg.push(status);
+    msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    msg.extend_from_slice(body);
+    let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+    s.write_all(&msg)
+}
+
+fn bad(detail: String) -> Error {
+    Error::Backend {
+        backend: "tcp bootstrap",
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A free port on the loopback interface.
+    fn port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    }
+
+    fn at(port: u16, rank: usize, world: usize, secs: f64) -> Rendezvous {
+        Rendezvous {
+            addr: format!("127.0.0.1:{port}"),
+            rank,
+            world,
+            timeout: Duration::from_secs_f64(secs),
+        }
+    }
+
+    /// Runs ranks `0..world` (rank 0 sharing `id`) on threads, each with its own view.
+    fn run(views: Vec<Rendezvous>, id: &[u8]) -> Vec<Result<Vec<u8>>> {
+        let handles: Vec<_> = views
+            .into_iter()
+            .map(|r| {
+                let id = id.to_vec();
+                std::thread::spawn(move || r.share((r.rank == 0).then_some(&id[..])))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic"))
+            .collect()
+    }
+
+    #[test]
+    fn every_rank_gets_rank_zeros_bytes() {
+        let p = port();
+        let id: Vec<u8> = (0..128u8).collect();
+        // Rank 0 starts last: the others retry until it listens.
+        let views: Vec<Rendezvous> = (0..4).rev().map(|r| at(p, r, 4, 10.0)).collect();
+        for got in run(views, &id) {
+            assert_eq!(got.expect("shared"), id);
+        }
+    }
+
+    #[test]
+    fn a_missing_rank_is_named_on_every_rank_that_came() {
+        let p = port();
+        let views = vec![at(p, 0, 3, 0.5), at(p, 1, 3, 0.5)];
+        let got = run(views, b"id");
+        let e0 = got[0].as_ref().expect_err("rank 0 fails").to_string();
+        assert!(e0.contains("rank(s) [2] did not arrive"), "{e0}");
+        let e1 = got[1].as_ref().expect_err("rank 1 fails").to_string();
+        assert!(
+            e1.contains("rank 0 refused the job") && e1.contains("[2]"),
+            "{e1}"
+        );
+    }
+
+    #[test]
+    fn disagreeing_world_sizes_are_refused() {
+        let p = port();
+        let views = vec![at(p, 0, 2, 5.0), at(p, 1, 3, 5.0)];
+        let got = run(views, b"id");
+        for g in &got {
+            let e = g.as_ref().expect_err("refused").to_string();
+            assert!(
+                e.contains("rank 1 was started with WORLD_SIZE=3, rank 0 with 2"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn two_processes_with_one_rank_are_refused() {
+        let p = port();
+        let views = vec![at(p, 0, 3, 5.0), at(p, 1, 3, 5.0), at(p, 1, 3, 5.0)];
+        let got = run(views, b"id");
+        let e0 = got[0].as_ref().expect_err("refused").to_string();
+        assert!(e0.contains("two processes claim rank 1"), "{e0}");
+    }
+
+    #[test]
+    fn nobody_listening_is_an_error_within_the_timeout() {
+        let p = port();
+        let start = Instant::now();
+        let e = at(p, 1, 2, 0.3).share(None).expect_err("nobody listens");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let e = e.to_string();
+        assert!(e.contains("could not reach rank 0 at 127.0.0.1"), "{e}");
+    }
+
+    #[test]
+    fn a_stray_connection_is_ignored() {
+        let p = port();
+        let stray = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", p)) {
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            }
+        });
+        let got = run(vec![at(p, 0, 2, 5.0), at(p, 1, 2, 5.0)], b"the id");
+        let _ = stray.join();
+        for g in got {
+            assert_eq!(g.expect("shared"), b"the id");
+        }
+    }
+
+    #[test]
+    fn bad_variables_are_errors_not_panics() {
+        let r = at(1, 3, 2, 1.0);
+        assert!(r.share(None).is_err());
+        let r0 = at(1, 0, 2, 1.0);
+        assert!(r0.share(None).is_err());
+    }
+}
