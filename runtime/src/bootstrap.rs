@@ -41,7 +41,12 @@ impl Rendezvous {
     /// The rendezvous the launcher's variables describe, `None` when `RANK` is not set (not
     /// started by such a launcher); an `Err` when they are present but unusable.
     pub fn from_env() -> Result<Option<Self>> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`Self::from_env`] over any source of variables.
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<Self>> {
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let Some(rank) = var("RANK") else {
             return Ok(None);
         };
@@ -408,6 +413,48 @@ mod tests {
         for g in got {
             assert_eq!(g.expect("shared"), b"the id");
         }
+    }
+
+    #[test]
+    fn the_launchers_variables_are_read_and_checked() {
+        let vars = |pairs: &[(&str, &str)]| {
+            let m: std::collections::HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Rendezvous::from_vars(move |k| m.get(k).cloned())
+        };
+        assert!(vars(&[]).expect("no launcher").is_none());
+        let r = vars(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "node1"),
+            ("MASTER_PORT", "29500"),
+            ("RANKWISE_BOOTSTRAP_TIMEOUT", "2.5"),
+        ])
+        .expect("valid")
+        .expect("a launcher");
+        assert_eq!((r.addr.as_str(), r.rank, r.world), ("node1:29500", 2, 4));
+        assert_eq!(r.timeout, Duration::from_millis(2500));
+        let e = vars(&[("RANK", "0"), ("WORLD_SIZE", "2")]).expect_err("no address");
+        assert!(e.to_string().contains("MASTER_ADDR is not"), "{e}");
+        let e = vars(&[
+            ("RANK", "4"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1"),
+        ])
+        .expect_err("rank out of range");
+        assert!(
+            e.to_string()
+                .contains("rank 4 is not a rank of a world of 4"),
+            "{e}"
+        );
+        let e = vars(&[("RANK", "one")]).expect_err("not a number");
+        assert!(
+            e.to_string().contains("RANK=\"one\" is not a number"),
+            "{e}"
+        );
     }
 
     #[test]
