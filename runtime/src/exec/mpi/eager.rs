@@ -286,7 +286,10 @@ impl Exchange {
                         ex.pending += 1;
                     }
                     if to_j {
-                        push(raw::isend(msg, len, u8s, peer, DATA, comm)?, Msg::Sent);
+                        push(
+                            raw::isend(raw::SendMode::Standard, msg, len, u8s, peer, DATA, comm)?,
+                            Msg::Sent,
+                        );
                         posted += 1;
                     }
                     if is_direct {
@@ -310,7 +313,10 @@ impl Exchange {
                         if outward > 0 {
                             let at = block(o, me, j, n, head_root, Side::From);
                             let c = raw::count(outward * es)?;
-                            push(raw::isend(at, c, u8s, peer, DATA, comm)?, Msg::Sent);
+                            push(
+                                raw::isend(raw::SendMode::Standard, at, c, u8s, peer, DATA, comm)?,
+                                Msg::Sent,
+                            );
                             posted += 1;
                         }
                     }
@@ -546,6 +552,7 @@ impl Exchange {
                         comm,
                     )?);
                     reqs.push(raw::isend(
+                        raw::SendMode::Standard,
                         self.record.as_ptr(),
                         count,
                         u8s,

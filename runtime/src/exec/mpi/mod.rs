@@ -452,7 +452,15 @@ impl MpiBackend {
                             let n = raw::count(op.input.len)?;
                             let tag = tag_of(d.dtype);
                             (
-                                raw::issend(op.input.ptr, n, ty, peer, tag, &self.world)?,
+                                raw::isend(
+                                    raw::SendMode::Rendezvous,
+                                    op.input.ptr,
+                                    n,
+                                    ty,
+                                    peer,
+                                    tag,
+                                    &self.world,
+                                )?,
                                 Owner::Send(i),
                             )
                         }

@@ -105,31 +105,22 @@ macro_rules! post {
     }};
 }
 
-/// `MPI_Issend`: completes once the receiver has started receiving (rendezvous, as the
-/// verifier's model of a blocking send).
-///
-/// # Safety
-/// See the module's posting contract.
-pub(super) unsafe fn issend(
-    buf: *const u8,
-    n: c_int,
-    ty: ffi::MPI_Datatype,
-    dest: c_int,
-    tag: c_int,
-    comm: &Comm,
-) -> Result<Request> {
-    // SAFETY: the caller's contract.
-    post!("MPI_Issend", |r| unsafe {
-        ffi::MPI_Issend(buf as *const c_void, n, ty, dest, tag, comm.raw(), r)
-    })
+/// How a send completes.
+#[derive(Clone, Copy)]
+pub(super) enum SendMode {
+    /// `MPI_Issend`: once the receiver has started receiving (rendezvous, as the verifier's
+    /// model of a blocking send).
+    Rendezvous,
+    /// `MPI_Isend`: MPI may buffer it (collectives' own messages need no rendezvous).
+    Standard,
 }
 
-/// `MPI_Isend` in standard mode with `tag` (MPI may buffer it: collectives' own messages need
-/// no rendezvous).
+/// A send of `n` elements to `dest` with `tag`, completing as `mode` says.
 ///
 /// # Safety
 /// See the module's posting contract.
 pub(super) unsafe fn isend(
+    mode: SendMode,
     buf: *const u8,
     n: c_int,
     ty: ffi::MPI_Datatype,
@@ -137,10 +128,17 @@ pub(super) unsafe fn isend(
     tag: c_int,
     comm: &Comm,
 ) -> Result<Request> {
-    // SAFETY: the caller's contract.
-    post!("MPI_Isend", |r| unsafe {
-        ffi::MPI_Isend(buf as *const c_void, n, ty, dest, tag, comm.raw(), r)
-    })
+    let buf = buf as *const c_void;
+    match mode {
+        // SAFETY: the caller's contract.
+        SendMode::Rendezvous => post!("MPI_Issend", |r| unsafe {
+            ffi::MPI_Issend(buf, n, ty, dest, tag, comm.raw(), r)
+        }),
+        // SAFETY: the caller's contract.
+        SendMode::Standard => post!("MPI_Isend", |r| unsafe {
+            ffi::MPI_Isend(buf, n, ty, dest, tag, comm.raw(), r)
+        }),
+    }
 }
 
 /// `MPI_Irecv` of at most `n` elements from `src`, with `tag` (`None`: any tag).

@@ -321,7 +321,15 @@ impl Task {
                         let into = a.add(j * mine * es);
                         reqs.push(raw::irecv(into, counts[me], ty, peer, Some(SPREAD), pairs)?);
                         let from = op.input.ptr.add(chunk(j));
-                        reqs.push(raw::isend(from, counts[j], ty, peer, SPREAD, pairs)?);
+                        reqs.push(raw::isend(
+                            raw::SendMode::Standard,
+                            from,
+                            counts[j],
+                            ty,
+                            peer,
+                            SPREAD,
+                            pairs,
+                        )?);
                     }
                     Ok(reqs)
                 }
@@ -337,7 +345,15 @@ impl Task {
                         let into = out.add(chunk(j));
                         reqs.push(raw::irecv(into, counts[j], ty, peer, Some(SHARE), pairs)?);
                         let from = out.add(chunk(me));
-                        reqs.push(raw::isend(from, counts[me], ty, peer, SHARE, pairs)?);
+                        reqs.push(raw::isend(
+                            raw::SendMode::Standard,
+                            from,
+                            counts[me],
+                            ty,
+                            peer,
+                            SHARE,
+                            pairs,
+                        )?);
                     }
                     Ok(reqs)
                 }
