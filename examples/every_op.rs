@@ -9,17 +9,28 @@
 
 use rankwise::{Ctx, DType, Element, Group, ReduceOp, Result, Tensor, bf16, f16, launch};
 
-/// Test values from small integers, for every element type.
+/// Test values from small integers, and the bits of a value, for every element type.
 trait Fill: Element {
     fn of(v: u32) -> Self;
+    fn bits(self) -> u64;
 }
 
 macro_rules! fill {
-    ($($t:ty => $e:expr),*) => {$(impl Fill for $t { fn of(v: u32) -> Self { $e(v) } })*};
+    ($($t:ty => $e:expr, $b:expr);*) => {$(impl Fill for $t {
+        fn of(v: u32) -> Self { $e(v) }
+        fn bits(self) -> u64 { $b(self) }
+    })*};
 }
-fill!(f32 => |v| v as f32, f64 => |v| v as f64, f16 => |v| f16::from_f32(v as f32),
-      bf16 => |v| bf16::from_f32(v as f32), i8 => |v| v as i8, u8 => |v| v as u8,
-      i32 => |v| v as i32, u32 => |v| v, i64 => |v| v as i64, u64 => |v| v as u64);
+fill!(f32 => |v| v as f32, |x: f32| u64::from(x.to_bits());
+      f64 => |v| v as f64, |x: f64| x.to_bits();
+      f16 => |v| f16::from_f32(v as f32), |x: f16| u64::from(x.to_bits());
+      bf16 => |v| bf16::from_f32(v as f32), |x: bf16| u64::from(x.to_bits());
+      i8 => |v| v as i8, |x: i8| x as u8 as u64;
+      u8 => |v| v as u8, |x: u8| u64::from(x);
+      i32 => |v| v as i32, |x: i32| x as u32 as u64;
+      u32 => |v| v, |x: u32| u64::from(x);
+      i64 => |v| v as i64, |x: i64| x as u64;
+      u64 => |v| v as u64, |x: u64| x);
 
 fn data<T: Fill>(rank: usize, salt: usize, shape: &[usize]) -> Result<Tensor<T>> {
     let n: usize = shape.iter().product();
@@ -29,12 +40,16 @@ fn data<T: Fill>(rank: usize, salt: usize, shape: &[usize]) -> Result<Tensor<T>>
     Tensor::from_vec(shape, v)
 }
 
-/// FNV-1a of the tensor's shape and values as printed.
-fn digest<T: Element>(t: &Tensor<T>) -> String {
-    let text = format!("{:?}{:?}", t.shape(), t.to_vec());
+/// An FNV-style hash of the tensor's shape and the bits of its values (bits, not printed
+/// values: equal bits on every engine is the claim, and printing large tensors is slow).
+fn digest<T: Fill>(t: &Tensor<T>) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    let mut mix = |w: u64| h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    for &d in t.shape() {
+        mix(d as u64);
+    }
+    for x in t.to_vec() {
+        mix(x.bits());
     }
     format!("{h:016x}")
 }
