@@ -549,7 +549,7 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// A message of slot `s`'s exchange completed: a send, or the receive from member `from`.
+    /// A message of slot `s`'s exchange completed (`msg` says which).
     pub(super) fn eager_done(
         &mut self,
         s: usize,
