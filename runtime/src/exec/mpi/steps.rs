@@ -315,23 +315,15 @@ impl Task {
                         a.add(me * mine * es),
                         mine * es,
                     );
-                    let mut reqs = Vec::with_capacity(2 * (n - 1));
-                    for j in (0..n).filter(|&j| j != me) {
-                        let peer = raw::count(j)?;
-                        let into = a.add(j * mine * es);
-                        reqs.push(raw::irecv(into, counts[me], ty, peer, Some(SPREAD), pairs)?);
-                        let from = op.input.ptr.add(chunk(j));
-                        reqs.push(raw::isend(
-                            raw::SendMode::Standard,
-                            from,
+                    let input = op.input.ptr;
+                    pair_round(n, me, ty, SPREAD, pairs, |j| {
+                        (
+                            a.add(j * mine * es),
+                            counts[me],
+                            input.add(chunk(j)),
                             counts[j],
-                            ty,
-                            peer,
-                            SPREAD,
-                            pairs,
-                        )?);
-                    }
-                    Ok(reqs)
+                        )
+                    })
                 }
                 (OpKind::AllReduce, 1) if self.direct => {
                     let (counts, displs) = (&self.send.counts, &self.send.displs);
@@ -339,23 +331,9 @@ impl Task {
                     let chunk = |j: usize| displs[j] as usize * es;
                     let out = op.output.ptr;
                     fold(op, self.a.ptr(), n, mine, out.add(chunk(me)));
-                    let mut reqs = Vec::with_capacity(2 * (n - 1));
-                    for j in (0..n).filter(|&j| j != me) {
-                        let peer = raw::count(j)?;
-                        let into = out.add(chunk(j));
-                        reqs.push(raw::irecv(into, counts[j], ty, peer, Some(SHARE), pairs)?);
-                        let from = out.add(chunk(me));
-                        reqs.push(raw::isend(
-                            raw::SendMode::Standard,
-                            from,
-                            counts[me],
-                            ty,
-                            peer,
-                            SHARE,
-                            pairs,
-                        )?);
-                    }
-                    Ok(reqs)
+                    pair_round(n, me, ty, SHARE, pairs, |j| {
+                        (out.add(chunk(j)), counts[j], out.add(chunk(me)), counts[me])
+                    })
                 }
                 (OpKind::AllReduce | OpKind::Reduce, 0) if numel * es <= SMALL_REDUCE_BYTES => {
                     let rooted = d.kind == OpKind::Reduce;
@@ -424,6 +402,40 @@ impl Task {
             }
         }
     }
+}
+
+/// One round of a direct all_reduce: with every other member `j`, a receive into `at(j).0`
+/// (`at(j).1` elements) and a send from `at(j).2` (`at(j).3` elements), tagged `tag`.
+///
+/// Once any request of the round is posted a failure cannot be returned (the caller would free
+/// memory MPI still uses, and the requests could not be found again), so it ends the job.
+///
+/// # Safety
+/// Every pointer is valid for its count of `ty` elements until the requests complete.
+unsafe fn pair_round(
+    n: usize,
+    me: usize,
+    ty: mpi::ffi::MPI_Datatype,
+    tag: c_int,
+    pairs: &Comm,
+    at: impl Fn(usize) -> (*mut u8, c_int, *mut u8, c_int),
+) -> Result<Vec<Request>> {
+    let mut reqs = Vec::with_capacity(2 * (n - 1));
+    for j in (0..n).filter(|&j| j != me) {
+        let (into, rc, from, sc) = at(j);
+        // SAFETY: the caller's contract.
+        let posted = raw::count(j).and_then(|peer| unsafe {
+            let r = raw::irecv(into, rc, ty, peer, Some(tag), pairs)?;
+            reqs.push(r);
+            raw::isend(raw::SendMode::Standard, from, sc, ty, peer, tag, pairs)
+        });
+        match posted {
+            Ok(r) => reqs.push(r),
+            Err(e) if reqs.is_empty() => return Err(e),
+            Err(e) => super::launch::abort_job_with(&e),
+        }
+    }
+    Ok(reqs)
 }
 
 /// Copies member blocks into row-major position: block `j` (`outer` rows of `width` bytes,
