@@ -240,6 +240,10 @@ impl LocalBackend {
                 }
                 Target::Recv(src) => self.progress_recv(run, src, ops, &mut pass, &mut woken)?,
             };
+            // A run that completed in this pass is progress too: the caller's exited-peer check
+            // relies on "no progress" meaning "nothing changed since the last pass", and a send
+            // whose receiver copied it and returned completes without moving any data here.
+            pass.progressed |= run.complete;
             if pass.blocked.is_none() {
                 pass.blocked = waiting;
             }
@@ -492,9 +496,12 @@ impl LocalBackend {
                 continue;
             }
             let (op_idx, waiting_for) = pass.blocked.unwrap_or((0, SmallVec::new()));
+            fail_point!("blocked");
             // A peer that has returned will never post what we wait for.
             if let Some(&gone) = waiting_for.iter().find(|&&r| self.shared.has_exited(r)) {
-                // Re-check once: its last posts happened before it marked itself exited.
+                // Re-check once: its last posts and copies happened before it marked itself
+                // exited. If this pass changes nothing (no data moved, no run completed), what
+                // we wait for from it is still missing and never will come.
                 let again = self.pass(runs, ops)?;
                 if !(again.progressed || again.complete) {
                     if announced {

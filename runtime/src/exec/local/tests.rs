@@ -82,3 +82,33 @@ fn a_panic_at_any_fail_point_stops_every_rank() {
         }
     }
 }
+
+/// Regression (found by the differential test in CI): rank 0's batch sends to rank 1 and
+/// receives from rank 2. Rank 0 finds its send uncopied, then — paused at `blocked` — rank 1
+/// copies it and returns. Rank 0 must see that its send completed and keep waiting for rank 2,
+/// not report that rank 1 "returned without making the matching call".
+#[test]
+fn a_peer_that_returns_after_taking_our_send_is_not_a_failure() {
+    let each = spawn_each(3, Default::default(), |ctx| {
+        let r = ctx.rank();
+        let x = Tensor::full([2], r as f32)?;
+        let mut got = Tensor::<f32>::zeros([2])?;
+        match r {
+            0 => {
+                crate::fail::arm_pause("blocked", Duration::from_millis(100));
+                let mut b = ctx.batch();
+                b.send(&x, 1).recv(&mut got, 2);
+                b.run()?;
+            }
+            1 => ctx.recv(&mut got, 0)?,
+            _ => {
+                std::thread::sleep(Duration::from_millis(if cfg!(miri) { 20 } else { 300 }));
+                ctx.send(&x, 0)?;
+            }
+        }
+        Ok(got.to_vec())
+    })
+    .unwrap();
+    let got: Vec<Vec<f32>> = each.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(got, vec![vec![2.0, 2.0], vec![0.0, 0.0], vec![0.0, 0.0]]);
+}
