@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::ctx::Ctx;
 use crate::error::{Error, PeerFailure, Result, panic_message};
+use crate::exec::Backend;
 use crate::exec::local::{Abort, LocalBackend, WorldState};
+use crate::exec::nccl::host::{HostBackend, HostNccl};
 use crate::verify::Program;
 
 /// Settings for [`spawn_with`].
@@ -18,6 +20,34 @@ pub struct Options {
     pub timeout: Option<Duration>,
     /// A description of what the ranks will do, verified before any thread starts.
     pub program: Option<Arc<Program>>,
+    /// What carries the ranks' communication (the threads backend unless set).
+    pub emulate: Emulation,
+}
+
+/// What carries the communication of ranks started by [`spawn_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Emulation {
+    /// The threads backend: ranks read each other's buffers in place.
+    #[default]
+    Off,
+    /// The NCCL backend's lowering on host memory: every batch becomes the NCCL calls and
+    /// copies a GPU would run (for NCCL `version`, as `ncclGetVersion` reports it, e.g. 22803),
+    /// executed with NCCL's matching and grouping rules. Reductions fold in member order, so
+    /// results equal the threads backend's bit for bit (real NCCL may round float sums
+    /// differently). `RANKWISE_BACKEND=nccl-host` selects it for [`launch`](crate::launch).
+    Nccl {
+        /// The NCCL version to lower for (all_to_all, gather and scatter are NCCL's own calls
+        /// from 22800 on, grouped sends and receives before).
+        version: u32,
+    },
+}
+
+impl Emulation {
+    /// [`Emulation::Nccl`] for the NCCL version CI checks the declarations against.
+    pub const NCCL: Emulation = Emulation::Nccl {
+        version: crate::exec::nccl::host::DEFAULT_VERSION,
+    };
 }
 
 impl Options {
@@ -33,6 +63,12 @@ impl Options {
     /// [`Error::Rejected`] with the diagnostics.
     pub fn verify(mut self, program: impl Into<Arc<Program>>) -> Self {
         self.program = Some(program.into());
+        self
+    }
+
+    /// Sets [`Options::emulate`].
+    pub fn emulate(mut self, emulation: Emulation) -> Self {
+        self.emulate = emulation;
         self
     }
 }
@@ -102,13 +138,23 @@ where
     }
     check_program(world, options)?;
     let shared = WorldState::new(world, options.timeout);
+    let nccl = match options.emulate {
+        Emulation::Off => None,
+        Emulation::Nccl { version } => Some(HostNccl::new(Arc::clone(&shared), version)),
+    };
     let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
         let mut handles = Vec::with_capacity(world);
         for rank in 0..world {
             let rank_shared = Arc::clone(&shared);
+            let backend: Box<dyn Backend> = match &nccl {
+                None => Box::new(LocalBackend::new(Arc::clone(&shared), rank)),
+                Some(n) => Box::new(HostBackend::new(Arc::clone(n), rank)),
+            };
             let handle = std::thread::Builder::new()
                 .name(format!("rank-{rank}"))
-                .spawn_scoped(scope, move || run_rank(rank, world, rank_shared, f));
+                .spawn_scoped(scope, move || {
+                    run_rank(rank, world, rank_shared, backend, f)
+                });
             match handle {
                 Ok(h) => handles.push(h),
                 Err(e) => {
@@ -143,12 +189,17 @@ where
     Ok((results, shared))
 }
 
-fn run_rank<T, F>(rank: usize, world: usize, shared: Arc<WorldState>, f: &F) -> Result<T>
+fn run_rank<T, F>(
+    rank: usize,
+    world: usize,
+    shared: Arc<WorldState>,
+    backend: Box<dyn Backend>,
+    f: &F,
+) -> Result<T>
 where
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
-    let backend = LocalBackend::new(Arc::clone(&shared), rank);
-    let mut ctx = Ctx::new(rank, world, Box::new(backend));
+    let mut ctx = Ctx::new(rank, world, backend);
     let result = match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
         Ok(r) => r,
         Err(payload) => {

@@ -14,7 +14,7 @@ mod programs;
 
 use programs::{Event, Mutation, build, mutate};
 use rankwise_runtime::verify::{Match, Program, Verdict, verify};
-use rankwise_runtime::{Code, Error, Options, PeerFailure, spawn_with};
+use rankwise_runtime::{Code, Emulation, Error, Options, PeerFailure, spawn_with};
 
 fn event() -> impl Strategy<Value = Event> {
     (0u8..6, any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
@@ -156,5 +156,55 @@ fn mutations_cover_every_verdict() {
             tally.get(v).copied().unwrap_or(0) >= 10,
             "too few {v} cases: {tally:?}"
         );
+    }
+}
+
+fn uses_bitwise_ops(p: &Program) -> bool {
+    use rankwise_runtime::ReduceOp::{BitAnd, BitOr, BitXor};
+    p.ranks
+        .iter()
+        .flatten()
+        .flat_map(|item| item.ops())
+        .any(|op| matches!(op.desc.op, Some(BitAnd | BitOr | BitXor)))
+}
+
+/// Every rank's digest of a program's outputs on `emulate`, or the error.
+fn digests(p: &Program, emulate: Emulation) -> rankwise_runtime::Result<Vec<u64>> {
+    let program = Arc::new(p.clone());
+    let opts = Options::default()
+        .timeout(Duration::from_secs(10))
+        .emulate(emulate);
+    spawn_with(p.world, opts, |ctx| rankwise_runtime::replay(&program, ctx))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The NCCL lowering, executed with NCCL's semantics on host memory, gives every rank the
+    /// same bits as the threads backend — for NCCL with its own all_to_all, gather and scatter
+    /// (2.28 on) and for the grouped sends and receives that stand in for them before.
+    #[test]
+    fn the_nccl_lowering_computes_what_the_threads_backend_computes(
+        world in 1usize..=5,
+        masks in prop::collection::vec(any::<u8>(), 0..3),
+        events in prop::collection::vec(event(), 0..12),
+        old in any::<bool>(),
+    ) {
+        let p = build(world, &masks, &events);
+        prop_assume!(verify(&p).is_ok());
+        let version = if old { 22703 } else { 23203 };
+        if uses_bitwise_ops(&p) {
+            // NCCL has none: refused before any call, on every rank that reaches one.
+            let got = digests(&p, Emulation::Nccl { version });
+            prop_assert!(
+                matches!(&got, Err(e) if e.to_string().contains("backend nccl: ") && e.to_string().contains("NCCL has no bitwise reductions")),
+                "{:?}", got
+            );
+            return Ok(());
+        }
+        let want = digests(&p, Emulation::Off).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let got = digests(&p, Emulation::Nccl { version })
+            .map_err(|e| TestCaseError::fail(format!("NCCL {version}: {e}\n{p:#?}")))?;
+        prop_assert_eq!(got, want, "NCCL {}:\n{:#?}", version, p);
     }
 }

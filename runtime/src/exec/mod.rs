@@ -12,6 +12,7 @@ pub(crate) mod copy;
 pub(crate) mod local;
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi;
+pub(crate) mod nccl;
 
 /// A raw view of a tensor's storage, as a backend sees it.
 #[derive(Clone, Copy, Debug)]

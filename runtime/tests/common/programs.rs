@@ -66,8 +66,16 @@ pub fn build(world: usize, group_masks: &[u8], events: &[Event]) -> Program {
                 shape.truncate(ndim);
                 let dim = (e.d as usize / 12) % ndim;
                 let root = members[e.a as usize / 8 % n];
+                use OpKind::{AllGather, AllReduce, Broadcast, Reduce, ReduceScatter};
+                // Batches: mixed kinds, and runs of one kind (which backends may pack).
+                const BATCHES: [&[OpKind]; 4] = [
+                    &[AllReduce, Broadcast],
+                    &[AllReduce, AllReduce, AllReduce],
+                    &[Broadcast, Broadcast, Reduce, Reduce],
+                    &[AllGather, AllGather, ReduceScatter],
+                ];
                 let kinds: &[OpKind] = if e.kind == 3 {
-                    &[OpKind::AllReduce, OpKind::Broadcast]
+                    BATCHES[e.b as usize % BATCHES.len()]
                 } else {
                     &KINDS[e.b as usize % 9..][..1]
                 };
