@@ -812,3 +812,6 @@ fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
         .to_vec()
 }
+
+#[cfg(test)]
+mod tests;

@@ -718,3 +718,6 @@ fn red(op: ReduceOp, d: &OpDesc) -> Result<Red> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests;
