@@ -65,9 +65,10 @@ fn collectives<T: Fill>(ctx: &mut Ctx, g: &Group, name: &str, out: &mut Vec<Stri
     let (r, n) = (ctx.rank(), g.size());
     let m = g.members().to_vec();
     let mut line = |what: String, d: String| out.push(format!("{} {name} {what} {d}", T::DTYPE));
+    // Every op the backend has for `T` (NCCL: no bitwise ones).
     let ops: Vec<ReduceOp> = ReduceOp::ALL
         .into_iter()
-        .filter(|o| o.supports(T::DTYPE))
+        .filter(|&o| ctx.supports(o, T::DTYPE))
         .collect();
     for (salt, shape) in [[3usize, 5, 2], [3, 6000, 1]].iter().enumerate() {
         for &op in &ops {

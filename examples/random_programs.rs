@@ -41,6 +41,20 @@ fn main() -> Result<()> {
         } else {
             for i in 0..n {
                 let (p, _) = programs::numbered(seed, i, world);
+                // A reduction this backend does not have (NCCL: bitwise ones) would be refused.
+                let runnable = p
+                    .ranks
+                    .iter()
+                    .flatten()
+                    .flat_map(|item| item.ops())
+                    .all(|op| op.desc.op.is_none_or(|o| ctx.supports(o, op.desc.dtype)));
+                if !runnable {
+                    out.push(format!(
+                        "program {i} needs a reduction {} lacks",
+                        ctx.backend_name()
+                    ));
+                    continue;
+                }
                 match verify(&p) {
                     Ok(_) => out.push(format!(
                         "program {i} digest {:016x}",

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::ReduceOp;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Buf, Op};
@@ -13,6 +12,7 @@ use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::rules::{self, Aux};
 use crate::tensor::Tensor;
+use crate::{DType, ReduceOp};
 
 /// A rank's handle on its world: its rank, the world size, and every communication call.
 ///
@@ -310,9 +310,16 @@ impl Ctx {
         &self.world_group
     }
 
-    /// The backend's name (`"local"`, `"mpi"`, `"nccl"`).
+    /// The backend's name (`"local"`, `"mpi"`, `"nccl"`, `"nccl-host"`).
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()
+    }
+
+    /// Whether this backend can reduce `dtype` with `op`: [`ReduceOp::supports`] narrowed to
+    /// what the backend has (NCCL has no bitwise reductions). Programs meant to run on every
+    /// backend can ask before choosing an op; an unsupported one is an `Err` before any call.
+    pub fn supports(&self, op: ReduceOp, dtype: DType) -> bool {
+        op.supports(dtype) && self.backend.supports(op)
     }
 
     /// A tensor of `shape` filled with `value`, on this rank's device.

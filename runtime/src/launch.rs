@@ -11,10 +11,15 @@ pub enum Engine {
     Threads,
     /// This process is one rank of an MPI job (the `mpi` backend).
     Mpi,
+    /// Threads of this process running the NCCL backend's call lists on host memory
+    /// ([`Emulation::Nccl`](crate::Emulation::Nccl)): `RANKWISE_BACKEND=nccl-host`, with
+    /// `RANKWISE_NCCL_VERSION` (e.g. `2.27.3`) choosing the NCCL version to lower for.
+    NcclHost,
 }
 
 impl Engine {
-    /// The engine [`launch`] uses: `RANKWISE_BACKEND` if set (`threads` or `mpi`), otherwise
+    /// The engine [`launch`] uses: `RANKWISE_BACKEND` if set (`threads`, `mpi` or
+    /// `nccl-host`), otherwise
     /// MPI when an MPI launcher started this process (`mpirun`/`mpiexec` of Open MPI, MPICH or
     /// any PMI/PMIx launcher set their variables), otherwise threads.
     pub fn detect() -> Result<Engine> {
@@ -22,11 +27,12 @@ impl Engine {
             Ok(v) => match v.trim() {
                 "threads" | "local" => Ok(Engine::Threads),
                 "mpi" => Ok(Engine::Mpi),
+                "nccl-host" => Ok(Engine::NcclHost),
                 other => Err(Error::Backend {
                     backend: "launch",
                     detail: format!(
-                        "RANKWISE_BACKEND={other:?} names no engine; use `threads` or `mpi` \
-                         (or unset it to choose by how the process was started)"
+                        "RANKWISE_BACKEND={other:?} names no engine; use `threads`, `mpi` or \
+                         `nccl-host` (or unset it to choose by how the process was started)"
                     ),
                 }),
             },
@@ -115,7 +121,8 @@ where
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
     match Engine::detect()? {
-        Engine::Threads => threads(threads_world(world)?, f),
+        Engine::Threads => threads(threads_world(world)?, f, Default::default()),
+        Engine::NcclHost => threads(threads_world(world)?, f, nccl_host()?),
         Engine::Mpi => mpi(f),
     }
 }
@@ -132,13 +139,53 @@ fn threads_world(world: usize) -> Result<usize> {
     }
 }
 
+/// The NCCL emulation, for the version `RANKWISE_NCCL_VERSION` names (`2.27.3` or `22703`)
+/// or the default one, packing small collectives if `RANKWISE_NCCL_PACK=1`.
 #[cfg(feature = "local")]
-fn threads<T, F>(world: usize, f: F) -> Result<Ranks<T>>
+fn nccl_host() -> Result<crate::Options> {
+    let version = match std::env::var("RANKWISE_NCCL_VERSION") {
+        Err(_) => crate::exec::nccl::host::DEFAULT_VERSION,
+        Ok(v) => parse_nccl_version(&v).ok_or_else(|| Error::Backend {
+            backend: "launch",
+            detail: format!(
+                "RANKWISE_NCCL_VERSION={v:?} is not an NCCL version; write it as 2.27.3 or as \
+                 NCCL's version code, 22703"
+            ),
+        })?,
+    };
+    let pack = std::env::var("RANKWISE_NCCL_PACK").is_ok_and(|v| v.trim() == "1");
+    Ok(crate::Options::default().emulate(crate::Emulation::Nccl { version, pack }))
+}
+
+#[cfg(not(feature = "local"))]
+fn nccl_host() -> Result<Options> {
+    Ok(Options)
+}
+
+/// `2.27.3` → 22703 (NCCL's code for 2.9 and later: major·10000 + minor·100 + patch), or a code
+/// as it is.
+fn parse_nccl_version(v: &str) -> Option<u32> {
+    let parts: Vec<u32> = v
+        .trim()
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    match parts[..] {
+        [code] if code >= 20000 => Some(code),
+        [major, minor, patch] if major >= 2 && minor < 100 && patch < 100 => {
+            Some(major * 10000 + minor * 100 + patch)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(feature = "local")]
+fn threads<T, F>(world: usize, f: F, options: crate::Options) -> Result<Ranks<T>>
 where
     T: Send,
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
-    let values = crate::spawn::spawn(world, f)?;
+    let values = crate::spawn::spawn_with(world, options, f)?;
     Ok(Ranks {
         world,
         first: 0,
@@ -146,8 +193,13 @@ where
     })
 }
 
+/// Without the `local` feature there are no options to carry.
 #[cfg(not(feature = "local"))]
-fn threads<T, F>(_world: usize, _f: F) -> Result<Ranks<T>> {
+#[derive(Default)]
+struct Options;
+
+#[cfg(not(feature = "local"))]
+fn threads<T, F>(_world: usize, _f: F, _options: Options) -> Result<Ranks<T>> {
     Err(Error::Backend {
         backend: "local",
         detail: "this program was built without rankwise's `local` feature (threads); \
@@ -178,4 +230,19 @@ fn mpi<T, F>(_f: F) -> Result<Ranks<T>> {
                  `--features mpi`, or run it without mpirun"
             .into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_nccl_version;
+
+    #[test]
+    fn nccl_versions_read_as_dotted_or_as_codes() {
+        assert_eq!(parse_nccl_version("2.27.3"), Some(22703));
+        assert_eq!(parse_nccl_version(" 23203 "), Some(23203));
+        assert_eq!(parse_nccl_version("2.18.1"), Some(21801));
+        for bad in ["", "2.27", "two", "2.100.1", "1.2.3", "999"] {
+            assert_eq!(parse_nccl_version(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -40,6 +40,11 @@ pub enum Emulation {
         /// The NCCL version to lower for (all_to_all, gather and scatter are NCCL's own calls
         /// from 22800 on, grouped sends and receives before).
         version: u32,
+        /// Pack runs of small same-kind collectives of a batch into one call. A promise that
+        /// every member batches its collectives the same way (rankwise lets ranks batch
+        /// differently); if it is broken, members issue different calls and the emulation
+        /// reports a collective mismatch. `RANKWISE_NCCL_PACK=1` for [`launch`](crate::launch).
+        pack: bool,
     },
 }
 
@@ -47,6 +52,7 @@ impl Emulation {
     /// [`Emulation::Nccl`] for the NCCL version CI checks the declarations against.
     pub const NCCL: Emulation = Emulation::Nccl {
         version: crate::exec::nccl::host::DEFAULT_VERSION,
+        pack: false,
     };
 }
 
@@ -140,7 +146,9 @@ where
     let shared = WorldState::new(world, options.timeout);
     let nccl = match options.emulate {
         Emulation::Off => None,
-        Emulation::Nccl { version } => Some(HostNccl::new(Arc::clone(&shared), version)),
+        Emulation::Nccl { version, pack } => {
+            Some(HostNccl::new(Arc::clone(&shared), version, pack))
+        }
     };
     let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
         let mut handles = Vec::with_capacity(world);

@@ -85,6 +85,12 @@ pub(crate) unsafe trait Backend: Send {
     /// the same order get the same id.
     fn create_group(&mut self, members: &[usize], ordinal: u32) -> Result<GroupId>;
 
+    /// Whether this backend has reduction `op` at all (for the dtypes it is defined on).
+    fn supports(&self, op: crate::ReduceOp) -> bool {
+        let _ = op;
+        true
+    }
+
     /// Runs a batch of validated ops (a single call is a batch of one) and returns when all of
     /// them have completed on this rank. Ops on different communicators or peers may complete in
     /// any order; ops on one communicator or one peer pair run in the order given.

@@ -45,6 +45,7 @@ const POLL: Duration = Duration::from_millis(5);
 pub(crate) struct HostNccl {
     shared: Arc<WorldState>,
     version: u32,
+    pack: bool,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -85,6 +86,16 @@ struct Sig {
     op: Option<Red>,
 }
 
+impl std::fmt::Display for Sig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "an NCCL {:?} of {} × {}",
+            self.coll, self.count, self.dtype
+        )
+    }
+}
+
 #[derive(Default)]
 struct Chan {
     queue: VecDeque<Msg>,
@@ -105,10 +116,11 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl HostNccl {
-    pub(crate) fn new(shared: Arc<WorldState>, version: u32) -> Arc<Self> {
+    pub(crate) fn new(shared: Arc<WorldState>, version: u32, pack: bool) -> Arc<Self> {
         Arc::new(HostNccl {
             shared,
             version,
+            pack,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         })
@@ -328,6 +340,10 @@ unsafe impl Backend for HostBackend {
         Ok(self.nccl.shared.group_id(members, ordinal))
     }
 
+    fn supports(&self, op: ReduceOp) -> bool {
+        lower::has_reduction(op)
+    }
+
     fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
         let result = self.run(ops);
         lock(&self.nccl.state).stuck.remove(&self.rank);
@@ -366,6 +382,7 @@ impl HostBackend {
                 rank: self.rank,
                 version: self.nccl.version,
                 groups: &self.groups,
+                pack: self.nccl.pack,
             },
         )?;
         let bufs = Buffers {
@@ -421,7 +438,7 @@ impl HostBackend {
         // taken.
         let mut colls: Vec<(Comm, u64, &Call)> = Vec::new();
         let mut recvs: Vec<(Comm, usize, u64, Incoming)> = Vec::new();
-        let mut sends: Vec<(Comm, usize, u64)> = Vec::new();
+        let mut sends: Vec<(Comm, usize, u64, usize)> = Vec::new();
         let mut posted_colls = Vec::new();
         let mut posted_msgs = Vec::new();
         for call in &lowered.calls {
@@ -483,7 +500,7 @@ impl HostBackend {
                             site,
                         },
                     ));
-                    sends.push((comm, peer, k));
+                    sends.push((comm, peer, k, of));
                 }
                 Call::Recv {
                     of,
@@ -606,7 +623,7 @@ impl HostBackend {
                 recvs.swap_remove(i);
                 progressed = true;
             }
-            sends.retain(|&(comm, peer, k)| {
+            sends.retain(|&(comm, peer, k, _)| {
                 let me = self.me(comm);
                 st.chans.get(&(comm, me, peer)).is_none_or(|c| c.taken <= k)
             });
@@ -619,21 +636,43 @@ impl HostBackend {
                 return Ok(());
             }
             if !progressed {
+                // What this rank is blocked in (its first unfinished call) and on whom.
+                let mut waiting_for: Vec<usize> = Vec::new();
+                let mut blocked_in: Option<usize> = None;
+                for &(comm, seq, call) in &colls {
+                    blocked_in.get_or_insert(call_of(call));
+                    if let Some(step) = st.steps.get(&(comm, seq)) {
+                        let members = self.members(comm);
+                        waiting_for.extend(
+                            step.posts
+                                .iter()
+                                .zip(members)
+                                .filter(|(p, _)| p.is_none())
+                                .map(|(_, &r)| r),
+                        );
+                    }
+                }
+                for &(comm, peer, _, Incoming { of, .. }) in &recvs {
+                    blocked_in.get_or_insert(of);
+                    waiting_for.push(self.members(comm)[peer]);
+                }
+                for &(comm, peer, _, of) in &sends {
+                    blocked_in.get_or_insert(of);
+                    waiting_for.push(self.members(comm)[peer]);
+                }
+                waiting_for.sort_unstable();
+                waiting_for.dedup();
+                let desc = blocked_in.map(|i| &bufs.ops[i].desc);
                 let generation = st.generation;
-                let what = lowered
-                    .calls
-                    .first()
-                    .map(|c| bufs.ops[call_of(c)].desc.summary())
-                    .unwrap_or_default();
                 st.stuck.insert(
                     self.rank,
                     (
                         generation,
                         RankWait {
                             rank: self.rank,
-                            site: first_site.unwrap_or_else(CallSite::caller),
-                            what,
-                            waiting_for: Vec::new(),
+                            site: desc.map_or_else(CallSite::caller, |d| d.site),
+                            what: desc.map(|d| d.summary()).unwrap_or_default(),
+                            waiting_for,
                         },
                     ),
                 );
@@ -706,14 +745,26 @@ fn complete(step: &Step, members: &[usize], seq: u64) -> Result<Vec<Option<Vec<u
     let n = posts.len();
     let first = &posts[0];
     if let Some(j) = posts.iter().position(|p| p.sig != first.sig) {
+        // The same user call lowered to different NCCL calls: packing saw different batches.
+        let packed = first.what == posts[j].what;
+        let what = |p: &Post| {
+            if packed {
+                format!(
+                    "{}, packed with the calls batched with it into {}",
+                    p.what, p.sig
+                )
+            } else {
+                p.what.clone()
+            }
+        };
         return Err(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
             members: members.to_vec(),
             step: seq,
             rank_a: members[0],
-            what_a: format!("{} (as NCCL {:?})", first.what, first.sig),
+            what_a: what(first),
             site_a: first.site,
             rank_b: members[j],
-            what_b: format!("{} (as NCCL {:?})", posts[j].what, posts[j].sig),
+            what_b: what(posts[j]),
             site_b: posts[j].site,
         })));
     }

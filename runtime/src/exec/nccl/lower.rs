@@ -184,6 +184,12 @@ pub(crate) struct Setting<'a> {
     pub version: u32,
     /// The sorted members of each group, by group id (index 0: the world).
     pub groups: &'a [Box<[usize]>],
+    /// Whether to pack runs of small same-kind collectives into one call. Only sound when
+    /// every member of each communicator puts the same collectives in the same batches: the
+    /// packed call's count depends on the batch, and members that batch differently would
+    /// issue different calls. rankwise's semantics allow ranks to batch differently, so this
+    /// is an opt-in promise (`RANKWISE_NCCL_PACK=1`), never the default.
+    pub pack: bool,
 }
 
 /// Lowers a batch whose ops are in the planned order (`plan::plan`: sorted by target, the
@@ -421,7 +427,7 @@ impl Lowering<'_> {
             let bytes = x.numel() * x.dtype.size();
             bytes > 0 && bytes <= PACK_MAX_BYTES
         };
-        let run = if small(d) {
+        let run = if self.setting.pack && small(d) {
             ops[c.i..]
                 .iter()
                 .take_while(|x| {
@@ -692,6 +698,11 @@ fn contiguous(dst: At, src: At, bytes: usize) -> Copy2d {
         rows: 1,
         width: bytes,
     }
+}
+
+/// Whether NCCL has reduction `op` (every one but the bitwise ones).
+pub(crate) fn has_reduction(op: ReduceOp) -> bool {
+    !matches!(op, ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor)
 }
 
 /// NCCL's reduction for `op`, or the error that says NCCL has none.

@@ -142,7 +142,7 @@ fn a_small_batch_gives_the_expected_values() {
 /// A backend for rank 0 of a one-rank world and a batch with one 8-byte scratch buffer.
 fn one_rank() -> HostBackend {
     let shared = WorldState::new(1, None);
-    HostBackend::new(HostNccl::new(shared, DEFAULT_VERSION), 0)
+    HostBackend::new(HostNccl::new(shared, DEFAULT_VERSION, false), 0)
 }
 
 fn all_reduce_on(at: At, count: usize) -> Call {

@@ -44,6 +44,16 @@ fn p2p(kind: OpKind, peer: usize, len: usize) -> OpDesc {
 /// Lowers `ops` for `rank` of a world of `world` (plus group 1 = ranks 0 and 2), NCCL
 /// `version`.
 fn lower_at(ops: &[OpDesc], rank: usize, world: usize, version: u32) -> Result<Lowered> {
+    lower_with(ops, rank, world, version, true)
+}
+
+fn lower_with(
+    ops: &[OpDesc],
+    rank: usize,
+    world: usize,
+    version: u32,
+    pack: bool,
+) -> Result<Lowered> {
     let groups: Vec<Box<[usize]>> = vec![(0..world).collect(), Box::new([0, 2])];
     let refs: Vec<&OpDesc> = ops.iter().collect();
     lower(
@@ -52,6 +62,7 @@ fn lower_at(ops: &[OpDesc], rank: usize, world: usize, version: u32) -> Result<L
             rank,
             version,
             groups: &groups,
+            pack,
         },
     )
 }
@@ -107,6 +118,20 @@ fn small_all_reduces_share_one_call_on_a_packed_buffer() {
             flat(at(Out(2), 0), s(20), 4),
         ]
     );
+}
+
+#[test]
+fn without_the_packing_promise_every_op_is_its_own_call() {
+    let ops = [
+        op(OpKind::AllReduce, 0, &[2]),
+        op(OpKind::AllReduce, 0, &[3]),
+    ];
+    let l = lower_with(&ops, 1, 4, NEW, false).unwrap();
+    assert!(
+        l.scratch.is_empty() && l.pre.is_empty() && l.post.is_empty(),
+        "{l}"
+    );
+    assert_eq!(l.calls.len(), 2);
 }
 
 #[test]
