@@ -15,27 +15,33 @@ pub enum Engine {
     /// ([`Emulation::Nccl`](crate::Emulation::Nccl)): `RANKWISE_BACKEND=nccl-host`, with
     /// `RANKWISE_NCCL_VERSION` (e.g. `2.27.3`) choosing the NCCL version to lower for.
     NcclHost,
+    /// This process is one rank of an NCCL job on GPUs (the `nccl` backend):
+    /// `RANKWISE_BACKEND=nccl`, or a process started by `torchrun`.
+    Nccl,
 }
 
 impl Engine {
-    /// The engine [`launch`] uses: `RANKWISE_BACKEND` if set (`threads`, `mpi` or
-    /// `nccl-host`), otherwise
-    /// MPI when an MPI launcher started this process (`mpirun`/`mpiexec` of Open MPI, MPICH or
-    /// any PMI/PMIx launcher set their variables), otherwise threads.
+    /// The engine [`launch`] uses: `RANKWISE_BACKEND` if set (`threads`, `mpi`, `nccl` or
+    /// `nccl-host`), otherwise NCCL when `torchrun` started this process
+    /// (`TORCHELASTIC_RUN_ID` is set), MPI when an MPI launcher did (`mpirun`/`mpiexec` of
+    /// Open MPI, MPICH or any PMI/PMIx launcher set their variables), otherwise threads.
     pub fn detect() -> Result<Engine> {
         match std::env::var("RANKWISE_BACKEND") {
             Ok(v) => match v.trim() {
                 "threads" | "local" => Ok(Engine::Threads),
                 "mpi" => Ok(Engine::Mpi),
                 "nccl-host" => Ok(Engine::NcclHost),
+                "nccl" => Ok(Engine::Nccl),
                 other => Err(Error::Backend {
                     backend: "launch",
                     detail: format!(
-                        "RANKWISE_BACKEND={other:?} names no engine; use `threads`, `mpi` or \
-                         `nccl-host` (or unset it to choose by how the process was started)"
+                        "RANKWISE_BACKEND={other:?} names no engine; use `threads`, `mpi`, \
+                         `nccl` or `nccl-host` (or unset it to choose by how the process was started)"
                     ),
                 }),
             },
+            // torchrun marks its processes; they are GPU ranks unless told otherwise.
+            Err(_) if std::env::var_os("TORCHELASTIC_RUN_ID").is_some() => Ok(Engine::Nccl),
             Err(_) => {
                 const LAUNCHERS: [&str; 4] =
                     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
@@ -124,6 +130,7 @@ where
         Engine::Threads => threads(threads_world(world)?, f, Default::default()),
         Engine::NcclHost => threads(threads_world(world)?, f, nccl_host()?),
         Engine::Mpi => mpi(f),
+        Engine::Nccl => nccl(f),
     }
 }
 
@@ -218,6 +225,30 @@ where
         world,
         first: rank,
         values: vec![value],
+    })
+}
+
+#[cfg(feature = "nccl")]
+fn nccl<T, F>(f: F) -> Result<Ranks<T>>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    let (rank, world, value) = crate::exec::nccl::gpu::run(&f)?;
+    Ok(Ranks {
+        world,
+        first: rank,
+        values: vec![value],
+    })
+}
+
+#[cfg(not(feature = "nccl"))]
+fn nccl<T, F>(_f: F) -> Result<Ranks<T>> {
+    Err(Error::Backend {
+        backend: "nccl",
+        detail: "this process was started by torchrun (or RANKWISE_BACKEND=nccl), but the \
+                 program was built without rankwise's `nccl` feature; rebuild with \
+                 `--features nccl`, or set RANKWISE_BACKEND=threads"
+            .into(),
     })
 }
 

@@ -222,15 +222,8 @@ impl Buffers<'_> {
                 (b.as_ptr() as usize, self.sizes[s])
             }
         };
-        match at.offset.checked_add(bytes) {
-            Some(end) if end <= size => Ok(base + at.offset..base + end),
-            _ => Err(Error::Internal(format!(
-                "the NCCL lowering addressed bytes {}..{} of a {size}-byte buffer ({:?})",
-                at.offset,
-                at.offset.saturating_add(bytes),
-                at.mem
-            ))),
-        }
+        let r = at.within(bytes, size)?;
+        Ok(base + r.start..base + r.end)
     }
 
     /// Runs a strided copy after checking both regions and that they do not overlap.
@@ -238,12 +231,9 @@ impl Buffers<'_> {
         if c.rows == 0 || c.width == 0 {
             return Ok(());
         }
-        let extent = |pitch: usize| (c.rows - 1) * pitch + c.width;
-        if c.dst_pitch < c.width || c.src_pitch < c.width {
-            return Err(Error::Internal(format!("a copy's rows overlap: {c:?}")));
-        }
-        let dst = self.range(c.dst, extent(c.dst_pitch))?;
-        let src = self.range(c.src, extent(c.src_pitch))?;
+        let (dst_bytes, src_bytes) = c.extents()?;
+        let dst = self.range(c.dst, dst_bytes)?;
+        let src = self.range(c.src, src_bytes)?;
         if overlap(&dst, &src) {
             return Err(Error::Internal(format!("a copy overlaps itself: {c:?}")));
         }

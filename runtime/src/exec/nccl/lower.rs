@@ -147,6 +147,38 @@ pub(crate) struct Copy2d {
     pub width: usize,
 }
 
+impl At {
+    /// The bytes `bytes` long at this address inside a buffer of `size` bytes, or the error
+    /// that says the lowering addressed outside it (every executor checks before touching).
+    pub(crate) fn within(self, bytes: usize, size: usize) -> Result<std::ops::Range<usize>> {
+        match self.offset.checked_add(bytes) {
+            Some(end) if end <= size => Ok(self.offset..end),
+            _ => Err(Error::Internal(format!(
+                "the NCCL lowering addressed bytes {}..{} of a {size}-byte buffer ({:?})",
+                self.offset,
+                self.offset.saturating_add(bytes),
+                self.mem
+            ))),
+        }
+    }
+}
+
+impl Copy2d {
+    /// The bytes the copy spans in its destination and its source (first row to end of the
+    /// last), or an error if its rows would overlap each other.
+    pub(crate) fn extents(&self) -> Result<(usize, usize)> {
+        if self.dst_pitch < self.width || self.src_pitch < self.width {
+            return Err(Error::Internal(format!("a copy's rows overlap: {self:?}")));
+        }
+        let extent = |pitch: usize| {
+            self.rows
+                .checked_sub(1)
+                .map_or(0, |r| r * pitch + self.width)
+        };
+        Ok((extent(self.dst_pitch), extent(self.src_pitch)))
+    }
+}
+
 /// Everything one rank does for one batch, in order: allocate `scratch`, run `pre`, issue
 /// `calls` as one NCCL group, run `post`.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -7,6 +7,8 @@
 //! `runtime/tests/differential.rs`). Users can run it too (`RANKWISE_BACKEND=nccl-host`,
 //! [`Options::engine`](crate::Options::engine)) to test a program's NCCL lowering on a laptop.
 
+#[cfg(feature = "nccl")]
+pub(crate) mod gpu;
 #[cfg(feature = "local")]
 pub(crate) mod host;
 pub(crate) mod lower;

@@ -1,0 +1,980 @@
+//! The NCCL backend on GPUs (feature `nccl`): one process per GPU, started by `torchrun` or any
+//! launcher that sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`.
+//!
+//! Layers: `nccl-sys` (the raw API, loaded at run time) → [`check`] (result codes → errors)
+//! → this module (communicators, devices, one batch = the lowering's copies and one NCCL
+//! group on one stream). What a batch asks of the GPU is decided by [`lower`], which the host
+//! emulation and its differential tests have already run; here it is only issued.
+//!
+//! Tensors are host tensors for now: each batch stages its inputs into device buffers, runs
+//! there, and copies the outputs back (device-resident tensors are the next step; the staging
+//! is what `Mem::In`/`Mem::Out` resolve to, so the lowering does not change).
+//!
+//! Faults: every wait polls the stream and `ncclCommGetAsyncError`; an asynchronous error or
+//! the timeout (`RANKWISE_NCCL_TIMEOUT` seconds, 600 by default) aborts every communicator of
+//! this rank (`ncclCommAbort`), so a failed peer is an `Err` here, not a hang.
+
+use std::ffi::{CStr, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
+use nccl_sys::{self as ffi, Nccl};
+
+use super::lower::{self, At, Call, Coll, Comm, Copy2d, Mem, Red};
+use crate::bootstrap::Rendezvous;
+use crate::ctx::Ctx;
+use crate::error::{Error, Result};
+use crate::exec::{Backend, Op};
+use crate::model::{GroupId, WorldId};
+use crate::{DType, ReduceOp};
+
+fn nccl_err(detail: impl Into<String>) -> Error {
+    Error::Backend {
+        backend: "nccl",
+        detail: detail.into(),
+    }
+}
+
+/// Turns an NCCL result into an error naming the call, NCCL's text for the code and, when
+/// the library has it, its last error message.
+fn check(nccl: &Nccl, code: ffi::ncclResult_t, call: &str) -> Result<()> {
+    if code == ffi::ncclSuccess {
+        return Ok(());
+    }
+    let text = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: NCCL returns NUL-terminated static (or thread-local) strings.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let what = nccl
+        .api
+        .ncclGetErrorString
+        // SAFETY: takes a result code, returns a static string.
+        .map(|f| text(unsafe { f(code) }))
+        .unwrap_or_default();
+    let last = nccl
+        .api
+        .ncclGetLastError
+        // SAFETY: a null communicator asks for the last error of any.
+        .map(|f| text(unsafe { f(std::ptr::null_mut()) }))
+        .unwrap_or_default();
+    Err(nccl_err(format!(
+        "{call} failed: {what} (code {code}). {last}"
+    )))
+}
+
+/// A function the loaded NCCL must have (`nccl-sys` checked it against the version).
+fn need<T>(f: Option<T>, name: &str, nccl: &Nccl) -> Result<T> {
+    f.ok_or_else(|| {
+        let (a, b, c) = nccl.version_triple();
+        nccl_err(format!(
+            "NCCL {a}.{b}.{c} at {} has no {name}",
+            nccl.path.display()
+        ))
+    })
+}
+
+/// A CUDA context and the stream every batch of this rank runs on.
+struct Device {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+}
+
+impl Device {
+    /// Opens GPU `ordinal`, or says why not: no driver library, no GPU, no such ordinal.
+    fn open(ordinal: usize) -> Result<Device> {
+        // SAFETY: only tries to dlopen the driver library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(nccl_err(
+                "the CUDA driver library (libcuda.so) is not on this machine: it has no NVIDIA \
+                 driver. Run on GPUs, or use RANKWISE_BACKEND=threads, mpi or nccl-host",
+            ));
+        }
+        // cudarc panics on a driver too old for a function it resolves: make that an error.
+        let opened = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<_, String> {
+            let count = CudaContext::device_count().map_err(|e| format!("{e:?}"))?;
+            if count <= 0 {
+                return Err("the CUDA driver sees no GPU".into());
+            }
+            if ordinal >= count as usize {
+                return Err(format!(
+                    "LOCAL_RANK asks for GPU {ordinal}, but the CUDA driver sees {count} \
+                     (CUDA_VISIBLE_DEVICES may hide the others)"
+                ));
+            }
+            let ctx = CudaContext::new(ordinal).map_err(|e| format!("{e:?}"))?;
+            // One stream per rank, and buffers used only on it: cudarc's cross-stream events
+            // would only cost time.
+            // SAFETY: every buffer of this backend is allocated, used and freed on `stream`.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
+            Ok(Device { ctx, stream })
+        }));
+        match opened {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(why)) => Err(nccl_err(format!("cannot use GPU {ordinal}: {why}"))),
+            Err(p) => Err(nccl_err(format!(
+                "cannot use GPU {ordinal}: the CUDA driver is missing a function ({})",
+                crate::error::panic_message(&*p)
+            ))),
+        }
+    }
+
+    /// Makes this rank's context current on the calling thread: NCCL's calls use the current
+    /// context's device.
+    fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| nccl_err(format!("cannot make the GPU's context current: {e:?}")))
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<CudaSlice<u8>> {
+        self.stream
+            .alloc_zeros::<u8>(bytes.max(1))
+            .map_err(|e| nccl_err(format!("cannot allocate {bytes} bytes on the GPU: {e:?}")))
+    }
+}
+
+/// One NCCL communicator, destroyed when dropped (aborted if the backend failed).
+struct NcclComm {
+    nccl: &'static Nccl,
+    raw: ffi::ncclComm_t,
+    /// Set after an error: destroying would wait for work that may never finish.
+    abort: bool,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time; the backend
+// owning it is used by one thread at a time (`&mut self`).
+unsafe impl Send for NcclComm {}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        let f = if self.abort {
+            self.nccl.api.ncclCommAbort
+        } else {
+            self.nccl.api.ncclCommDestroy
+        };
+        if let Some(f) = f {
+            // SAFETY: `raw` is a communicator this rank created and nobody uses any more.
+            unsafe { f(self.raw) };
+        }
+    }
+}
+
+/// Creates this rank's member of a communicator of `n` ranks from `id`.
+fn init_comm(nccl: &'static Nccl, n: usize, id: ffi::ncclUniqueId, me: usize) -> Result<NcclComm> {
+    let f = need(nccl.api.ncclCommInitRank, "ncclCommInitRank", nccl)?;
+    let mut raw: ffi::ncclComm_t = std::ptr::null_mut();
+    // SAFETY: `raw` receives the handle; `id` is the same on every member (they got it from one
+    // rank), `me < n`; the calling thread's current CUDA context is this rank's device.
+    let code = unsafe { f(&mut raw, n as c_int, id, me as c_int) };
+    check(nccl, code, "ncclCommInitRank")?;
+    Ok(NcclComm {
+        nccl,
+        raw,
+        abort: false,
+    })
+}
+
+fn unique_id(nccl: &Nccl) -> Result<ffi::ncclUniqueId> {
+    let f = need(nccl.api.ncclGetUniqueId, "ncclGetUniqueId", nccl)?;
+    let mut id = ffi::ncclUniqueId {
+        internal: [0; ffi::NCCL_UNIQUE_ID_BYTES],
+    };
+    // SAFETY: writes the id's 128 bytes.
+    check(nccl, unsafe { f(&mut id) }, "ncclGetUniqueId")?;
+    Ok(id)
+}
+
+fn id_bytes(id: &ffi::ncclUniqueId) -> Vec<u8> {
+    id.internal.iter().map(|&c| c as u8).collect()
+}
+
+fn id_from(bytes: &[u8]) -> Result<ffi::ncclUniqueId> {
+    if bytes.len() != ffi::NCCL_UNIQUE_ID_BYTES {
+        return Err(nccl_err(format!(
+            "rank 0 sent an NCCL id of {} bytes, not {}",
+            bytes.len(),
+            ffi::NCCL_UNIQUE_ID_BYTES
+        )));
+    }
+    let mut id = ffi::ncclUniqueId {
+        internal: [0; ffi::NCCL_UNIQUE_ID_BYTES],
+    };
+    for (d, &b) in id.internal.iter_mut().zip(bytes) {
+        *d = b as std::ffi::c_char;
+    }
+    Ok(id)
+}
+
+/// NCCL's name for a dtype.
+fn nccl_dtype(d: DType) -> ffi::ncclDataType_t {
+    match d {
+        DType::I8 => ffi::ncclInt8,
+        DType::U8 => ffi::ncclUint8,
+        DType::I32 => ffi::ncclInt32,
+        DType::U32 => ffi::ncclUint32,
+        DType::I64 => ffi::ncclInt64,
+        DType::U64 => ffi::ncclUint64,
+        DType::F16 => ffi::ncclFloat16,
+        DType::F32 => ffi::ncclFloat32,
+        DType::F64 => ffi::ncclFloat64,
+        DType::BF16 => ffi::ncclBfloat16,
+    }
+}
+
+/// A sub-group's communicator, created the first time a batch uses it.
+struct GroupEntry {
+    members: Box<[usize]>,
+    ordinal: u32,
+    comm: Option<NcclComm>,
+}
+
+/// One rank's NCCL backend.
+pub(crate) struct GpuBackend {
+    nccl: &'static Nccl,
+    dev: Device,
+    rank: usize,
+    id: WorldId,
+    /// Group 0 is the world (its communicator is `world`).
+    groups: Vec<GroupEntry>,
+    members: Vec<Box<[usize]>>,
+    world: NcclComm,
+    /// A duplicate of the world for the user's sends and receives (see `lower::Comm::P2p`).
+    p2p: NcclComm,
+    /// A duplicate of the world that carries sub-groups' ids from their lowest member.
+    control: NcclComm,
+    timeout: Duration,
+    pack: bool,
+}
+
+impl GpuBackend {
+    fn comm(&self, c: Comm) -> Result<ffi::ncclComm_t> {
+        match c {
+            Comm::P2p => Ok(self.p2p.raw),
+            Comm::Group(GroupId::WORLD) => Ok(self.world.raw),
+            Comm::Group(g) => self
+                .groups
+                .get(g.0 as usize)
+                .and_then(|e| e.comm.as_ref())
+                .map(|c| c.raw)
+                .ok_or_else(|| Error::Internal(format!("group {} has no communicator", g.0))),
+        }
+    }
+
+    /// Creates the communicators of sub-groups this batch uses for the first time, in the
+    /// order of their (members, ordinal) key, so that members agree. Only members take part:
+    /// rankwise creates groups locally (no call on non-members), which `ncclCommSplit` — a
+    /// call on every rank of the parent — cannot serve. The lowest member makes an id and
+    /// sends it to the others on the control communicator.
+    fn create_missing(&mut self, ops: &[Op]) -> Result<()> {
+        let mut missing: Vec<usize> = ops
+            .iter()
+            .map(|o| o.desc.group.0 as usize)
+            .filter(|&g| g != 0 && self.groups.get(g).is_some_and(|e| e.comm.is_none()))
+            .collect();
+        missing.sort_by(|&a, &b| {
+            let (a, b) = (&self.groups[a], &self.groups[b]);
+            (&a.members, a.ordinal).cmp(&(&b.members, b.ordinal))
+        });
+        missing.dedup();
+        for g in missing {
+            let members = self.groups[g].members.clone();
+            let me = members
+                .binary_search(&self.rank)
+                .map_err(|_| Error::Internal(format!("rank {} uses group {g}", self.rank)))?;
+            let mut buf = self.dev.alloc(ffi::NCCL_UNIQUE_ID_BYTES)?;
+            let made = if me == 0 {
+                Some(unique_id(self.nccl)?)
+            } else {
+                None
+            };
+            if let Some(id) = &made {
+                self.dev
+                    .stream
+                    .memcpy_htod(&id_bytes(id), &mut buf)
+                    .map_err(|e| nccl_err(format!("{e:?}")))?;
+            }
+            let (ptr, _) = buf.device_ptr(&self.dev.stream);
+            let stream = self.dev.stream.cu_stream() as ffi::cudaStream_t;
+            let count = ffi::NCCL_UNIQUE_ID_BYTES;
+            let id = if let Some(id) = made {
+                let send = need(self.nccl.api.ncclSend, "ncclSend", self.nccl)?;
+                self.group(|| {
+                    for &peer in &members[1..] {
+                        // SAFETY: `ptr` holds `count` bytes on this device, live until the
+                        // stream is synchronised below.
+                        let code = unsafe {
+                            send(
+                                ptr as *const c_void,
+                                count,
+                                ffi::ncclUint8,
+                                peer as c_int,
+                                self.control.raw,
+                                stream,
+                            )
+                        };
+                        check(self.nccl, code, "ncclSend")?;
+                    }
+                    Ok(())
+                })?;
+                self.wait(&[self.control.raw])?;
+                id
+            } else {
+                let recv = need(self.nccl.api.ncclRecv, "ncclRecv", self.nccl)?;
+                self.group(|| {
+                    // SAFETY: `ptr` has room for `count` bytes, live until the wait below.
+                    let code = unsafe {
+                        recv(
+                            ptr as *mut c_void,
+                            count,
+                            ffi::ncclUint8,
+                            members[0] as c_int,
+                            self.control.raw,
+                            stream,
+                        )
+                    };
+                    check(self.nccl, code, "ncclRecv")
+                })?;
+                self.wait(&[self.control.raw])?;
+                let bytes = self
+                    .dev
+                    .stream
+                    .clone_dtoh(&buf)
+                    .map_err(|e| nccl_err(format!("{e:?}")))?;
+                id_from(&bytes)?
+            };
+            self.groups[g].comm = Some(init_comm(self.nccl, members.len(), id, me)?);
+        }
+        Ok(())
+    }
+
+    /// Runs `issue` between `ncclGroupStart` and `ncclGroupEnd` (ending the group even when
+    /// `issue` fails, so that NCCL is not left inside a group).
+    fn group(&self, issue: impl FnOnce() -> Result<()>) -> Result<()> {
+        let start = need(self.nccl.api.ncclGroupStart, "ncclGroupStart", self.nccl)?;
+        let end = need(self.nccl.api.ncclGroupEnd, "ncclGroupEnd", self.nccl)?;
+        // SAFETY: no arguments; pairs with the `end` below.
+        check(self.nccl, unsafe { start() }, "ncclGroupStart")?;
+        let issued = issue();
+        // SAFETY: closes the group opened above.
+        let ended = check(self.nccl, unsafe { end() }, "ncclGroupEnd");
+        issued.and(ended)
+    }
+
+    /// Waits for the stream, polling the communicators' asynchronous errors; on an error or
+    /// the timeout, marks every communicator for abort and returns the error.
+    fn wait(&mut self, comms: &[ffi::ncclComm_t]) -> Result<()> {
+        let started = Instant::now();
+        let async_error = need(
+            self.nccl.api.ncclCommGetAsyncError,
+            "ncclCommGetAsyncError",
+            self.nccl,
+        )?;
+        loop {
+            // SAFETY: queries this rank's own stream.
+            let q = unsafe { sys::cuStreamQuery(self.dev.stream.cu_stream()) };
+            if q == sys::CUresult::CUDA_SUCCESS {
+                return Ok(());
+            }
+            if q != sys::CUresult::CUDA_ERROR_NOT_READY {
+                return Err(self.failed(format!("the GPU stream failed: {q:?}")));
+            }
+            for &c in comms {
+                let mut state: ffi::ncclResult_t = ffi::ncclSuccess;
+                // SAFETY: `c` is a live communicator of this rank.
+                let code = unsafe { async_error(c, &mut state) };
+                if code != ffi::ncclSuccess
+                    || (state != ffi::ncclSuccess && state != ffi::ncclInProgress)
+                {
+                    let why = check(
+                        self.nccl,
+                        if code != ffi::ncclSuccess {
+                            code
+                        } else {
+                            state
+                        },
+                        "a collective",
+                    )
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
+                    return Err(self.failed(format!("{why} (a peer may have failed)")));
+                }
+            }
+            if started.elapsed() > self.timeout {
+                return Err(self.failed(format!(
+                    "no progress for {:?} (RANKWISE_NCCL_TIMEOUT): a peer is missing or blocked \
+                     elsewhere; the communicators were aborted",
+                    self.timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    /// Marks every communicator to be aborted, not destroyed, and returns the error.
+    fn failed(&mut self, detail: String) -> Error {
+        self.world.abort = true;
+        self.p2p.abort = true;
+        self.control.abort = true;
+        for g in &mut self.groups {
+            if let Some(c) = &mut g.comm {
+                c.abort = true;
+            }
+        }
+        nccl_err(format!("rank {}: {detail}", self.rank))
+    }
+}
+
+/// A batch's device buffers: each op's staged input and output (one buffer for in-place
+/// ops), and the lowering's scratch.
+struct Staged {
+    ins: Vec<Option<CudaSlice<u8>>>,
+    outs: Vec<Option<CudaSlice<u8>>>,
+    /// Whether op i's output is its input (in place).
+    same: Vec<bool>,
+    scratch: Vec<CudaSlice<u8>>,
+}
+
+impl Staged {
+    /// The device address `bytes` long at `at`, checked against its buffer.
+    fn addr(&self, at: At, bytes: usize, stream: &CudaStream) -> Result<sys::CUdeviceptr> {
+        let buf = match at.mem {
+            Mem::In(i) => self.ins.get(i).and_then(Option::as_ref),
+            Mem::Out(i) if self.same.get(i) == Some(&true) => {
+                self.ins.get(i).and_then(Option::as_ref)
+            }
+            Mem::Out(i) => self.outs.get(i).and_then(Option::as_ref),
+            Mem::Scratch(s) => self.scratch.get(s),
+        }
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "the NCCL lowering used a missing buffer {:?}",
+                at.mem
+            ))
+        })?;
+        let r = at.within(bytes, buf.len())?;
+        let (base, _) = buf.device_ptr(stream);
+        Ok(base + r.start as u64)
+    }
+}
+
+// SAFETY: inputs are read from and outputs written to host memory only within each op's
+// `len` elements (`host_bytes`), before `execute` returns (the stream is synchronised first);
+// every device address comes from `Staged::addr`, which checks it against the buffer the
+// lowering named; a peer's data reaches this rank only through NCCL calls whose counts the
+// lowering derived from this rank's own validated op.
+unsafe impl Backend for GpuBackend {
+    fn name(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn world_id(&self) -> WorldId {
+        self.id
+    }
+
+    fn create_group(&mut self, members: &[usize], ordinal: u32) -> Result<GroupId> {
+        if let Some(i) = self
+            .groups
+            .iter()
+            .skip(1)
+            .position(|e| *e.members == *members && e.ordinal == ordinal)
+        {
+            return Ok(GroupId(i as u32 + 1));
+        }
+        self.groups.push(GroupEntry {
+            members: members.into(),
+            ordinal,
+            comm: None,
+        });
+        self.members.push(members.into());
+        Ok(GroupId(self.groups.len() as u32 - 1))
+    }
+
+    fn supports(&self, op: ReduceOp) -> bool {
+        lower::has_reduction(op)
+    }
+
+    fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
+        self.dev.bind()?;
+        crate::plan::plan(ops);
+        let descs: Vec<_> = ops.iter().map(|o| &o.desc).collect();
+        let lowered = lower::lower(
+            &descs,
+            &lower::Setting {
+                rank: self.rank,
+                version: self.nccl.version as u32,
+                groups: &self.members,
+                pack: self.pack,
+            },
+        )?;
+        self.create_missing(ops)?;
+        let staged = self.stage(ops, &lowered.scratch)?;
+        let stream = Arc::clone(&self.dev.stream);
+        for c in &lowered.pre {
+            self.copy(&staged, c)?;
+        }
+        let premul = self.premul_ops(&lowered.calls)?;
+        let mut used: Vec<ffi::ncclComm_t> = Vec::new();
+        let issued = self.group(|| {
+            for (k, call) in lowered.calls.iter().enumerate() {
+                self.issue(&staged, call, premul[k], &stream)?;
+            }
+            Ok(())
+        });
+        for call in &lowered.calls {
+            let c = self.comm(call_comm(call))?;
+            if !used.contains(&c) {
+                used.push(c);
+            }
+        }
+        let done = issued.and_then(|()| self.wait(&used));
+        self.destroy_premul(&lowered.calls, &premul);
+        done?;
+        for c in &lowered.post {
+            self.copy(&staged, c)?;
+        }
+        self.unstage(ops, &staged)
+    }
+}
+
+fn call_comm(call: &Call) -> Comm {
+    match *call {
+        Call::Coll { comm, .. } | Call::Send { comm, .. } | Call::Recv { comm, .. } => comm,
+    }
+}
+
+/// The host bytes of op buffer `b` of dtype `d`.
+fn host_bytes(b: &crate::exec::Buf, d: DType) -> usize {
+    b.len * d.size()
+}
+
+impl GpuBackend {
+    fn stage(&self, ops: &[Op], scratch: &[usize]) -> Result<Staged> {
+        let mut st = Staged {
+            ins: Vec::with_capacity(ops.len()),
+            outs: Vec::with_capacity(ops.len()),
+            same: Vec::with_capacity(ops.len()),
+            scratch: Vec::with_capacity(scratch.len()),
+        };
+        for op in ops {
+            let same = !op.input.is_none() && op.input.ptr == op.output.ptr;
+            let input = if op.input.is_none() {
+                None
+            } else {
+                let bytes = host_bytes(&op.input, op.desc.dtype);
+                let mut d = self.dev.alloc(bytes)?;
+                // SAFETY: the op's input is a live host buffer of `len` elements (the `Op`
+                // contract), read only here.
+                let host = unsafe { std::slice::from_raw_parts(op.input.ptr as *const u8, bytes) };
+                self.dev
+                    .stream
+                    .memcpy_htod(host, &mut d)
+                    .map_err(|e| nccl_err(format!("copying to the GPU: {e:?}")))?;
+                Some(d)
+            };
+            let output = if op.output.is_none() || same {
+                None
+            } else {
+                Some(self.dev.alloc(host_bytes(&op.output, op.desc.dtype))?)
+            };
+            st.ins.push(input);
+            st.outs.push(output);
+            st.same.push(same);
+        }
+        for &b in scratch {
+            st.scratch.push(self.dev.alloc(b)?);
+        }
+        Ok(st)
+    }
+
+    /// Copies every op's output back to its host tensor (after the stream has finished).
+    fn unstage(&self, ops: &[Op], st: &Staged) -> Result<()> {
+        for (i, op) in ops.iter().enumerate() {
+            if op.output.is_none() {
+                continue;
+            }
+            let src = if st.same[i] { &st.ins[i] } else { &st.outs[i] };
+            let Some(src) = src else { continue };
+            let bytes = host_bytes(&op.output, op.desc.dtype);
+            // SAFETY: the op's output is a live host buffer of `len` elements that this call
+            // borrows exclusively (the `Op` contract).
+            let host = unsafe { std::slice::from_raw_parts_mut(op.output.ptr, bytes) };
+            self.dev
+                .stream
+                .memcpy_dtoh(src, host)
+                .map_err(|e| nccl_err(format!("copying from the GPU: {e:?}")))?;
+        }
+        self.dev
+            .stream
+            .synchronize()
+            .map_err(|e| nccl_err(format!("{e:?}")))
+    }
+
+    fn copy(&self, st: &Staged, c: &Copy2d) -> Result<()> {
+        if c.rows == 0 || c.width == 0 {
+            return Ok(());
+        }
+        let (dst_bytes, src_bytes) = c.extents()?;
+        let stream = &self.dev.stream;
+        let dst = st.addr(c.dst, dst_bytes, stream)?;
+        let src = st.addr(c.src, src_bytes, stream)?;
+        // SAFETY: a plain-old-data descriptor; zero is a valid value for every field.
+        let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+        p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        p.srcDevice = src;
+        p.srcPitch = c.src_pitch;
+        p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        p.dstDevice = dst;
+        p.dstPitch = c.dst_pitch;
+        p.WidthInBytes = c.width;
+        p.Height = c.rows;
+        // SAFETY: both regions lie inside live device buffers of this batch (checked by
+        // `addr`), which outlive the stream's work (synchronised before they are freed).
+        let r = unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.cu_stream()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(nccl_err(format!("cuMemcpy2DAsync failed: {r:?}")));
+        }
+        Ok(())
+    }
+
+    /// NCCL's op for each call: built in, or a `PreMulSum` made for its communicator.
+    fn premul_ops(&self, calls: &[Call]) -> Result<Vec<ffi::ncclRedOp_t>> {
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let op = match *call {
+                Call::Coll {
+                    op: Some(op),
+                    dtype,
+                    comm,
+                    ..
+                } => match op {
+                    Red::Sum => ffi::ncclSum,
+                    Red::Prod => ffi::ncclProd,
+                    Red::Max => ffi::ncclMax,
+                    Red::Min => ffi::ncclMin,
+                    Red::Avg => ffi::ncclAvg,
+                    Red::PreMulSum(s) => {
+                        let f = need(
+                            self.nccl.api.ncclRedOpCreatePreMulSum,
+                            "ncclRedOpCreatePreMulSum",
+                            self.nccl,
+                        )?;
+                        let mut scalar = scalar_bytes(s, dtype);
+                        let mut op: ffi::ncclRedOp_t = 0;
+                        // SAFETY: `scalar` holds one element of `dtype`, read before return
+                        // (host-immediate); `op` receives the new handle.
+                        let code = unsafe {
+                            f(
+                                &mut op,
+                                scalar.as_mut_ptr().cast(),
+                                nccl_dtype(dtype),
+                                ffi::ncclScalarHostImmediate,
+                                self.comm(comm)?,
+                            )
+                        };
+                        check(self.nccl, code, "ncclRedOpCreatePreMulSum")?;
+                        op
+                    }
+                },
+                _ => ffi::ncclSum,
+            };
+            out.push(op);
+        }
+        Ok(out)
+    }
+
+    fn destroy_premul(&self, calls: &[Call], ops: &[ffi::ncclRedOp_t]) {
+        let Some(f) = self.nccl.api.ncclRedOpDestroy else {
+            return;
+        };
+        for (call, &op) in calls.iter().zip(ops) {
+            if let Call::Coll {
+                op: Some(Red::PreMulSum(_)),
+                comm,
+                ..
+            } = *call
+                && let Ok(c) = self.comm(comm)
+            {
+                // SAFETY: `op` was created for `c` by `premul_ops` and its calls have finished.
+                unsafe { f(op, c) };
+            }
+        }
+    }
+
+    fn issue(
+        &self,
+        st: &Staged,
+        call: &Call,
+        red: ffi::ncclRedOp_t,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let s = stream.cu_stream() as ffi::cudaStream_t;
+        let api = &self.nccl.api;
+        match *call {
+            Call::Send {
+                comm,
+                peer,
+                buf,
+                count,
+                dtype,
+                ..
+            } => {
+                let p = st.addr(buf, count * dtype.size(), stream)?;
+                let f = need(api.ncclSend, "ncclSend", self.nccl)?;
+                // SAFETY: `p` holds `count` elements (checked), live until the wait.
+                check(
+                    self.nccl,
+                    unsafe {
+                        f(
+                            p as *const c_void,
+                            count,
+                            nccl_dtype(dtype),
+                            peer as c_int,
+                            self.comm(comm)?,
+                            s,
+                        )
+                    },
+                    "ncclSend",
+                )
+            }
+            Call::Recv {
+                comm,
+                peer,
+                buf,
+                count,
+                dtype,
+                ..
+            } => {
+                let p = st.addr(buf, count * dtype.size(), stream)?;
+                let f = need(api.ncclRecv, "ncclRecv", self.nccl)?;
+                // SAFETY: `p` has room for `count` elements (checked), live until the wait.
+                check(
+                    self.nccl,
+                    unsafe {
+                        f(
+                            p as *mut c_void,
+                            count,
+                            nccl_dtype(dtype),
+                            peer as c_int,
+                            self.comm(comm)?,
+                            s,
+                        )
+                    },
+                    "ncclRecv",
+                )
+            }
+            Call::Coll {
+                coll,
+                comm,
+                send,
+                recv,
+                count,
+                dtype,
+                ..
+            } => {
+                let c = self.comm(comm)?;
+                let n = self.members_of(comm).len();
+                let b = count * dtype.size();
+                let (sb, rb) = match coll {
+                    Coll::AllReduce | Coll::Broadcast { .. } | Coll::Reduce { .. } => (b, b),
+                    Coll::AllGather | Coll::Gather { .. } => (b, n * b),
+                    Coll::ReduceScatter | Coll::Scatter { .. } => (n * b, b),
+                    Coll::AllToAll => (n * b, n * b),
+                };
+                let addr = |a: Option<At>, bytes: usize| -> Result<*mut c_void> {
+                    match a {
+                        Some(a) => Ok(st.addr(a, bytes, stream)? as *mut c_void),
+                        None => Ok(std::ptr::null_mut()),
+                    }
+                };
+                let sp = addr(send, sb)? as *const c_void;
+                let rp = addr(recv, rb)?;
+                let dt = nccl_dtype(dtype);
+                // SAFETY: the buffers hold what NCCL reads and writes for this call on this rank
+                // (checked by `addr` against the lowering's sizes) and live until the wait; `c`
+                // is this rank's communicator of the call's group.
+                let code = unsafe {
+                    match coll {
+                        Coll::AllReduce => need(api.ncclAllReduce, "ncclAllReduce", self.nccl)?(
+                            sp, rp, count, dt, red, c, s,
+                        ),
+                        Coll::Reduce { root } => need(api.ncclReduce, "ncclReduce", self.nccl)?(
+                            sp,
+                            rp,
+                            count,
+                            dt,
+                            red,
+                            root as c_int,
+                            c,
+                            s,
+                        ),
+                        Coll::Broadcast { root } => need(
+                            api.ncclBroadcast,
+                            "ncclBroadcast",
+                            self.nccl,
+                        )?(
+                            sp, rp, count, dt, root as c_int, c, s
+                        ),
+                        Coll::AllGather => need(api.ncclAllGather, "ncclAllGather", self.nccl)?(
+                            sp, rp, count, dt, c, s,
+                        ),
+                        Coll::ReduceScatter => {
+                            need(api.ncclReduceScatter, "ncclReduceScatter", self.nccl)?(
+                                sp, rp, count, dt, red, c, s,
+                            )
+                        }
+                        Coll::AllToAll => need(api.ncclAlltoAll, "ncclAlltoAll", self.nccl)?(
+                            sp, rp, count, dt, c, s,
+                        ),
+                        Coll::Gather { root } => need(api.ncclGather, "ncclGather", self.nccl)?(
+                            sp,
+                            rp,
+                            count,
+                            dt,
+                            root as c_int,
+                            c,
+                            s,
+                        ),
+                        Coll::Scatter { root } => need(api.ncclScatter, "ncclScatter", self.nccl)?(
+                            sp,
+                            rp,
+                            count,
+                            dt,
+                            root as c_int,
+                            c,
+                            s,
+                        ),
+                    }
+                };
+                check(self.nccl, code, "an NCCL collective")
+            }
+        }
+    }
+
+    fn members_of(&self, c: Comm) -> &[usize] {
+        match c {
+            Comm::P2p => &self.members[0],
+            Comm::Group(g) => self.members.get(g.0 as usize).map_or(&[][..], |m| &m[..]),
+        }
+    }
+}
+
+/// One element of `dtype` holding `s` (a `PreMulSum` scalar), in native byte order.
+fn scalar_bytes(s: f64, dtype: DType) -> Vec<u8> {
+    use crate::element::with_dtype;
+    with_dtype!(dtype, T => {
+        let v = <T as crate::element::Arith>::from_f64(s);
+        let mut out = vec![0u8; size_of::<T>()];
+        // SAFETY: `out` holds exactly one `T`; elements are plain data.
+        unsafe { std::ptr::copy_nonoverlapping((&v as *const T).cast::<u8>(), out.as_mut_ptr(), size_of::<T>()) };
+        out
+    })
+}
+
+/// The GPU this process uses: `LOCAL_RANK` (torchrun), else the rank modulo the visible GPUs
+/// is not guessed — an explicit `LOCAL_RANK` is required when several ranks share a node.
+fn local_rank(rank: usize) -> Result<usize> {
+    match std::env::var("LOCAL_RANK") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| nccl_err(format!("LOCAL_RANK={v:?} is not a number"))),
+        Err(_) => Ok(rank),
+    }
+}
+
+fn timeout() -> Result<Duration> {
+    match std::env::var("RANKWISE_NCCL_TIMEOUT") {
+        Err(_) => Ok(Duration::from_secs(600)),
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                nccl_err(format!(
+                    "RANKWISE_NCCL_TIMEOUT={v:?} is not a number of seconds"
+                ))
+            }),
+    }
+}
+
+/// Runs `f` as this process's rank of an NCCL job; returns (rank, world, value).
+pub(crate) fn run<T, F>(f: &F) -> Result<(usize, usize, T)>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    let rv = Rendezvous::from_env()?.ok_or_else(|| {
+        nccl_err(
+            "RANKWISE_BACKEND=nccl needs the launcher's RANK, WORLD_SIZE, MASTER_ADDR and \
+             MASTER_PORT (torchrun sets them); none are set",
+        )
+    })?;
+    let (rank, world) = (rv.rank, rv.world);
+    let nccl = Nccl::load().map_err(|e| nccl_err(e.to_string()))?;
+    let dev = Device::open(local_rank(rank)?)?;
+    let timeout = timeout()?;
+    let pack = std::env::var("RANKWISE_NCCL_PACK").is_ok_and(|v| v.trim() == "1");
+    // Three communicators of every rank: collectives, the user's messages, group creation;
+    // rank 0 makes their ids and hands them out in one exchange.
+    let ids = if rank == 0 {
+        let mut b = Vec::with_capacity(3 * ffi::NCCL_UNIQUE_ID_BYTES);
+        for _ in 0..3 {
+            b.extend(id_bytes(&unique_id(nccl)?));
+        }
+        Some(b)
+    } else {
+        None
+    };
+    let ids = rv.share(ids.as_deref())?;
+    dev.bind()?;
+    if ids.len() != 3 * ffi::NCCL_UNIQUE_ID_BYTES {
+        return Err(nccl_err(format!(
+            "rank 0 sent {} bytes of NCCL ids, not {}",
+            ids.len(),
+            3 * ffi::NCCL_UNIQUE_ID_BYTES
+        )));
+    }
+    let mut comms = ids
+        .chunks(ffi::NCCL_UNIQUE_ID_BYTES)
+        .map(|c| init_comm(nccl, world, id_from(c)?, rank))
+        .collect::<Result<Vec<_>>>()?;
+    let control = comms
+        .pop()
+        .ok_or_else(|| Error::Internal("three communicators".into()))?;
+    let p2p = comms
+        .pop()
+        .ok_or_else(|| Error::Internal("three communicators".into()))?;
+    let world_comm = comms
+        .pop()
+        .ok_or_else(|| Error::Internal("three communicators".into()))?;
+    let everyone: Box<[usize]> = (0..world).collect();
+    let backend = GpuBackend {
+        nccl,
+        dev,
+        rank,
+        id: WorldId::fresh(),
+        groups: vec![GroupEntry {
+            members: everyone.clone(),
+            ordinal: u32::MAX,
+            comm: None,
+        }],
+        members: vec![everyone],
+        world: world_comm,
+        p2p,
+        control,
+        timeout,
+        pack,
+    };
+    let mut ctx = Ctx::new(rank, world, Box::new(backend));
+    let value = f(&mut ctx)?;
+    Ok((rank, world, value))
+}

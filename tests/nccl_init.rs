@@ -1,0 +1,131 @@
+//! The NCCL backend's start-up on a machine without a GPU (feature `nccl`; CI runs it with the
+//! `nvidia-nccl-cu13` wheel on `PYTHONPATH` and `RANKWISE_NCCL_REQUIRED=1`): every missing
+//! piece is a specific error on the rank that meets it — never a panic, never a hang.
+
+#![cfg(feature = "nccl")]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The quickstart example built with this feature set (see `tests/mpi.rs`).
+fn example() -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args([
+            "build",
+            "--quiet",
+            "--example",
+            "quickstart",
+            "--features",
+            "nccl",
+        ]);
+        if cfg!(feature = "mpi") {
+            cmd.args(["--features", "mpi"]);
+        }
+        let status = cmd
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the example failed");
+    });
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    dir.join("examples").join("quickstart")
+}
+
+/// Runs the example as rank 0 of a one-process NCCL job with `env`; its stderr.
+fn start(env: &[(&str, &str)]) -> String {
+    let started = Instant::now();
+    let out = Command::new(example())
+        .env("RANKWISE_BACKEND", "nccl")
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("example runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "started without a GPU: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    err
+}
+
+const ONE_RANK: [(&str, &str); 4] = [
+    ("RANK", "0"),
+    ("WORLD_SIZE", "1"),
+    ("MASTER_ADDR", "127.0.0.1"),
+    ("MASTER_PORT", "29517"),
+];
+
+#[test]
+fn without_the_launchers_variables_it_says_which_are_needed() {
+    let err = start(&[]);
+    assert!(
+        err.contains("RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_nccl_library_lists_what_was_tried() {
+    let mut env = ONE_RANK.to_vec();
+    env.push(("RANKWISE_NCCL_LIB", "/nonexistent/libnccl.so.2"));
+    let err = start(&env);
+    assert!(err.contains("NCCL could not be loaded"), "{err}");
+    assert!(err.contains("/nonexistent/libnccl.so.2"), "{err}");
+}
+
+#[test]
+fn no_cuda_driver_is_a_clear_error_after_nccl_loads() {
+    let wheel = std::env::var_os("PYTHONPATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| d.join("nvidia/nccl/lib/libnccl.so.2").exists())
+    });
+    if !wheel {
+        assert!(
+            std::env::var_os("RANKWISE_NCCL_REQUIRED").is_none(),
+            "RANKWISE_NCCL_REQUIRED is set but PYTHONPATH holds no nvidia/nccl wheel"
+        );
+        eprintln!("no nvidia/nccl wheel on PYTHONPATH: nothing to load (CI installs one)");
+        return;
+    }
+    let err = start(&ONE_RANK);
+    let driver = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists();
+    if driver {
+        // A machine with a driver but (here) no GPU says so instead.
+        assert!(err.contains("GPU"), "{err}");
+    } else {
+        assert!(
+            err.contains("CUDA driver library (libcuda.so) is not on this machine"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn processes_started_by_torchrun_are_nccl_ranks() {
+    // torchrun marks its processes with TORCHELASTIC_RUN_ID: without RANKWISE_BACKEND they
+    // start the NCCL engine (which then asks for the launcher's other variables).
+    let out = Command::new(example())
+        .env_remove("RANKWISE_BACKEND")
+        .env("TORCHELASTIC_RUN_ID", "test")
+        .env("RUST_BACKTRACE", "0")
+        .env_remove("RANK")
+        .output()
+        .expect("example runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("backend nccl"),
+        "torchrun's processes use NCCL: {err}"
+    );
+}
