@@ -1,0 +1,162 @@
+//! Every example on 1..N local GPUs through NCCL, against the threads engine (feature `nccl`).
+//! Skipped unless `RANKWISE_GPU_TESTS=1`: no CI machine here has a GPU. Run it on a GPU host:
+//!
+//! ```sh
+//! RANKWISE_GPU_TESTS=1 cargo test --features nccl --test gpu
+//! ```
+//!
+//! The processes are started the way `torchrun` would (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`), one per GPU. NCCL orders floating-point reductions by its own
+//! ring or tree, so lines of float `Avg` and `PreMulSum` results may differ from the threads
+//! engine's in the last bit and are not compared; everything else must be the same bits.
+
+#![cfg(feature = "nccl")]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn enabled() -> bool {
+    let on = std::env::var("RANKWISE_GPU_TESTS").is_ok_and(|v| v == "1");
+    if !on {
+        eprintln!("GPU tests skipped: set RANKWISE_GPU_TESTS=1 on a machine with NVIDIA GPUs");
+    }
+    on
+}
+
+/// GPUs to use: `RANKWISE_GPUS`, else what `nvidia-smi -L` lists.
+fn gpus() -> usize {
+    if let Some(n) = std::env::var("RANKWISE_GPUS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    let out = Command::new("nvidia-smi")
+        .arg("-L")
+        .output()
+        .expect("nvidia-smi runs on a GPU machine (or set RANKWISE_GPUS)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("GPU "))
+        .count()
+}
+
+fn example(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--examples", "--features", "nccl"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the examples failed");
+    });
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    dir.join("examples").join(name)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Runs `name args` as `n` NCCL ranks, one per GPU; every line they print.
+fn nccl(n: usize, name: &str, args: &[&str]) -> BTreeSet<String> {
+    let port = free_port().to_string();
+    let children: Vec<Child> = (0..n)
+        .map(|r| {
+            Command::new(example(name))
+                .args(args)
+                .env("RANKWISE_BACKEND", "nccl")
+                .env("RANK", r.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("WORLD_SIZE", n.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("example starts")
+        })
+        .collect();
+    let started = Instant::now();
+    let mut lines = BTreeSet::new();
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("rank ends");
+        assert!(
+            out.status.success(),
+            "{name} rank {r} of {n} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        lines.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string),
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(600));
+    lines
+}
+
+fn threads(n: usize, name: &str, args: &[&str]) -> BTreeSet<String> {
+    let out = Command::new(example(name))
+        .args(args)
+        .env("RANKWISE_BACKEND", "threads")
+        .env("RANKWISE_WORLD", n.to_string())
+        .output()
+        .expect("example runs");
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Lines whose bits NCCL is expected to reproduce.
+fn comparable(line: &str) -> bool {
+    let float = ["f32", "f64", "f16", "bf16"]
+        .iter()
+        .any(|t| line.contains(&format!(" {t} ")));
+    !line.contains(" Bit") && !(float && (line.contains("Avg") || line.contains("PreMulSum")))
+}
+
+#[test]
+fn every_example_on_every_gpu_count_matches_threads() {
+    if !enabled() {
+        return;
+    }
+    for n in 1..=gpus().min(8) {
+        let world = n.to_string();
+        let got: BTreeSet<String> = nccl(n, "every_op", &[&world])
+            .into_iter()
+            .filter(|l| comparable(l))
+            .collect();
+        let want: BTreeSet<String> = threads(n, "every_op", &[&world])
+            .into_iter()
+            .filter(|l| comparable(l))
+            .collect();
+        assert_eq!(got, want, "every_op on {n} GPUs");
+        if n >= 2 {
+            let ring = nccl(n, "ring_allreduce", &[]);
+            assert!(
+                ring.is_subset(&threads(n, "ring_allreduce", &[])),
+                "{ring:?}"
+            );
+        }
+        let quick = nccl(n, "quickstart", &[]);
+        assert!(quick.is_subset(&threads(n, "quickstart", &[])), "{quick:?}");
+        let random = nccl(n, "random_programs", &["good", "11", "100"]);
+        let want = threads(n, "random_programs", &["good", "11", "100"]);
+        for l in random.iter().filter(|l| !l.contains("needs a reduction")) {
+            assert!(want.contains(l), "{l}");
+        }
+    }
+}
