@@ -332,6 +332,12 @@ impl Ctx {
         Tensor::zeros(shape)
     }
 
+    /// A tensor of zeros with `like`'s shape and element type, on this rank's device
+    /// (`torch.zeros_like`): the natural way to size a receive buffer from what is sent.
+    pub fn zeros_like<T: Element>(&self, like: &Tensor<T>) -> Result<Tensor<T>> {
+        Tensor::zeros_like(like)
+    }
+
     /// A tensor of `shape` holding `data` (row-major), on this rank's device.
     pub fn tensor<T: Element>(
         &self,

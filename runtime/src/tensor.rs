@@ -103,6 +103,11 @@ impl<T: Element> Tensor<T> {
         Tensor::full(shape, T::default())
     }
 
+    /// A tensor of zeros with `like`'s shape (`torch.zeros_like`).
+    pub fn zeros_like(like: &Tensor<T>) -> Result<Self> {
+        Self::zeros(like.shape())
+    }
+
     /// A tensor whose element at multi-index `idx` is `f(idx)`.
     pub fn from_fn(shape: impl AsRef<[usize]>, mut f: impl FnMut(&[usize]) -> T) -> Result<Self> {
         let shape = shape.as_ref();

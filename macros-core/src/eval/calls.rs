@@ -142,6 +142,12 @@ impl Eval<'_> {
                 _ => None,
             });
             let fish = fish.or_else(|| c.args.iter().nth(1).and_then(syntactic_dtype));
+            if last == "zeros_like" {
+                return Flow::Normal(match args.first() {
+                    Some(Val::Tensor(t)) => Val::Tensor(t.clone()),
+                    _ => Val::Unknown,
+                });
+            }
             if let Some(shape) = args.first_mut() {
                 *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
             }
@@ -311,6 +317,23 @@ impl Eval<'_> {
             }
             (Val::Int(a), _) => int_method(*a, &name, &args),
             (Val::Tensor(t), "clone") => Val::Tensor(t.clone()),
+            // Sizing one tensor from another: how torch users size every gather's output.
+            (Val::Tensor(t), "shape") => match &t.shape {
+                Some(s) => Val::Array(s.iter().map(|&d| Val::Int(d as i128)).collect()),
+                None => Val::Unknown,
+            },
+            (Val::Tensor(t), "numel") => match &t.shape {
+                Some(s) => Val::Int(s.iter().map(|&d| d as i128).product()),
+                None => Val::Unknown,
+            },
+            (Val::Tensor(t), "ndim") => match &t.shape {
+                Some(s) => Val::Int(s.len() as i128),
+                None => Val::Unknown,
+            },
+            (Val::Ctx, "zeros_like") => match args.first() {
+                Some(Val::Tensor(t)) => Val::Tensor(t.clone()),
+                _ => Val::Unknown,
+            },
             (Val::Tensor(t), "reshape") => match args.first().and_then(shape_of) {
                 Some(s) => Val::Tensor(TVal {
                     dtype: t.dtype,

@@ -550,15 +550,7 @@ impl<'a> Eval<'a> {
             Expr::Binary(b) => return self.binary(b),
             Expr::Assign(a) => {
                 let v = val!(&a.right);
-                match (&*a.left, ident_of(&a.left)) {
-                    (Expr::Path(_), Some(name)) => self.assign(&name, v),
-                    // `a[i] = …`, `s.f = …`, `*r = …`: the variable changes in a way not modelled.
-                    (left, _) => {
-                        if let Some(name) = scan::base_ident(left) {
-                            self.havoc(&name);
-                        }
-                    }
-                }
+                self.assign_place(&a.left, v);
                 Val::Unit
             }
             Expr::Range(r) => {
@@ -747,6 +739,39 @@ impl<'a> Eval<'a> {
         Val::Unknown
     }
 
+    /// `place = v`: a variable, or an element of an array variable at a static index (a shape
+    /// being edited, `shape[1] *= world`); any other place (`s.f`, `*r`, an unknown index)
+    /// changes its variable in a way not modelled.
+    fn assign_place(&mut self, place: &Expr, v: Val) {
+        match (place, ident_of(place)) {
+            (Expr::Path(_), Some(name)) => self.assign(&name, v),
+            (Expr::Index(ix), _) => {
+                let base = match &*ix.expr {
+                    Expr::Path(_) => ident_of(&ix.expr),
+                    _ => None,
+                };
+                let index = match self.expr(&ix.index) {
+                    Flow::Normal(Val::Int(i)) => usize::try_from(i).ok(),
+                    _ => None,
+                };
+                if let (Some(name), Some(i)) = (base, index)
+                    && let Some(Val::Array(mut a)) = self.lookup(&name).cloned()
+                    && i < a.len()
+                {
+                    a[i] = v;
+                    self.assign(&name, Val::Array(a));
+                } else if let Some(name) = scan::base_ident(place) {
+                    self.havoc(&name);
+                }
+            }
+            (left, _) => {
+                if let Some(name) = scan::base_ident(left) {
+                    self.havoc(&name);
+                }
+            }
+        }
+    }
+
     fn binary(&mut self, b: &syn::ExprBinary) -> Flow {
         let l = match self.expr(&b.left) {
             Flow::Normal(v) => v,
@@ -779,14 +804,7 @@ impl<'a> Eval<'a> {
         };
         if let Some(op) = compound(&b.op) {
             let v = binop(&op, l, r);
-            match (&*b.left, ident_of(&b.left)) {
-                (Expr::Path(_), Some(name)) => self.assign(&name, v),
-                (left, _) => {
-                    if let Some(name) = scan::base_ident(left) {
-                        self.havoc(&name);
-                    }
-                }
-            }
+            self.assign_place(&b.left, v);
             return Flow::Normal(Val::Unit);
         }
         let symbolic = matches!(l, Val::Sym { .. }) || matches!(r, Val::Sym { .. });

@@ -24,14 +24,16 @@ pub(super) fn mentions_comm(text: &str) -> bool {
 }
 
 /// Methods of a context that neither communicate nor change what later calls mean.
-pub(super) const CTX_PURE: [&str; 7] = [
+pub(super) const CTX_PURE: [&str; 9] = [
     "rank",
     "world",
     "full",
     "zeros",
+    "zeros_like",
     "tensor",
     "world_group",
     "backend_name",
+    "supports",
 ];
 
 /// Standard macros that only format, assert or build vectors: they may mention the context
