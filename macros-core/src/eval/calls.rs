@@ -142,6 +142,7 @@ impl Eval<'_> {
                 _ => None,
             });
             let fish = fish.or_else(|| c.args.iter().nth(1).and_then(syntactic_dtype));
+            let weak = c.args.iter().nth(1).is_some_and(unsuffixed_literal);
             if last == "zeros_like" {
                 return Flow::Normal(match args.first() {
                     Some(Val::Tensor(t)) => Val::Tensor(t.clone()),
@@ -151,7 +152,7 @@ impl Eval<'_> {
             if let Some(shape) = args.first_mut() {
                 *shape = self.concretize(std::mem::replace(shape, Val::Unknown));
             }
-            return Flow::Normal(tensor_ctor(&last, &args, fish));
+            return Flow::Normal(tensor_ctor(&last, &args, fish, weak));
         }
         self.havoc_lent(&c.args);
         Flow::Normal(Val::Unknown)
@@ -199,6 +200,7 @@ impl Eval<'_> {
                     ctor,
                     &args,
                     fish.or_else(|| m.args.iter().nth(1).and_then(syntactic_dtype)),
+                    m.args.iter().nth(1).is_some_and(unsuffixed_literal),
                 )
             }
             (Val::Ctx, "world_group") => Val::Group(GroupVal {
@@ -334,16 +336,13 @@ impl Eval<'_> {
                 Some(Val::Tensor(t)) => Val::Tensor(t.clone()),
                 _ => Val::Unknown,
             },
-            (Val::Tensor(t), "reshape") => match args.first().and_then(shape_of) {
-                Some(s) => Val::Tensor(TVal {
-                    dtype: t.dtype,
-                    shape: Some(s),
-                }),
-                None => Val::Tensor(TVal {
-                    dtype: t.dtype,
-                    shape: None,
-                }),
-            },
+            (Val::Tensor(t), "reshape") => Val::Tensor(TVal {
+                shape: args.first().and_then(shape_of),
+                ..t.clone()
+            }),
+            (Val::Data(d), "to_vec" | "clone" | "to_owned" | "into" | "collect") => Val::Data(*d),
+            // `collect::<Vec<f32>>()`: data of a known element type.
+            (_, "collect") if fish.is_some() => fish.map_or(Val::Unknown, Val::Data),
             (Val::Opt(o), "as_mut" | "as_ref") => Val::Opt(o.clone()),
             (Val::Array(a), "len") => Val::Int(a.len() as i128),
             (Val::Array(a), "push") => {
@@ -784,16 +783,30 @@ pub(super) fn buffer_of(e: &Expr) -> Option<Option<Borrow>> {
 /// `Tensor::full/zeros/from_vec/from_fn` and their `ctx.` forms: the shape from the first
 /// argument, the dtype from the value (`full`), the turbofish, or unknown (an annotation may
 /// supply it).
-pub(super) fn tensor_ctor(name: &str, args: &[Val], fish: Option<DType>) -> Val {
+pub(super) fn tensor_ctor(name: &str, args: &[Val], fish: Option<DType>, weak: bool) -> Val {
     let shape = args.first().and_then(shape_of);
+    let data_dtype = |v: Option<&Val>| match v {
+        Some(Val::Data(d)) => Some(*d),
+        Some(Val::Array(a)) => a.iter().find_map(|x| match x {
+            Val::Scalar(d) => *d,
+            Val::Int(_) => Some(DType::I32),
+            _ => None,
+        }),
+        _ => None,
+    };
     let dtype = match name {
         "full" => match args.get(1) {
             Some(Val::Scalar(d)) => d.or(fish),
             Some(Val::Int(_)) => fish.or(Some(DType::I32)),
             _ => fish,
         },
-        "zeros" | "from_vec" | "from_fn" => fish,
+        "from_vec" => fish.or_else(|| data_dtype(args.get(1))),
+        "zeros" | "from_fn" => fish,
         _ => return Val::Unknown,
     };
-    Val::Tensor(TVal { dtype, shape })
+    Val::Tensor(TVal {
+        dtype,
+        shape,
+        weak: weak && fish.is_none() && dtype.is_some(),
+    })
 }

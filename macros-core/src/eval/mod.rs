@@ -147,7 +147,16 @@ impl<'a> Eval<'a> {
         self.env.bind(name, v);
     }
 
-    fn assign(&mut self, name: &str, v: Val) {
+    /// `name = v`. A variable has one type in Rust: a tensor assigned to a variable whose
+    /// element type is settled keeps that type, whatever the new value's literal suggested.
+    fn assign(&mut self, name: &str, mut v: Val) {
+        if let (Some(Val::Tensor(old)), Val::Tensor(new)) = (self.lookup(name), &mut v)
+            && !old.open()
+            && new.open()
+        {
+            new.dtype = old.dtype;
+            new.weak = false;
+        }
         self.env.assign(name, v);
     }
 
@@ -235,8 +244,8 @@ impl<'a> Eval<'a> {
     fn havoc_one(&mut self, name: &str) {
         let v = match self.lookup(name) {
             Some(Val::Tensor(t)) => Val::Tensor(TVal {
-                dtype: t.dtype,
                 shape: None,
+                ..t.clone()
             }),
             Some(v) if holds_handle(v) => return,
             Some(_) => Val::Unknown,
@@ -430,13 +439,19 @@ impl<'a> Eval<'a> {
         match pat {
             Pat::Ident(p) => self.bind(p.ident.to_string(), v),
             Pat::Type(t) => {
-                let v = match (v, dtype_of_type(&t.ty)) {
-                    (Val::Tensor(mut tv), Some(d)) => {
-                        tv.dtype.get_or_insert(d);
+                // The annotation is the variable's type: it decides an element type the value
+                // leaves open, and gives one to a value the macro does not know (`let t:
+                // Tensor<f32>;` assigned later, `let v: Vec<f32> = …`).
+                let v = match (v, dtype_of_type(&t.ty), type_kind(&t.ty)) {
+                    (Val::Tensor(mut tv), Some(d), _) if tv.open() => {
+                        tv.dtype = Some(d);
+                        tv.weak = false;
                         Val::Tensor(tv)
                     }
-                    (Val::Scalar(None), Some(d)) => Val::Scalar(Some(d)),
-                    (v, _) => v,
+                    (Val::Scalar(None), Some(d), _) => Val::Scalar(Some(d)),
+                    (Val::Unknown, Some(d), TypeKind::Tensor) => Val::Tensor(TVal::of(d)),
+                    (Val::Unknown | Val::Array(_), Some(d), TypeKind::Data) => Val::Data(d),
+                    (v, _, _) => v,
                 };
                 self.bind_pat(&t.pat, v);
             }
@@ -827,11 +842,25 @@ impl<'a> Eval<'a> {
             other => return other,
         };
         match cond {
-            Val::Bool(true) => self.block(&i.then_branch),
-            Val::Bool(false) => match &i.else_branch {
-                Some((_, e)) => self.expr(e),
-                None => Flow::Normal(Val::Unit),
-            },
+            Val::Bool(true) | Val::Bool(false) => {
+                let taken = if matches!(cond, Val::Bool(true)) {
+                    self.block(&i.then_branch)
+                } else {
+                    match &i.else_branch {
+                        Some((_, e)) => self.expr(e),
+                        None => Flow::Normal(Val::Unit),
+                    }
+                };
+                // Both arms have one type in Rust: an element type the taken arm leaves open
+                // is the other arm's, if its syntax says.
+                let then_tail = Expr::Block(syn::ExprBlock {
+                    attrs: Vec::new(),
+                    label: None,
+                    block: i.then_branch.clone(),
+                });
+                let arms = [Some(&then_tail), i.else_branch.as_ref().map(|(_, e)| &**e)];
+                unify_arms(taken, arms.into_iter().flatten())
+            }
             Val::Poison => Flow::Normal(Val::Poison),
             _ => {
                 let comm = self.has_comm_block(&i.then_branch)
@@ -890,7 +919,7 @@ impl<'a> Eval<'a> {
                         Some(true) => {
                             let r = self.expr(&arm.body);
                             self.env.pop();
-                            return r;
+                            return unify_arms(r, m.arms.iter().map(|a| &*a.body));
                         }
                         Some(false) => {
                             self.env.pop();
@@ -1031,6 +1060,21 @@ fn pat_names(p: &Pat, out: &mut Vec<String>) {
 }
 
 /// The outer attributes of a statement.
+/// The value of a taken `if`/`match` arm, with an element type it leaves open taken from
+/// another arm whose syntax gives one (rustc unifies the arms' types).
+fn unify_arms<'e>(taken: Flow, arms: impl Iterator<Item = &'e Expr>) -> Flow {
+    match taken {
+        Flow::Normal(Val::Tensor(mut t)) if t.open() => {
+            if let Some(d) = arms.into_iter().find_map(syntactic_tensor_dtype) {
+                t.dtype = Some(d);
+                t.weak = false;
+            }
+            Flow::Normal(Val::Tensor(t))
+        }
+        other => other,
+    }
+}
+
 fn stmt_attrs(s: &Stmt) -> &[syn::Attribute] {
     match s {
         Stmt::Local(l) => &l.attrs,

@@ -15,6 +15,26 @@ pub(super) struct GroupVal {
 pub(super) struct TVal {
     pub(super) dtype: Option<DType>,
     pub(super) shape: Option<Vec<usize>>,
+    /// `dtype` is rustc's default for an unsuffixed literal (`1.0` → f64, `1` → i32): another
+    /// type the same variable or expression gets elsewhere (an annotation, another branch, an
+    /// assignment) wins, as in rustc's inference.
+    pub(super) weak: bool,
+}
+
+impl TVal {
+    /// A tensor whose element type is known to be `d` (and nothing else).
+    pub(super) fn of(d: DType) -> TVal {
+        TVal {
+            dtype: Some(d),
+            shape: None,
+            weak: false,
+        }
+    }
+
+    /// Whether a type from elsewhere should decide this tensor's element type.
+    pub(super) fn open(&self) -> bool {
+        self.dtype.is_none() || self.weak
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -31,6 +51,9 @@ pub(super) enum Val {
     },
     Tensor(TVal),
     Array(Vec<Val>),
+    /// Data of unknown content whose element type is known: a `Vec<f32>` or `[f32; N]` by its
+    /// annotation, `collect::<Vec<f32>>()` — what `ctx.tensor(shape, data)` takes its dtype from.
+    Data(DType),
     Range {
         start: i128,
         end: i128,
@@ -139,7 +162,33 @@ pub(super) fn dtype_of_type(ty: &syn::Type) -> Option<DType> {
         }
         syn::Type::Reference(r) => dtype_of_type(&r.elem),
         syn::Type::Paren(p) => dtype_of_type(&p.elem),
+        syn::Type::Array(a) => dtype_of_type(&a.elem),
+        syn::Type::Slice(s) => dtype_of_type(&s.elem),
         _ => None,
+    }
+}
+
+/// What a type annotation names, for the element types it gives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum TypeKind {
+    /// `Tensor<T>` (or a reference to one).
+    Tensor,
+    /// `Vec<T>`, `[T; N]`, `[T]`, `&[T]`: data a tensor can be made from.
+    Data,
+    Other,
+}
+
+pub(super) fn type_kind(ty: &syn::Type) -> TypeKind {
+    match ty {
+        syn::Type::Path(p) => match p.path.segments.last().map(|s| s.ident.to_string()) {
+            Some(n) if n == "Tensor" => TypeKind::Tensor,
+            Some(n) if n == "Vec" => TypeKind::Data,
+            _ => TypeKind::Other,
+        },
+        syn::Type::Array(_) | syn::Type::Slice(_) => TypeKind::Data,
+        syn::Type::Reference(r) => type_kind(&r.elem),
+        syn::Type::Paren(p) => type_kind(&p.elem),
+        _ => TypeKind::Other,
     }
 }
 
@@ -172,6 +221,64 @@ pub(super) fn is_const_name(name: &str) -> bool {
 
 /// The element type an expression's syntax gives it: a literal suffix (`1i64`) or a cast
 /// (`rank as f32`), looking through parentheses, unary and binary operators.
+/// Whether `e` is a literal without a type suffix (or a list of them): its type is whatever
+/// rustc infers from other uses, `f64`/`i32` only by default.
+pub(super) fn unsuffixed_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) => i.suffix().is_empty(),
+            Lit::Float(f) => f.suffix().is_empty(),
+            _ => false,
+        },
+        Expr::Unary(u) => unsuffixed_literal(&u.expr),
+        Expr::Paren(p) => unsuffixed_literal(&p.expr),
+        Expr::Array(a) => !a.elems.is_empty() && a.elems.iter().all(unsuffixed_literal),
+        Expr::Repeat(r) => unsuffixed_literal(&r.expr),
+        Expr::Macro(m) if m.mac.path.is_ident("vec") => {
+            let tokens = &m.mac.tokens;
+            syn::parse2::<Expr>(quote::quote!([#tokens])).is_ok_and(|e| unsuffixed_literal(&e))
+        }
+        _ => false,
+    }
+}
+
+/// The element type a tensor-valued expression has by its own syntax, as an arm of an `if` or
+/// `match` the macro did not take: a constructor with a turbofish or a typed value
+/// (`ctx.zeros::<f32>(…)?`, `ctx.full(s, 0.0f32)?`), looking through `?`, blocks and parens.
+pub(super) fn syntactic_tensor_dtype(e: &Expr) -> Option<DType> {
+    match e {
+        Expr::Try(t) => syntactic_tensor_dtype(&t.expr),
+        Expr::Paren(p) => syntactic_tensor_dtype(&p.expr),
+        Expr::Block(b) => match b.block.stmts.last() {
+            Some(syn::Stmt::Expr(e, None)) => syntactic_tensor_dtype(e),
+            _ => None,
+        },
+        Expr::MethodCall(m) => match m.method.to_string().as_str() {
+            "zeros" | "full" | "tensor" => turbofish(m.turbofish.as_ref())
+                .or_else(|| m.args.iter().nth(1).and_then(syntactic_dtype)),
+            "unwrap" | "expect" | "clone" => syntactic_tensor_dtype(&m.receiver),
+            _ => None,
+        },
+        Expr::Call(c) => match &*c.func {
+            Expr::Path(p) => {
+                let segs = &p.path.segments;
+                let n = segs.len();
+                if n < 2 || segs[n - 2].ident != "Tensor" {
+                    return None;
+                }
+                segs.iter()
+                    .find_map(|s| match &s.arguments {
+                        syn::PathArguments::AngleBracketed(a) => turbofish(Some(a)),
+                        _ => None,
+                    })
+                    .or_else(|| c.args.iter().nth(1).and_then(syntactic_dtype))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 pub(super) fn syntactic_dtype(e: &Expr) -> Option<DType> {
     match e {
         Expr::Lit(l) => match &l.lit {
@@ -185,6 +292,13 @@ pub(super) fn syntactic_dtype(e: &Expr) -> Option<DType> {
         Expr::Binary(b) => syntactic_dtype(&b.left).or_else(|| syntactic_dtype(&b.right)),
         // `Tensor::from_fn(shape, |i| … as f32)`: the element type is what the closure returns.
         Expr::Closure(c) => syntactic_dtype(&c.body),
+        Expr::Array(a) => a.elems.iter().find_map(syntactic_dtype),
+        Expr::Repeat(r) => syntactic_dtype(&r.expr),
+        // `vec![a, b]` and `vec![x; n]` read as the array expressions they expand from.
+        Expr::Macro(m) if m.mac.path.is_ident("vec") => {
+            let tokens = &m.mac.tokens;
+            syntactic_dtype(&syn::parse2::<Expr>(quote::quote!([#tokens])).ok()?)
+        }
         Expr::Block(b) => match b.block.stmts.last() {
             Some(syn::Stmt::Expr(e, None)) => syntactic_dtype(e),
             _ => None,
