@@ -600,7 +600,7 @@ impl<'a> Eval<'a> {
             Expr::If(i) => return self.if_expr(i),
             Expr::Match(m) => return self.match_expr(m),
             Expr::ForLoop(f) => return self.for_loop(f),
-            Expr::While(w) => self.uncounted(e, &w.body, w.while_token.span, "a `while` loop"),
+            Expr::While(w) => return self.while_loop(e, w),
             Expr::Loop(l) => self.uncounted(e, &l.body, l.loop_token.span, "a `loop`"),
             Expr::Closure(c) => {
                 if self.has_comm_expr(&c.body) {
@@ -952,6 +952,71 @@ impl<'a> Eval<'a> {
         Flow::Normal(Val::Unknown)
     }
 
+    /// A `while` loop whose condition the macro can compute at every iteration (MPI-style
+    /// `while mask < world { …; mask <<= 1 }`) is unrolled like a `for` loop. A condition that
+    /// depends on run-time data (or `while let`) makes the loop uncounted: an error if it
+    /// communicates, otherwise its effects are forgotten.
+    fn while_loop(&mut self, whole: &Expr, w: &syn::ExprWhile) -> Flow {
+        if matches!(*w.cond, Expr::Let(_)) {
+            return Flow::Normal(self.uncounted(
+                whole,
+                &w.body,
+                w.while_token.span,
+                "a `while let` loop",
+            ));
+        }
+        let label = w.label.as_ref().map(|l| l.name.ident.to_string());
+        let mine = |l: &Option<String>| l.is_none() || *l == label;
+        self.enter_frame(w.label.as_ref(), true);
+        let mut out = Flow::Normal(Val::Unit);
+        loop {
+            let cond = match self.expr(&w.cond) {
+                Flow::Normal(v) => v,
+                other => {
+                    out = other;
+                    break;
+                }
+            };
+            match cond {
+                Val::Bool(false) | Val::Poison => break,
+                Val::Bool(true) if self.budget > 0 => {}
+                Val::Bool(true) => {
+                    if self.has_comm_block(&w.body) {
+                        self.unverifiable(
+                            w.while_token.span,
+                            "in a loop with too many iterations to unroll",
+                            "check a smaller world size, or make sure the condition becomes false",
+                        );
+                    } else {
+                        self.skip(w.while_token.span, &|v| v.visit_expr(whole));
+                    }
+                    break;
+                }
+                _ => {
+                    self.uncounted(
+                        whole,
+                        &w.body,
+                        w.while_token.span,
+                        "a `while` loop whose condition depends on run-time data",
+                    );
+                    break;
+                }
+            }
+            self.budget = self.budget.saturating_sub(1);
+            match self.block(&w.body) {
+                Flow::Normal(_) => {}
+                Flow::Continue(l) if mine(&l) => {}
+                Flow::Break(l, _) if mine(&l) => break,
+                other => {
+                    out = other;
+                    break;
+                }
+            }
+        }
+        self.leave_frame();
+        out
+    }
+
     fn for_loop(&mut self, f: &syn::ExprForLoop) -> Flow {
         let iter = match self.expr(&f.expr) {
             Flow::Normal(v) => v,
@@ -1062,7 +1127,7 @@ fn pat_names(p: &Pat, out: &mut Vec<String>) {
 /// The outer attributes of a statement.
 /// The value of a taken `if`/`match` arm, with an element type it leaves open taken from
 /// another arm whose syntax gives one (rustc unifies the arms' types).
-fn unify_arms<'e>(taken: Flow, arms: impl Iterator<Item = &'e Expr>) -> Flow {
+fn unify_arms<'e>(taken: Flow, arms: impl Iterator<Item = &'e Expr> + Clone) -> Flow {
     match taken {
         Flow::Normal(Val::Tensor(mut t)) if t.open() => {
             if let Some(d) = arms.into_iter().find_map(syntactic_tensor_dtype) {
@@ -1071,6 +1136,10 @@ fn unify_arms<'e>(taken: Flow, arms: impl Iterator<Item = &'e Expr>) -> Flow {
             }
             Flow::Normal(Val::Tensor(t))
         }
+        // A number: `if r == 0 { 42.0f32 } else { 0.0 }` is an f32 on every rank.
+        Flow::Normal(Val::Scalar(d)) => Flow::Normal(Val::Scalar(
+            arms.into_iter().find_map(syntactic_dtype).or(d),
+        )),
         other => other,
     }
 }

@@ -292,6 +292,13 @@ pub(super) fn syntactic_dtype(e: &Expr) -> Option<DType> {
         Expr::Binary(b) => syntactic_dtype(&b.left).or_else(|| syntactic_dtype(&b.right)),
         // `Tensor::from_fn(shape, |i| … as f32)`: the element type is what the closure returns.
         Expr::Closure(c) => syntactic_dtype(&c.body),
+        // An `if` or `match` has one type: any arm's says it.
+        Expr::If(i) => match i.then_branch.stmts.last() {
+            Some(syn::Stmt::Expr(e, None)) => syntactic_dtype(e),
+            _ => None,
+        }
+        .or_else(|| i.else_branch.as_ref().and_then(|(_, e)| syntactic_dtype(e))),
+        Expr::Match(m) => m.arms.iter().find_map(|a| syntactic_dtype(&a.body)),
         Expr::Array(a) => a.elems.iter().find_map(syntactic_dtype),
         Expr::Repeat(r) => syntactic_dtype(&r.expr),
         // `vec![a, b]` and `vec![x; n]` read as the array expressions they expand from.
