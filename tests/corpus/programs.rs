@@ -3004,6 +3004,19 @@ pub fn p32(ctx: &mut Ctx) -> Result<Vec<f32>> {
 }
 
 #[rankwise::program(world in 1..=4)]
+pub fn p33(ctx: &mut Ctx) -> Result<Vec<f32>> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    let x = ctx.full([4], r as f32 + 1.0)?;
+    let mut y = ctx.zeros::<f32>([4])?;
+    let mut z = ctx.zeros::<f32>([3])?;
+    let _ = (&mut z, &x);
+    { let mut b = ctx.batch(); b.send(&x, (r + 1) % w).recv(&mut y, (r + w - 1) % w); b.run()?; }
+    { let mut n = 0; while n < 2 { n += 1; } let mut b = ctx.batch(); b.send(&x, (r + n) % w).recv(&mut y, (r + 4 * w - n) % w); b.run()?; }
+    { let mut g = ctx.zeros::<f32>([4 * w])?; ctx.all_gather(&x, &mut g, 0)?; y.as_mut_slice()?[0] += g.as_slice()?[4 * w - 1]; }
+    Ok(y.to_vec())
+}
+
+#[rankwise::program(world in 1..=4)]
 pub fn p36(ctx: &mut Ctx) -> Result<Vec<f32>> {
     let (r, w) = (ctx.rank(), ctx.world());
     let x = ctx.full([4], r as f32 + 1.0)?;
@@ -3248,6 +3261,19 @@ pub fn p74(ctx: &mut Ctx) -> Result<Vec<f32>> {
 }
 
 #[rankwise::program(world in 1..=4)]
+pub fn p75(ctx: &mut Ctx) -> Result<Vec<f32>> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    let x = ctx.full([4], r as f32 + 1.0)?;
+    let mut y = ctx.zeros::<f32>([4])?;
+    let mut z = ctx.zeros::<f32>([3])?;
+    let _ = (&mut z, &x);
+    if r == 0 { for p in 1..w { if p == 2 { break; } ctx.send(&x, p)?; } } else if r < 2 { ctx.recv(&mut y, 0)?; }
+    { let root = 'b: { if w > 2 { break 'b 2; } 0 }; ctx.broadcast(&mut y, root)?; }
+    { let mut n = 0; while n < 2 { n += 1; } let mut b = ctx.batch(); b.send(&x, (r + n) % w).recv(&mut y, (r + 4 * w - n) % w); b.run()?; }
+    Ok(y.to_vec())
+}
+
+#[rankwise::program(world in 1..=4)]
 pub fn p78(ctx: &mut Ctx) -> Result<Vec<f32>> {
     let (r, w) = (ctx.rank(), ctx.world());
     let x = ctx.full([4], r as f32 + 1.0)?;
@@ -3322,6 +3348,20 @@ pub fn p94(ctx: &mut Ctx) -> Result<Vec<f32>> {
     'o: for i in 0..2 { for j in 0..2 { if j == 1 && i == 1 { break 'o; } } ctx.all_reduce(&mut y, ReduceOp::Sum)?; }
     'o: for i in 0..2 { for j in 0..2 { if j == 1 && i == 2 { break 'o; } } ctx.all_reduce(&mut y, ReduceOp::Sum)?; }
     ctx.all_reduce(&mut y, ReduceOp::Sum)?;
+    Ok(y.to_vec())
+}
+
+#[rankwise::program(world in 1..=4)]
+pub fn p96(ctx: &mut Ctx) -> Result<Vec<f32>> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    let x = ctx.full([4], r as f32 + 1.0)?;
+    let mut y = ctx.zeros::<f32>([4])?;
+    let mut z = ctx.zeros::<f32>([3])?;
+    let _ = (&mut z, &x);
+    { let mut next = r; for c in 0..w { if c == (r + 0) % w { next = c; break; } } let prev = (r + 4 * w - 0) % w; let mut b = ctx.batch(); b.send(&x, next).recv(&mut y, prev); b.run()?; }
+    { let mut n = 0; while n < 2 { n += 1; } let mut b = ctx.batch(); b.send(&x, (r + n) % w).recv(&mut y, (r + 4 * w - n) % w); b.run()?; }
+    { let mut next = r; for c in 0..w { if c == (r + 1) % w { next = c; break; } } let prev = (r + 4 * w - 1) % w; let mut b = ctx.batch(); b.send(&x, next).recv(&mut y, prev); b.run()?; }
+    { let mut b = ctx.batch(); b.send(&x, (r + 1) % w).recv(&mut y, (r + w - 1) % w); b.run()?; }
     Ok(y.to_vec())
 }
 
@@ -4101,7 +4141,7 @@ pub const VERDICTS: &[(&str, &[usize])] = &[
     ("RW001", &[2]),
     ("RW006", &[2]),
     ("ok", &[]),
-    ("RW012", &[]),
+    ("RW001,RW002", &[2, 3]),
     ("RW012", &[]),
     ("RW001", &[2]),
     ("RW001", &[2]),
@@ -4109,7 +4149,7 @@ pub const VERDICTS: &[(&str, &[usize])] = &[
     ("RW005", &[4]),
     ("RW001", &[2, 3]),
     ("ok", &[]),
-    ("RW012", &[]),
+    ("ok", &[]),
     ("RW006", &[2]),
     ("RW001", &[2, 3]),
     ("ok", &[]),
@@ -4133,7 +4173,7 @@ pub const VERDICTS: &[(&str, &[usize])] = &[
     ("RW001", &[4]),
     ("RW012", &[]),
     ("ok", &[]),
-    ("RW012", &[]),
+    ("RW006", &[2]),
     ("ok", &[]),
     ("ok", &[]),
     ("RW006", &[2]),
@@ -4151,7 +4191,7 @@ pub const VERDICTS: &[(&str, &[usize])] = &[
     ("RW001", &[2]),
     ("RW012", &[]),
     ("ok", &[]),
-    ("RW012", &[]),
+    ("ok", &[]),
     ("RW012", &[]),
     ("RW001,RW006", &[2, 3]),
     ("ok", &[]),
@@ -4163,7 +4203,7 @@ pub const VERDICTS: &[(&str, &[usize])] = &[
     ("RW003", &[4]),
     ("RW001", &[2]),
     ("RW001", &[2]),
-    ("RW012", &[]),
+    ("RW001", &[2]),
     ("RW001", &[2]),
     ("RW005", &[2]),
     ("RW005,RW006", &[2]),
@@ -4172,7 +4212,7 @@ pub const VERDICTS: &[(&str, &[usize])] = &[
     ("RW001", &[2, 4]),
     ("ok", &[]),
     ("RW012", &[]),
-    ("RW012", &[]),
+    ("ok", &[]),
     ("ok", &[]),
     ("RW001", &[4]),
     ("RW001", &[2, 3]),
@@ -4600,7 +4640,7 @@ pub const CHECKED: &[Option<Program>] = {
     None,
     None,
     Some(p32 as Program),
-    None,
+    Some(p33 as Program),
     None,
     None,
     Some(p36 as Program),
@@ -4642,7 +4682,7 @@ pub const CHECKED: &[Option<Program>] = {
     None,
     None,
     Some(p74 as Program),
-    None,
+    Some(p75 as Program),
     None,
     None,
     Some(p78 as Program),
@@ -4663,7 +4703,7 @@ pub const CHECKED: &[Option<Program>] = {
     None,
     Some(p94 as Program),
     None,
-    None,
+    Some(p96 as Program),
     Some(p97 as Program),
     None,
     None,

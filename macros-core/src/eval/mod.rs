@@ -35,6 +35,10 @@ use value::*;
 /// Unrolled loop iterations allowed per rank before giving up (compile time must stay small).
 const BUDGET: usize = 1 << 20;
 
+/// The most iterations of one `while` loop the evaluator unrolls: loops written over static
+/// values (doubling a mask up to the world, counting to a bound) need far fewer.
+const MAX_WHILE: usize = 1 << 14;
+
 /// How deeply expressions and blocks may nest before the evaluator stops with an error: deeper
 /// recursion would risk the compiler's stack (rustc compiles far deeper code, so this is ours).
 const MAX_NESTING: usize = 96;
@@ -969,6 +973,10 @@ impl<'a> Eval<'a> {
         let mine = |l: &Option<String>| l.is_none() || *l == label;
         self.enter_frame(w.label.as_ref(), true);
         let mut out = Flow::Normal(Val::Unit);
+        // Evaluation is deterministic: an iteration that leaves every variable as it was will
+        // be followed by the same iteration forever.
+        let mut before = self.fingerprint();
+        let mut iterations = 0usize;
         loop {
             let cond = match self.expr(&w.cond) {
                 Flow::Normal(v) => v,
@@ -979,13 +987,14 @@ impl<'a> Eval<'a> {
             };
             match cond {
                 Val::Bool(false) | Val::Poison => break,
-                Val::Bool(true) if self.budget > 0 => {}
+                Val::Bool(true) if self.budget > 0 && iterations < MAX_WHILE => {}
                 Val::Bool(true) => {
                     if self.has_comm_block(&w.body) {
                         self.unverifiable(
                             w.while_token.span,
-                            "in a loop with too many iterations to unroll",
-                            "check a smaller world size, or make sure the condition becomes false",
+                            "in a `while` loop that does not end within the iterations the macro unrolls",
+                            "make sure the condition becomes false (a counter that grows to a bound \
+                             computed from literals, `ctx.rank()` and `ctx.world()`)",
                         );
                     } else {
                         self.skip(w.while_token.span, &|v| v.visit_expr(whole));
@@ -1003,6 +1012,7 @@ impl<'a> Eval<'a> {
                 }
             }
             self.budget = self.budget.saturating_sub(1);
+            iterations += 1;
             match self.block(&w.body) {
                 Flow::Normal(_) => {}
                 Flow::Continue(l) if mine(&l) => {}
@@ -1012,9 +1022,22 @@ impl<'a> Eval<'a> {
                     break;
                 }
             }
+            let after = self.fingerprint();
+            if after == before {
+                // Nothing changed: the loop runs forever (the next check says so).
+                iterations = MAX_WHILE;
+            }
+            before = after;
         }
         self.leave_frame();
         out
+    }
+
+    /// Every visible variable's value, in name order: equal fingerprints, equal futures.
+    fn fingerprint(&self) -> String {
+        let mut vars: Vec<(&String, &Val)> = self.env.visible().collect();
+        vars.sort_by(|a, b| a.0.cmp(b.0));
+        format!("{vars:?}")
     }
 
     fn for_loop(&mut self, f: &syn::ExprForLoop) -> Flow {
