@@ -13,6 +13,9 @@ use super::value::*;
 use super::{Borrow, Eval, Flow, holds_handle};
 
 /// Methods of a `Vec` that do not change it (anything else may: `push`, `sort`, `clear`, …).
+/// The longest range an iterator chain is evaluated over (element by element).
+const MAX_SEQUENCE: i128 = 1 << 16;
+
 const ARRAY_PURE: [&str; 17] = [
     "len",
     "is_empty",
@@ -187,6 +190,9 @@ impl Eval<'_> {
             id: GroupId::WORLD,
             members: Vec::new(),
         };
+        if let Some(v) = self.iterator_method(m, &name, &recv, &args) {
+            return Flow::Normal(v);
+        }
         let v = match (&recv, name.as_str()) {
             (Val::Ctx, "rank") => Val::Int(self.rank as i128),
             (Val::Ctx, "world") => Val::Int(self.world as i128),
@@ -343,7 +349,13 @@ impl Eval<'_> {
             (Val::Data(d), "to_vec" | "clone" | "to_owned" | "into" | "collect") => Val::Data(*d),
             // `collect::<Vec<f32>>()`: data of a known element type.
             (_, "collect") if fish.is_some() => fish.map_or(Val::Unknown, Val::Data),
-            (Val::Opt(o), "as_mut" | "as_ref") => Val::Opt(o.clone()),
+            (Val::Opt(o), "as_mut" | "as_ref" | "copied" | "cloned") => Val::Opt(o.clone()),
+            (Val::Opt(o), "is_some") => Val::Bool(o.is_some()),
+            (Val::Opt(o), "is_none") => Val::Bool(o.is_none()),
+            (Val::Opt(Some(v)), "unwrap" | "expect" | "unwrap_or" | "unwrap_or_else") => {
+                (**v).clone()
+            }
+            (Val::Opt(None), "unwrap_or") => args.first().cloned().unwrap_or(Val::Unknown),
             (Val::Array(a), "len") => Val::Int(a.len() as i128),
             (Val::Array(a), "push") => {
                 let mut a = a.clone();
@@ -366,6 +378,151 @@ impl Eval<'_> {
             }
         };
         Flow::Normal(v)
+    }
+
+    /// Iterator chains over static sequences — ranges and arrays of known length — evaluated
+    /// eagerly, closures included: `(0..w).filter(|x| x % 2 == r % 2).collect()`,
+    /// `.map(|i| (r + i) % w)`, `.enumerate()`, `.rev()`, `.sum()`. `None` when the receiver
+    /// is not such a sequence or the method is not an iterator method modelled here.
+    fn iterator_method(
+        &mut self,
+        m: &ExprMethodCall,
+        name: &str,
+        recv: &Val,
+        args: &[Val],
+    ) -> Option<Val> {
+        const ADAPTERS: [&str; 21] = [
+            "iter",
+            "into_iter",
+            "copied",
+            "cloned",
+            "filter",
+            "map",
+            "enumerate",
+            "take",
+            "skip",
+            "rev",
+            "sum",
+            "count",
+            "any",
+            "all",
+            "position",
+            "find",
+            "max",
+            "min",
+            "collect",
+            "last",
+            "nth",
+        ];
+        if !ADAPTERS.contains(&name) {
+            return None;
+        }
+        // Ranges keep their own `rev`, `step_by` and `collect` (cheaper, and unbounded ends).
+        if matches!(recv, Val::Range { .. }) && matches!(name, "rev" | "collect") {
+            return None;
+        }
+        let items: Vec<Val> = match recv {
+            Val::Array(a) => a.clone(),
+            Val::Range {
+                start, end, step, ..
+            } => {
+                // Never materialise a huge range: such a chain is not a list of ranks.
+                if (end - start).max(0) / (*step).max(1) > MAX_SEQUENCE {
+                    return Some(Val::Unknown);
+                }
+                ints(recv)?
+                    .into_iter()
+                    .map(|x| Val::Int(x as i128))
+                    .collect()
+            }
+            _ => return None,
+        };
+        let closure = || match m.args.first() {
+            Some(Expr::Closure(c)) if c.inputs.len() == 1 => Some(c),
+            _ => None,
+        };
+        let ints_of = |v: &[Val]| -> Option<Vec<i128>> {
+            v.iter()
+                .map(|x| match x {
+                    Val::Int(i) => Some(*i),
+                    _ => None,
+                })
+                .collect()
+        };
+        Some(match name {
+            "iter" | "into_iter" | "copied" | "cloned" | "collect" => Val::Array(items),
+            "rev" => Val::Array(items.into_iter().rev().collect()),
+            "enumerate" => Val::Array(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| Val::Tuple(vec![Val::Int(i as i128), v]))
+                    .collect(),
+            ),
+            "take" | "skip" | "nth" => {
+                let Some(Val::Int(k)) = args.first() else {
+                    return Some(Val::Unknown);
+                };
+                let k = usize::try_from(*k).ok()?;
+                match name {
+                    "take" => Val::Array(items.into_iter().take(k).collect()),
+                    "skip" => Val::Array(items.into_iter().skip(k).collect()),
+                    _ => Val::Opt(items.into_iter().nth(k).map(Box::new)),
+                }
+            }
+            "count" => Val::Int(items.len() as i128),
+            "last" => Val::Opt(items.into_iter().last().map(Box::new)),
+            "sum" => ints_of(&items).map_or(Val::Unknown, |v| Val::Int(v.iter().sum())),
+            "max" | "min" => match ints_of(&items) {
+                Some(v) => Val::Opt(
+                    if name == "max" {
+                        v.into_iter().max()
+                    } else {
+                        v.into_iter().min()
+                    }
+                    .map(|x| Box::new(Val::Int(x))),
+                ),
+                None => Val::Unknown,
+            },
+            "filter" | "map" | "any" | "all" | "position" | "find" => {
+                let Some(c) = closure() else {
+                    return Some(Val::Unknown);
+                };
+                let mut out = Vec::new();
+                for (i, item) in items.into_iter().enumerate() {
+                    self.env.push();
+                    self.bind_pat(&c.inputs[0], item.clone());
+                    let r = self.expr(&c.body);
+                    self.env.pop();
+                    let Flow::Normal(v) = r else {
+                        return Some(Val::Unknown);
+                    };
+                    match (name, v) {
+                        ("map", v) => out.push(v),
+                        ("filter", Val::Bool(keep)) => {
+                            if keep {
+                                out.push(item);
+                            }
+                        }
+                        ("any", Val::Bool(true)) => return Some(Val::Bool(true)),
+                        ("all", Val::Bool(false)) => return Some(Val::Bool(false)),
+                        ("position", Val::Bool(true)) => {
+                            return Some(Val::Opt(Some(Box::new(Val::Int(i as i128)))));
+                        }
+                        ("find", Val::Bool(true)) => return Some(Val::Opt(Some(Box::new(item)))),
+                        (_, Val::Bool(_)) if name != "filter" => {}
+                        _ => return Some(Val::Unknown),
+                    }
+                }
+                match name {
+                    "map" | "filter" => Val::Array(out),
+                    "any" => Val::Bool(false),
+                    "all" => Val::Bool(true),
+                    _ => Val::Opt(None),
+                }
+            }
+            _ => return None,
+        })
     }
 
     /// RW012 for a method the macro does not know called on the context, a batch or a group

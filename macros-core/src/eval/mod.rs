@@ -459,6 +459,9 @@ impl<'a> Eval<'a> {
                 };
                 self.bind_pat(&t.pat, v);
             }
+            // `|&x|`, `&(a, b)`: the evaluator's values are not references.
+            Pat::Reference(r) => self.bind_pat(&r.pat, v),
+            Pat::Paren(p) => self.bind_pat(&p.pat, v),
             Pat::Tuple(t) => match v {
                 Val::Tuple(vals) if vals.len() == t.elems.len() => {
                     for (p, v) in t.elems.iter().zip(vals) {
