@@ -26,7 +26,67 @@ use rankwise_core::verify::{self, Program};
 use syn::spanned::Spanned;
 
 /// parse → model → check → lower. Never panics: every failure is a compile error.
+///
+/// On a function, checks that function. On a module, checks every function in it that carries
+/// its own `#[rankwise::program(world …)]`, with the module's other functions visible to the
+/// macro as helpers (peers, roots and members computed by small functions).
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    if let Ok(module) = syn::parse2::<syn::ItemMod>(item.clone()) {
+        return expand_module(args, module);
+    }
+    expand_with(args, item, &HashMap::new())
+}
+
+/// Helper functions the evaluator may call, by name.
+type Helpers = HashMap<String, std::rc::Rc<syn::ItemFn>>;
+
+/// `#[rankwise::program]` on a module: its program functions, each checked with the module's
+/// other functions as helpers. World sizes go on the functions, not the module.
+fn expand_module(args: TokenStream, mut module: syn::ItemMod) -> TokenStream {
+    if !args.is_empty() {
+        let msg = "RW015: on a module, `#[rankwise::program]` takes no arguments: put \
+                   `#[rankwise::program(world …)]` on each program function inside it";
+        let err = syn::Error::new(args.span(), msg).to_compile_error();
+        return quote!(#err #module);
+    }
+    let Some((_, items)) = &mut module.content else {
+        let msg = "RW015: `#[rankwise::program]` goes on a module with a body (`mod m { … }`), \
+                   so that the macro can see its functions";
+        let err = syn::Error::new(module.ident.span(), msg).to_compile_error();
+        return quote!(#err #module);
+    };
+    let is_program = |a: &syn::Attribute| {
+        a.path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "program")
+    };
+    let helpers: Helpers = items
+        .iter()
+        .filter_map(|i| match i {
+            syn::Item::Fn(f) if !f.attrs.iter().any(is_program) => {
+                Some((f.sig.ident.to_string(), std::rc::Rc::new(f.clone())))
+            }
+            _ => None,
+        })
+        .collect();
+    for item in items.iter_mut() {
+        let syn::Item::Fn(f) = item else { continue };
+        let Some(pos) = f.attrs.iter().position(is_program) else {
+            continue;
+        };
+        let attr = f.attrs.remove(pos);
+        let args = match &attr.meta {
+            syn::Meta::List(l) => l.tokens.clone(),
+            _ => TokenStream::new(),
+        };
+        let expanded = expand_with(args, quote!(#f), &helpers);
+        *item = syn::Item::Verbatim(expanded);
+    }
+    quote!(#module)
+}
+
+fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> TokenStream {
     // Too deep to parse safely: syn's parser recurses per nesting level, and a debug-built proc
     // macro has a few MiB of stack (400 nested blocks crashed rustc). Refuse before parsing.
     if let Some(span) = too_deep(item.clone()) {
@@ -60,6 +120,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     // program description, verify it with the runtime's verifier, and keep only the schedule
     // the guard needs (so memory holds one world's description at a time).
     let mut shared = eval::Analysis::default();
+    shared.helpers = helpers.clone();
     let mut schedules = Vec::with_capacity(worlds.sizes.len());
     let mut diags = Vec::new();
     for &w in &worlds.sizes {

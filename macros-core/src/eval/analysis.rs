@@ -97,6 +97,9 @@ pub(crate) struct Analysis {
     pub work: u64,
     /// Set when evaluation must stop (budget spent, code too deep): nothing further is run.
     halted: bool,
+    /// Functions the evaluator may call: defined in the program's body, or beside it in a
+    /// module under `#[rankwise::program]` (see `expand_module`).
+    pub helpers: HashMap<String, std::rc::Rc<syn::ItemFn>>,
 }
 
 /// Units of work the macro may spend on one program, over all its world sizes and ranks: one

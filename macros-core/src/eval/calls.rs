@@ -58,7 +58,7 @@ impl Eval<'_> {
                 );
                 return Err(Flow::Normal(Val::Unknown));
             }
-            if let Val::Closure(assigned) = &v {
+            if let Val::Closure(assigned, _) = &v {
                 // Whoever receives it may call it.
                 for n in assigned.clone() {
                     self.havoc(&n);
@@ -115,11 +115,44 @@ impl Eval<'_> {
             return Flow::Normal(Val::Unknown);
         }
         if segs.len() == 1
-            && let Some(Val::Closure(assigned)) = self.lookup(&last).cloned()
+            && let Some(Val::Closure(assigned, code)) = self.lookup(&last).cloned()
         {
+            if assigned.is_empty() {
+                // A closure that changes nothing: its value, from its parameters and captures.
+                return Flow::Normal(self.apply(
+                    &code.inputs.iter().collect::<Vec<_>>(),
+                    &code.body,
+                    args,
+                    false,
+                ));
+            }
             for n in &assigned {
                 self.havoc(n);
             }
+        }
+        if segs.len() == 1
+            && self.lookup(&last).is_none()
+            && let Some(f) = self.shared.helpers.get(&last).cloned()
+        {
+            // A helper function: it cannot communicate (the context is never passed to it,
+            // see `eval_args`), so its value is computed from its arguments alone.
+            let params: Vec<&syn::Pat> = f
+                .sig
+                .inputs
+                .iter()
+                .filter_map(|i| match i {
+                    syn::FnArg::Typed(t) => Some(&*t.pat),
+                    syn::FnArg::Receiver(_) => None,
+                })
+                .collect();
+            let body = Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block: (*f.block).clone(),
+            });
+            let v = self.apply(&params, &body, args, true);
+            self.havoc_lent(&c.args);
+            return Flow::Normal(v);
         }
         if segs.len() >= 2 && segs[segs.len() - 2].ident == "ReduceOp" && last == "PreMulSum" {
             // The scalar is data: a literal is used as is; anything else is compared across
@@ -378,6 +411,32 @@ impl Eval<'_> {
             }
         };
         Flow::Normal(v)
+    }
+
+    /// The value of a closure's or helper function's `body` with `params` bound to `args`.
+    /// A function sees only its parameters (and the helpers); a closure also what it captures.
+    /// Anything that does not evaluate to a value (a `return` in a helper, the budget) is
+    /// unknown.
+    fn apply(&mut self, params: &[&syn::Pat], body: &Expr, args: Vec<Val>, fresh: bool) -> Val {
+        if params.len() != args.len() || self.depth >= super::MAX_NESTING {
+            return Val::Unknown;
+        }
+        let saved = fresh.then(|| std::mem::take(&mut self.env));
+        self.env.push();
+        for (p, a) in params.iter().zip(args) {
+            self.bind_pat(p, a);
+        }
+        self.depth += 1;
+        let r = self.expr(body);
+        self.depth -= 1;
+        self.env.pop();
+        if let Some(env) = saved {
+            self.env = env;
+        }
+        match r {
+            Flow::Normal(v) => v,
+            _ => Val::Unknown,
+        }
     }
 
     /// Iterator chains over static sequences — ranges and arrays of known length — evaluated

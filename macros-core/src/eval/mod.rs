@@ -307,6 +307,14 @@ impl<'a> Eval<'a> {
     }
 
     fn block(&mut self, b: &syn::Block) -> Flow {
+        // A function item is visible in its whole block, before and after its definition.
+        for stmt in &b.stmts {
+            if let Stmt::Item(syn::Item::Fn(f)) = stmt {
+                self.shared
+                    .helpers
+                    .insert(f.sig.ident.to_string(), std::rc::Rc::new(f.clone()));
+            }
+        }
         self.env.push();
         let mut last = Val::Unit;
         for stmt in &b.stmts {
@@ -366,6 +374,7 @@ impl<'a> Eval<'a> {
                 self.check_macro(&m.mac);
                 Flow::Normal(Val::Unit)
             }
+            // Functions defined in the body are registered when their block is entered.
             Stmt::Item(_) => Flow::Normal(Val::Unit),
         }
     }
@@ -627,7 +636,7 @@ impl<'a> Eval<'a> {
                     for n in &fx.assigned {
                         self.havoc(n);
                     }
-                    Val::Closure(fx.assigned)
+                    Val::Closure(fx.assigned, Box::new(c.clone()))
                 }
             }
             Expr::Return(r) => {

@@ -71,8 +71,9 @@ pub(super) enum Val {
     Comm(GroupVal),
     Batch(usize),
     BatchComm(usize, GroupVal),
-    /// A closure that does not communicate, with the variables it may assign when called.
-    Closure(Vec<String>),
+    /// A closure that does not communicate, with the variables it may assign when called and
+    /// its code (a closure that assigns nothing is evaluated when called).
+    Closure(Vec<String>, Box<syn::ExprClosure>),
     Unit,
     Unknown,
 }
