@@ -560,6 +560,14 @@ impl<'p> Sim<'p> {
         let mut ranks: Vec<usize> = cycle.iter().map(|c| c.0).collect();
         ranks.sort_unstable();
         let p2p_only = cycle.iter().all(|&(_, at)| self.op(at).desc.kind.is_p2p());
+        // Sends posted in batches are not blocked by ordering: their peers post no matching
+        // receive at all, so "post both in one batch" would be no help.
+        let batched = cycle.iter().all(|&(_, at)| {
+            matches!(
+                self.p.ranks[at.rank as usize][at.item as usize],
+                crate::verify::Item::Batch(_)
+            )
+        });
         Finding {
             code: Code::RW001,
             verdict: Verdict::Hang,
@@ -568,7 +576,12 @@ impl<'p> Sim<'p> {
             render: Render::Exact,
             primary: site(first),
             secondary,
-            help: if p2p_only {
+            help: if p2p_only && batched {
+                "every call here is already in a batch, so no order of posting helps: each send \
+                 needs a receive from its sender on the peer (and each receive a send to it); \
+                 check the peers the batches send to and receive from"
+                    .into()
+            } else if p2p_only {
                 "a blocking send waits until the peer receives: let one side receive first (e.g. \
                  even ranks send first, odd ranks receive first), or post both in one `ctx.batch()`"
                     .into()
