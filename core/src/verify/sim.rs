@@ -350,6 +350,34 @@ impl<'p> Sim<'p> {
                     .is_some_and(|n| n.desc.agrees_with(&other.desc))
             })
         };
+        // Both sides call the other's collective next: the same calls in another order (not a
+        // skip, which would leave one side without the call).
+        if next_agrees(major, a) && next_agrees(minor, b) {
+            return Some(Finding {
+                code: Code::RW004,
+                verdict: Verdict::Mismatch,
+                ranks: all,
+                message: format!(
+                    "members of {group} make the same collective calls in different orders: {} \
+                     {} first, then {}, but {} {} first, then {} (collective step {step})",
+                    subject(&ra, world, "call"),
+                    a.desc.summary(),
+                    b.desc.summary(),
+                    subject(&rb, world, "call"),
+                    b.desc.summary(),
+                    a.desc.summary(),
+                ),
+                render: Render::Exact,
+                primary: site(a),
+                secondary: vec![(
+                    site(b),
+                    format!("{} this first", subject(&rb, world, "call")),
+                )],
+                help: "every member must make its collective calls on a group in the same order: \
+                       swap the two calls on one side"
+                    .into(),
+            });
+        }
         // A member that skipped a collective reaches its *next* one while the others are still at
         // this one: the others' next call then matches what the skipping member does now.
         // As (callers of the skipped op, members that skip it):
