@@ -117,8 +117,10 @@ impl Eval<'_> {
         if segs.len() == 1
             && let Some(Val::Closure(assigned, code)) = self.lookup(&last).cloned()
         {
-            if assigned.is_empty() {
-                // A closure that changes nothing: its value, from its parameters and captures.
+            // A closure that changes nothing: its value, from its parameters and captures. (Not
+            // a `move` closure: it holds the captured values of its creation, which may differ
+            // from the variables' values now.)
+            if assigned.is_empty() && code.capture.is_none() {
                 return Flow::Normal(self.apply(
                     &code.inputs.iter().collect::<Vec<_>>(),
                     &code.body,
@@ -450,8 +452,9 @@ impl Eval<'_> {
         recv: &Val,
         args: &[Val],
     ) -> Option<Val> {
-        const ADAPTERS: [&str; 21] = [
+        const ADAPTERS: [&str; 23] = [
             "iter",
+            "iter_mut",
             "into_iter",
             "copied",
             "cloned",
@@ -472,6 +475,7 @@ impl Eval<'_> {
             "collect",
             "last",
             "nth",
+            "zip",
         ];
         if !ADAPTERS.contains(&name) {
             return None;
@@ -509,7 +513,29 @@ impl Eval<'_> {
                 .collect()
         };
         Some(match name {
-            "iter" | "into_iter" | "copied" | "cloned" | "collect" => Val::Array(items),
+            "iter" | "iter_mut" | "into_iter" | "copied" | "cloned" | "collect" => {
+                Val::Array(items)
+            }
+            "zip" => match args.first() {
+                Some(Val::Array(other)) => Val::Array(
+                    items
+                        .into_iter()
+                        .zip(other.iter().cloned())
+                        .map(|(a, b)| Val::Tuple(vec![a, b]))
+                        .collect(),
+                ),
+                Some(r @ Val::Range { .. }) => match ints(r) {
+                    Some(other) => Val::Array(
+                        items
+                            .into_iter()
+                            .zip(other)
+                            .map(|(a, b)| Val::Tuple(vec![a, Val::Int(b as i128)]))
+                            .collect(),
+                    ),
+                    None => Val::Unknown,
+                },
+                _ => Val::Unknown,
+            },
             "rev" => Val::Array(items.into_iter().rev().collect()),
             "enumerate" => Val::Array(
                 items

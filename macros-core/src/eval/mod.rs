@@ -307,14 +307,30 @@ impl<'a> Eval<'a> {
     }
 
     fn block(&mut self, b: &syn::Block) -> Flow {
-        // A function item is visible in its whole block, before and after its definition.
+        // A function item is visible in its whole block (before its definition too) and only
+        // there: another block may define another function of the same name.
+        let mut shadowed = Vec::new();
         for stmt in &b.stmts {
             if let Stmt::Item(syn::Item::Fn(f)) = stmt {
-                self.shared
+                let name = f.sig.ident.to_string();
+                let before = self
+                    .shared
                     .helpers
-                    .insert(f.sig.ident.to_string(), std::rc::Rc::new(f.clone()));
+                    .insert(name.clone(), std::rc::Rc::new(f.clone()));
+                shadowed.push((name, before));
             }
         }
+        let flow = self.block_stmts(b);
+        for (name, before) in shadowed.into_iter().rev() {
+            match before {
+                Some(f) => self.shared.helpers.insert(name, f),
+                None => self.shared.helpers.remove(&name),
+            };
+        }
+        flow
+    }
+
+    fn block_stmts(&mut self, b: &syn::Block) -> Flow {
         self.env.push();
         let mut last = Val::Unit;
         for stmt in &b.stmts {
@@ -463,7 +479,26 @@ impl<'a> Eval<'a> {
                     }
                     (Val::Scalar(None), Some(d), _) => Val::Scalar(Some(d)),
                     (Val::Unknown, Some(d), TypeKind::Tensor) => Val::Tensor(TVal::of(d)),
-                    (Val::Unknown | Val::Array(_), Some(d), TypeKind::Data) => Val::Data(d),
+                    (Val::Unknown, Some(d), TypeKind::Data) => Val::Data(d),
+                    // Numbers of unknown value: data of the annotated type.
+                    (Val::Array(a), Some(d), TypeKind::Data)
+                        if !a.is_empty() && a.iter().all(|x| matches!(x, Val::Scalar(_))) =>
+                    {
+                        Val::Data(d)
+                    }
+                    // Tensors (`Vec<Tensor<f32>>`): each takes the element type it leaves open.
+                    (Val::Array(a), Some(d), TypeKind::Data) => Val::Array(
+                        a.into_iter()
+                            .map(|x| match x {
+                                Val::Tensor(mut t) if t.open() => {
+                                    t.dtype = Some(d);
+                                    t.weak = false;
+                                    Val::Tensor(t)
+                                }
+                                x => x,
+                            })
+                            .collect(),
+                    ),
                     (v, _, _) => v,
                 };
                 self.bind_pat(&t.pat, v);

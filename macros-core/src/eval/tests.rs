@@ -166,3 +166,39 @@ fn unknown_names_never_become_a_kind() {
         "{e:?}"
     );
 }
+
+/// A function defined in one block is not the one of the same name in another block, and a
+/// `move` closure is not evaluated with values captured later: either would make the macro
+/// compute peers the program does not use.
+#[test]
+fn helpers_are_scoped_and_move_closures_are_not_evaluated() {
+    let (p, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let x = ctx.full([1], 1.0f32)?;
+            fn peer() -> usize { 1 }
+            let b = { fn peer() -> usize { 0 } peer() };
+            let a = peer();
+            let mut t = ctx.zeros::<f32>([1])?;
+            if ctx.rank() == 0 { ctx.send(&x, a)?; } else { ctx.recv(&mut t, b)?; }
+            Ok(())
+        }",
+        2,
+    );
+    assert!(errors(&mut shared).is_empty());
+    let peer = |r: usize| p.ranks[r][0].ops()[0].desc.peer;
+    assert_eq!((peer(0), peer(1)), (Some(1), Some(0)));
+
+    let (_, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let x = ctx.full([1], 1.0f32)?;
+            let mut k = 1;
+            let next = move |r: usize| r + k;
+            k = 0;
+            ctx.send(&x, next(0))?;
+            Ok(())
+        }",
+        2,
+    );
+    let e = errors(&mut shared);
+    assert!(e.iter().any(|m| m.contains("RW012")), "{e:?}");
+}
