@@ -43,22 +43,11 @@ fn gpus() -> usize {
         .count()
 }
 
+#[path = "common/examples.rs"]
+mod examples;
+
 fn example(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--examples", "--features", "nccl"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the examples failed");
-    });
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    dir.join("examples").join(name)
+    examples::example(name, &examples::same_features())
 }
 
 fn free_port() -> u16 {

@@ -13,26 +13,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// An example binary of this package, built (once per test run, with this feature set) so
-/// that what runs is the code under test: `cargo test --test mpi` alone builds no examples.
+#[path = "common/examples.rs"]
+mod examples;
+
+/// An example binary built with this test's features (see `common/examples.rs`).
 fn example(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--examples", "--features", "mpi"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the examples failed");
-    });
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = dir.join("examples").join(name);
-    assert!(path.exists(), "{} is not built", path.display());
-    path
+    examples::example(name, &examples::same_features())
 }
 
 struct Run {

@@ -8,28 +8,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// An example binary of this package, built once per test run with this test's features (so
-/// that a run with `--features mpi` does not rebuild what another test is running).
+#[path = "common/examples.rs"]
+mod examples;
+
 fn example(name: &str) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "--examples"]);
-        if cfg!(feature = "mpi") {
-            cmd.args(["--features", "mpi"]);
-        }
-        let status = cmd
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the examples failed");
-    });
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    dir.join("examples").join(name)
+    examples::example(name, &examples::same_features())
 }
 
 /// NCCL versions and packing the emulation runs with: (version, pack).

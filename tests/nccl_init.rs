@@ -8,34 +8,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The quickstart example built with this feature set (see `tests/mpi.rs`).
+#[path = "common/examples.rs"]
+mod examples;
+
+/// The quickstart example, built with this test's features.
 fn example() -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build",
-            "--quiet",
-            "--example",
-            "quickstart",
-            "--features",
-            "nccl",
-        ]);
-        if cfg!(feature = "mpi") {
-            cmd.args(["--features", "mpi"]);
-        }
-        let status = cmd
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the example failed");
-    });
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    dir.join("examples").join("quickstart")
+    examples::example("quickstart", &examples::same_features())
 }
 
 /// Runs the example as rank 0 of a one-process NCCL job with `env`; its stderr.

@@ -541,16 +541,8 @@ impl Lowering<'_> {
             (true, 1) => Some(At::of(Mem::Out(c.i))),
             (true, _) => {
                 let s = self.scratch(c.n * count * c.es);
-                for j in 0..c.n {
-                    self.out.post.push(Copy2d {
-                        dst: At::of(Mem::Out(c.i)).plus(j * inner * c.es),
-                        dst_pitch: c.n * inner * c.es,
-                        src: s.plus(j * count * c.es),
-                        src_pitch: inner * c.es,
-                        rows: outer,
-                        width: inner * c.es,
-                    });
-                }
+                let out = At::of(Mem::Out(c.i));
+                (self.out.post).extend(blocks(out, s, c.n, outer, inner * c.es, false));
                 Some(s)
             }
         };
@@ -585,16 +577,8 @@ impl Lowering<'_> {
             (true, 1) => Some(At::of(Mem::In(c.i))),
             (true, _) => {
                 let s = self.scratch(c.n * count * c.es);
-                for j in 0..c.n {
-                    self.out.pre.push(Copy2d {
-                        dst: s.plus(j * count * c.es),
-                        dst_pitch: inner * c.es,
-                        src: At::of(Mem::In(c.i)).plus(j * inner * c.es),
-                        src_pitch: c.n * inner * c.es,
-                        rows: outer,
-                        width: inner * c.es,
-                    });
-                }
+                let input = At::of(Mem::In(c.i));
+                (self.out.pre).extend(blocks(input, s, c.n, outer, inner * c.es, true));
                 Some(s)
             }
         };
@@ -648,16 +632,8 @@ impl Lowering<'_> {
             At::of(Mem::Out(c.i))
         } else {
             let s = self.scratch(c.n * count * c.es);
-            for j in 0..c.n {
-                self.out.post.push(Copy2d {
-                    dst: At::of(Mem::Out(c.i)).plus(j * chunk * c.es),
-                    dst_pitch: row * c.es,
-                    src: s.plus(j * count * c.es),
-                    src_pitch: chunk * c.es,
-                    rows: outer,
-                    width: chunk * c.es,
-                });
-            }
+            let out = At::of(Mem::Out(c.i));
+            (self.out.post).extend(blocks(out, s, c.n, outer, chunk * c.es, false));
             s
         };
         if self.setting.version >= NATIVE_ALL_TO_ALL {
@@ -682,17 +658,10 @@ impl Lowering<'_> {
             return At::of(Mem::In(c.i));
         }
         let count = outer * chunk;
+        debug_assert_eq!(row, c.n * chunk);
         let s = self.scratch(c.n * count * c.es);
-        for j in 0..c.n {
-            self.out.pre.push(Copy2d {
-                dst: s.plus(j * count * c.es),
-                dst_pitch: chunk * c.es,
-                src: At::of(Mem::In(c.i)).plus(j * chunk * c.es),
-                src_pitch: row * c.es,
-                rows: outer,
-                width: chunk * c.es,
-            });
-        }
+        let input = At::of(Mem::In(c.i));
+        (self.out.pre).extend(blocks(input, s, c.n, outer, chunk * c.es, true));
         s
     }
 
@@ -719,6 +688,43 @@ impl Lowering<'_> {
             }
         });
     }
+}
+
+/// The copies between a tensor of `outer` rows holding `n` member blocks of `width` bytes side
+/// by side in each row (the layout of a dim other than the first) and scratch holding the
+/// blocks one after another (what NCCL's dim-0 calls read and write): tensor → scratch when
+/// `pack`, scratch → tensor otherwise.
+fn blocks(
+    tensor: At,
+    scratch: At,
+    n: usize,
+    outer: usize,
+    width: usize,
+    pack: bool,
+) -> impl Iterator<Item = Copy2d> {
+    (0..n).map(move |j| {
+        let (t, s) = (tensor.plus(j * width), scratch.plus(j * outer * width));
+        let (t_pitch, s_pitch) = (n * width, width);
+        if pack {
+            Copy2d {
+                dst: s,
+                dst_pitch: s_pitch,
+                src: t,
+                src_pitch: t_pitch,
+                rows: outer,
+                width,
+            }
+        } else {
+            Copy2d {
+                dst: t,
+                dst_pitch: t_pitch,
+                src: s,
+                src_pitch: s_pitch,
+                rows: outer,
+                width,
+            }
+        }
+    })
 }
 
 fn contiguous(dst: At, src: At, bytes: usize) -> Copy2d {

@@ -1,0 +1,44 @@
+//! The examples of this package as binaries, for tests that run them as processes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Example `name`, built (once per test binary, all examples at once) with `features` — the
+/// features the test itself was built with, so that what runs is the code under test and a
+/// test does not rebuild an example another one is running.
+pub fn example(name: &str, features: &[&str]) -> PathBuf {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "--examples"]);
+        if !features.is_empty() {
+            cmd.args(["--features", &features.join(",")]);
+        }
+        let status = cmd
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the examples failed");
+    });
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = dir.join("examples").join(name);
+    assert!(path.exists(), "{} is not built", path.display());
+    path
+}
+
+/// The features this test binary was built with, among those that change the examples.
+#[allow(dead_code)]
+pub fn same_features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    if cfg!(feature = "mpi") {
+        f.push("mpi");
+    }
+    if cfg!(feature = "nccl") {
+        f.push("nccl");
+    }
+    f
+}
