@@ -573,6 +573,13 @@ impl Eval<'_> {
                 let Some(c) = closure() else {
                     return Some(Val::Unknown);
                 };
+                // Iterators are lazy: a closure that assigns may run fewer times than the
+                // sequence is long (or never), so its effects cannot be replayed here.
+                if matches!(args.first(), Some(Val::Closure(assigned, _)) if !assigned.is_empty())
+                    || c.capture.is_some()
+                {
+                    return Some(Val::Unknown);
+                }
                 let mut out = Vec::new();
                 for (i, item) in items.into_iter().enumerate() {
                     self.env.push();

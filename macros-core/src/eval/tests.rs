@@ -202,3 +202,21 @@ fn helpers_are_scoped_and_move_closures_are_not_evaluated() {
     let e = errors(&mut shared);
     assert!(e.iter().any(|m| m.contains("RW012")), "{e:?}");
 }
+
+/// A closure with effects inside a lazy iterator chain is not replayed: the peer computed from
+/// its counter is unknown (RW012), not a guess.
+#[test]
+fn closures_with_effects_in_iterator_chains_are_not_replayed() {
+    let (_, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let x = ctx.full([1], 1.0f32)?;
+            let mut count = 0;
+            let _lazy = (0..3).map(|i| { count += 1; i });
+            ctx.send(&x, count)?;
+            Ok(())
+        }",
+        2,
+    );
+    let e = errors(&mut shared);
+    assert!(e.iter().any(|m| m.contains("RW012")), "{e:?}");
+}
