@@ -529,7 +529,7 @@ unsafe impl Backend for GpuBackend {
             Ok(())
         });
         for call in &lowered.calls {
-            let c = self.comm(call_comm(call))?;
+            let c = self.comm(call.comm())?;
             if !used.contains(&c) {
                 used.push(c);
             }
@@ -541,12 +541,6 @@ unsafe impl Backend for GpuBackend {
             self.copy(&staged, c)?;
         }
         self.unstage(ops, &staged)
-    }
-}
-
-fn call_comm(call: &Call) -> Comm {
-    match *call {
-        Call::Coll { comm, .. } | Call::Send { comm, .. } | Call::Recv { comm, .. } => comm,
     }
 }
 
@@ -781,13 +775,8 @@ impl GpuBackend {
             } => {
                 let c = self.comm(comm)?;
                 let n = self.members_of(comm).len();
-                let b = count * dtype.size();
-                let (sb, rb) = match coll {
-                    Coll::AllReduce | Coll::Broadcast { .. } | Coll::Reduce { .. } => (b, b),
-                    Coll::AllGather | Coll::Gather { .. } => (b, n * b),
-                    Coll::ReduceScatter | Coll::Scatter { .. } => (n * b, b),
-                    Coll::AllToAll => (n * b, n * b),
-                };
+                let me = self.members_of(comm).binary_search(&self.rank).unwrap_or(0);
+                let (sb, rb) = coll.bytes(count * dtype.size(), n, me);
                 let addr = |a: Option<At>, bytes: usize| -> Result<*mut c_void> {
                     match a {
                         Some(a) => Ok(st.addr(a, bytes, stream)? as *mut c_void),

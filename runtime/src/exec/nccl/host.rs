@@ -291,22 +291,9 @@ fn footprint(call: &Call, me: usize, n: usize) -> (Region, Region) {
             dtype,
             ..
         } => {
-            let b = count * dtype.size();
-            let (sb, rb) = match coll {
-                Coll::AllReduce | Coll::Broadcast { .. } => (b, b),
-                Coll::Reduce { root } => (b, if me == root { b } else { 0 }),
-                Coll::AllGather => (b, n * b),
-                Coll::ReduceScatter => (n * b, b),
-                Coll::AllToAll => (n * b, n * b),
-                Coll::Gather { root } => (b, if me == root { n * b } else { 0 }),
-                Coll::Scatter { root } => (if me == root { n * b } else { 0 }, b),
-            };
-            let sends = match coll {
-                Coll::Broadcast { root } => me == root,
-                _ => sb > 0,
-            };
+            let (sb, rb) = coll.bytes(count * dtype.size(), n, me);
             (
-                send.filter(|_| sends).map(|a| (a, sb)),
+                send.filter(|_| sb > 0).map(|a| (a, sb)),
                 recv.filter(|_| rb > 0).map(|a| (a, rb)),
             )
         }
@@ -400,7 +387,7 @@ impl HostBackend {
     fn check_hazards(&self, lowered: &Lowered, bufs: &Buffers<'_>) -> Result<()> {
         let mut touched: Vec<(usize, Range<usize>, bool)> = Vec::new();
         for (k, call) in lowered.calls.iter().enumerate() {
-            let comm = call_comm(call);
+            let comm = call.comm();
             let (r, w) = footprint(call, self.me(comm), self.members(comm).len());
             if let Some((at, b)) = r {
                 touched.push((k, bufs.range(at, b)?, false));
@@ -432,7 +419,7 @@ impl HostBackend {
         let mut posted_colls = Vec::new();
         let mut posted_msgs = Vec::new();
         for call in &lowered.calls {
-            let comm = call_comm(call);
+            let comm = call.comm();
             let (me, n) = (self.me(comm), self.members(comm).len());
             match *call {
                 Call::Coll {
@@ -630,7 +617,7 @@ impl HostBackend {
                 let mut waiting_for: Vec<usize> = Vec::new();
                 let mut blocked_in: Option<usize> = None;
                 for &(comm, seq, call) in &colls {
-                    blocked_in.get_or_insert(call_of(call));
+                    blocked_in.get_or_insert(call.of());
                     if let Some(step) = st.steps.get(&(comm, seq)) {
                         let members = self.members(comm);
                         waiting_for.extend(
@@ -716,18 +703,6 @@ fn next<K: std::hash::Hash + Eq>(counters: &mut HashMap<K, u64>, key: K) -> u64 
     *c - 1
 }
 
-fn call_comm(call: &Call) -> Comm {
-    match *call {
-        Call::Coll { comm, .. } | Call::Send { comm, .. } | Call::Recv { comm, .. } => comm,
-    }
-}
-
-fn call_of(call: &Call) -> usize {
-    match *call {
-        Call::Coll { of, .. } | Call::Send { of, .. } | Call::Recv { of, .. } => of,
-    }
-}
-
 /// Computes every member's result of a step whose members have all posted, after checking
 /// that they issued the same call with the data it needs.
 fn complete(step: &Step, members: &[usize], seq: u64) -> Result<Vec<Option<Vec<u8>>>> {
@@ -765,12 +740,8 @@ fn complete(step: &Step, members: &[usize], seq: u64) -> Result<Vec<Option<Vec<u
         op,
     } = first.sig;
     let b = count * dtype.size();
-    let want = |j: usize| match coll {
-        Coll::AllReduce | Coll::Reduce { .. } | Coll::AllGather | Coll::Gather { .. } => b,
-        Coll::Broadcast { root } => usize::from(j == root) * b,
-        Coll::ReduceScatter | Coll::AllToAll => n * b,
-        Coll::Scatter { root } => usize::from(j == root) * n * b,
-    };
+    // What each member must have contributed: the bytes its call reads.
+    let want = |j: usize| coll.bytes(b, n, j).0;
     if let Some(j) = (0..n).find(|&j| posts[j].data.len() != want(j)) {
         return Err(Error::Internal(format!(
             "{}: member {j} of an emulated {coll:?} posted {} bytes, not {}",

@@ -136,6 +136,42 @@ pub(crate) enum Call {
     },
 }
 
+impl Coll {
+    /// The bytes NCCL reads from the send buffer and writes to the receive buffer on member
+    /// `me` of `n`, for a call of `b` bytes' count; zero where NCCL does not touch that buffer
+    /// on this member (a broadcast's send off the root, a reduce's or gather's receive off it, a
+    /// scatter's send off it).
+    pub(crate) fn bytes(self, b: usize, n: usize, me: usize) -> (usize, usize) {
+        let on_root = |root: usize, x: usize| if me == root { x } else { 0 };
+        match self {
+            Coll::AllReduce => (b, b),
+            Coll::Broadcast { root } => (on_root(root, b), b),
+            Coll::Reduce { root } => (b, on_root(root, b)),
+            Coll::AllGather => (b, n * b),
+            Coll::Gather { root } => (b, on_root(root, n * b)),
+            Coll::ReduceScatter => (n * b, b),
+            Coll::Scatter { root } => (on_root(root, n * b), b),
+            Coll::AllToAll => (n * b, n * b),
+        }
+    }
+}
+
+impl Call {
+    /// The communicator the call runs on.
+    pub(crate) fn comm(&self) -> Comm {
+        match *self {
+            Call::Coll { comm, .. } | Call::Send { comm, .. } | Call::Recv { comm, .. } => comm,
+        }
+    }
+
+    /// The op of the batch the call serves.
+    pub(crate) fn of(&self) -> usize {
+        match *self {
+            Call::Coll { of, .. } | Call::Send { of, .. } | Call::Recv { of, .. } => of,
+        }
+    }
+}
+
 /// A strided device copy (`cuMemcpy2DAsync`): `rows` rows of `width` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Copy2d {

@@ -145,6 +145,23 @@ fn one_rank() -> HostBackend {
     HostBackend::new(HostNccl::new(shared, DEFAULT_VERSION, false), 0)
 }
 
+/// A batch with no ops and one 8-byte scratch buffer (`sizes` must be `[8]`).
+fn one_scratch(sizes: &[usize]) -> Buffers<'_> {
+    Buffers {
+        ops: &[],
+        scratch: vec![vec![0u64; 1]],
+        sizes,
+    }
+}
+
+/// Byte `offset` of that scratch buffer.
+fn s(offset: usize) -> At {
+    At {
+        mem: Mem::Scratch(0),
+        offset,
+    }
+}
+
 fn all_reduce_on(at: At, count: usize) -> Call {
     Call::Coll {
         of: 0,
@@ -162,15 +179,7 @@ fn all_reduce_on(at: At, count: usize) -> Call {
 fn calls_of_one_group_writing_the_same_bytes_are_refused() {
     let b = one_rank();
     let sizes = [8];
-    let bufs = Buffers {
-        ops: &[],
-        scratch: vec![vec![0u64; 1]],
-        sizes: &sizes,
-    };
-    let s = |offset| At {
-        mem: Mem::Scratch(0),
-        offset,
-    };
+    let bufs = one_scratch(&sizes);
     let disjoint = Lowered {
         scratch: sizes.to_vec(),
         calls: vec![all_reduce_on(s(0), 4), all_reduce_on(s(4), 4)],
@@ -188,15 +197,7 @@ fn calls_of_one_group_writing_the_same_bytes_are_refused() {
 #[test]
 fn addresses_outside_their_buffer_are_errors_not_accesses() {
     let sizes = [8];
-    let bufs = Buffers {
-        ops: &[],
-        scratch: vec![vec![0u64; 1]],
-        sizes: &sizes,
-    };
-    let s = |offset| At {
-        mem: Mem::Scratch(0),
-        offset,
-    };
+    let bufs = one_scratch(&sizes);
     assert!(bufs.range(s(0), 8).is_ok());
     assert!(bufs.range(s(1), 8).is_err());
     assert!(bufs.range(s(usize::MAX), 2).is_err());
