@@ -120,6 +120,33 @@ fn collectives<T: Fill>(ctx: &mut Ctx, g: &Group, name: &str, out: &mut Vec<Stri
     ctx.group(g).broadcast(&mut t, m[n - 1])?;
     line("broadcast".into(), digest(&t));
     ctx.group(g).barrier()?;
+    // The list forms, as torch writes them: one tensor of `base` per member.
+    let x = data::<T>(r, 8, &base)?;
+    let list = |salt: usize| -> Result<Vec<Tensor<T>>> {
+        (0..n).map(|i| data::<T>(r, salt + i, &base)).collect()
+    };
+    let zeros = || -> Result<Vec<Tensor<T>>> { (0..n).map(|_| Tensor::zeros(base)).collect() };
+    let digests = |ts: &[Tensor<T>]| ts.iter().map(digest).collect::<Vec<_>>().join(",");
+    let mut ys = zeros()?;
+    ctx.group(g).all_gather_list(&x, &mut ys)?;
+    line("all_gather_list".into(), digests(&ys));
+    let mut ys = zeros()?;
+    let root = m[n / 2];
+    ctx.group(g)
+        .gather_list(&x, (r == root).then_some(&mut ys[..]), root)?;
+    line("gather_list".into(), digests(&ys));
+    let xs = list(20)?;
+    let mut y = Tensor::<T>::zeros(base)?;
+    ctx.group(g)
+        .scatter_list((r == root).then_some(&xs[..]), &mut y, root)?;
+    line("scatter_list".into(), digest(&y));
+    let mut y = Tensor::<T>::zeros(base)?;
+    ctx.group(g)
+        .reduce_scatter_list(&list(30)?, &mut y, ops[ops.len() - 1])?;
+    line("reduce_scatter_list".into(), digest(&y));
+    let mut ys = zeros()?;
+    ctx.group(g).all_to_all_list(&list(40)?, &mut ys)?;
+    line("all_to_all_list".into(), digests(&ys));
     Ok(())
 }
 

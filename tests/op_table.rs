@@ -72,6 +72,20 @@ fn ctx_methods_follow_the_table() {
     }
 }
 
+/// The list forms are there too, with their rows' parameters in order.
+#[test]
+fn list_form_methods_follow_the_table() {
+    let source = read("runtime/src/ctx.rs");
+    let body = &source[source
+        .find("macro_rules! comm_methods")
+        .expect("the communication methods are written once, in `comm_methods!`")..];
+    for s in rankwise::ops::LIST_FORMS {
+        let want: Vec<&str> = s.params.iter().map(|p| p.name).collect();
+        let got = params_of(body, s.name).unwrap_or_else(|| panic!("no method for {}", s.name));
+        assert_eq!(got, want, "{}", s.name);
+    }
+}
+
 /// The `verify::Program` builder has one method per kind, taking the group (collectives), the
 /// described tensor as dtype and shape, then the table's scalar arguments in order.
 #[test]

@@ -220,6 +220,177 @@ impl OpKind {
     }
 }
 
+/// How a call is spelled: a kind's own method, or one of its list forms.
+///
+/// torch users pass lists of tensors (`all_gather(tensor_list, tensor)`); rankwise spells those
+/// `*_list` methods. A list form moves the same data as its kind along dim 0, on the list's
+/// tensors stacked along a new first dimension and the single tensor given a first dimension of
+/// 1: `all_gather_list(&x, &mut outs)` with `x: [5]` and four `outs` of `[5]` is the
+/// `all_gather` of `[1, 5]` into `[4, 5]` (see [`stacked`]). Every tensor of a list has the shape
+/// of the call's single tensor (or, with two lists, of the first list's first tensor), and a
+/// list has one tensor per member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spelling {
+    /// The method's name.
+    pub name: &'static str,
+    /// The data movement.
+    pub kind: OpKind,
+    /// The method's arguments after `self`, in order.
+    pub params: &'static [Param],
+    /// The roles whose argument is a list of tensors (`&[Tensor<T>]`, `&mut [Tensor<T>]`, or an
+    /// `Option` of one where the kind's buffer is an `Option`).
+    pub lists: &'static [Role],
+}
+
+/// `all_gather_list(input, outputs)`: every member's `input` into every member's list.
+pub const ALL_GATHER_LIST: Spelling = Spelling {
+    name: "all_gather_list",
+    kind: OpKind::AllGather,
+    params: &[
+        P {
+            name: "input",
+            role: Described,
+        },
+        P {
+            name: "outputs",
+            role: Other,
+        },
+    ],
+    lists: &[Other],
+};
+
+/// `gather_list(input, outputs, root)`: every member's `input` into the root's list.
+pub const GATHER_LIST: Spelling = Spelling {
+    name: "gather_list",
+    kind: OpKind::Gather,
+    params: &[
+        P {
+            name: "input",
+            role: Described,
+        },
+        P {
+            name: "outputs",
+            role: Other,
+        },
+        P {
+            name: "root",
+            role: Root,
+        },
+    ],
+    lists: &[Other],
+};
+
+/// `scatter_list(inputs, output, root)`: tensor `i` of the root's list to member `i`.
+pub const SCATTER_LIST: Spelling = Spelling {
+    name: "scatter_list",
+    kind: OpKind::Scatter,
+    params: &[
+        P {
+            name: "inputs",
+            role: Other,
+        },
+        P {
+            name: "output",
+            role: Described,
+        },
+        P {
+            name: "root",
+            role: Root,
+        },
+    ],
+    lists: &[Other],
+};
+
+/// `reduce_scatter_list(inputs, output, op)`: tensor `i` of every list, reduced, to member `i`.
+pub const REDUCE_SCATTER_LIST: Spelling = Spelling {
+    name: "reduce_scatter_list",
+    kind: OpKind::ReduceScatter,
+    params: &[
+        P {
+            name: "inputs",
+            role: Described,
+        },
+        P {
+            name: "output",
+            role: Other,
+        },
+        P {
+            name: "op",
+            role: Op,
+        },
+    ],
+    lists: &[Described],
+};
+
+/// `all_to_all_list(inputs, outputs)`: tensor `j` of member `i`'s inputs to tensor `i` of member `j`'s outputs.
+pub const ALL_TO_ALL_LIST: Spelling = Spelling {
+    name: "all_to_all_list",
+    kind: OpKind::AllToAll,
+    params: &[
+        P {
+            name: "inputs",
+            role: Described,
+        },
+        P {
+            name: "outputs",
+            role: Other,
+        },
+    ],
+    lists: &[Described, Other],
+};
+
+/// The list forms, one row each.
+pub const LIST_FORMS: [Spelling; 5] = [
+    ALL_GATHER_LIST,
+    GATHER_LIST,
+    SCATTER_LIST,
+    REDUCE_SCATTER_LIST,
+    ALL_TO_ALL_LIST,
+];
+
+impl Spelling {
+    /// The spelling called `name`: a kind's own method or a list form.
+    pub fn from_name(name: &str) -> Option<Spelling> {
+        OpKind::from_name(name)
+            .map(Spelling::of)
+            .or_else(|| LIST_FORMS.into_iter().find(|s| s.name == name))
+    }
+
+    /// A kind's own method.
+    pub const fn of(kind: OpKind) -> Spelling {
+        Spelling {
+            name: kind.name(),
+            kind,
+            params: kind.params(),
+            lists: &[],
+        }
+    }
+
+    /// Whether this is a list form.
+    pub fn is_list_form(&self) -> bool {
+        !self.lists.is_empty()
+    }
+
+    /// Whether the argument with `role` is a list.
+    pub fn is_list(&self, role: Role) -> bool {
+        self.lists.contains(&role)
+    }
+
+    /// Where the argument with `role` sits, if the spelling has one.
+    pub fn position(&self, role: Role) -> Option<usize> {
+        self.params.iter().position(|p| p.role == role)
+    }
+}
+
+/// The shape a list form's tensor argument stands for in its kind's description: a list of `n`
+/// tensors of shape `s` is `[n, s…]`, a single tensor of a list form `[1, s…]`.
+pub fn stacked(count: usize, element: &[usize]) -> Vec<usize> {
+    let mut v = Vec::with_capacity(element.len() + 1);
+    v.push(count);
+    v.extend_from_slice(element);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +401,11 @@ mod tests {
             assert_eq!(OpKind::from_name(k.name()), Some(k));
         }
         assert_eq!(OpKind::from_name("isend"), None);
+        for s in LIST_FORMS {
+            assert_eq!(OpKind::from_name(s.name), None, "{}", s.name);
+            assert_eq!(Spelling::from_name(s.name), Some(s));
+            assert_eq!(s.name.strip_suffix("_list"), Some(s.kind.name()));
+        }
         assert_eq!(OpKind::from_name("Barrier"), None);
     }
 
@@ -248,6 +424,22 @@ mod tests {
             );
             assert_eq!(k.position(Described).is_none(), k == OpKind::Barrier, "{k}");
             assert!(!(k.is_p2p() && k.is_rooted()), "{k}");
+        }
+        // A list form has its kind's roles, without the dim (always 0), and lists in place of
+        // tensors only.
+        for s in LIST_FORMS {
+            let mine: Vec<Role> = s.params.iter().map(|p| p.role).collect();
+            let theirs: Vec<Role> = s.kind.params().iter().map(|p| p.role).collect();
+            let mut sorted = mine.clone();
+            sorted.sort_by_key(|r| *r as u8);
+            let mut want: Vec<Role> = theirs.into_iter().filter(|&r| r != Dim).collect();
+            want.sort_by_key(|r| *r as u8);
+            assert_eq!(sorted, want, "{}", s.name);
+            assert!(
+                s.lists.iter().all(|r| matches!(r, Described | Other)),
+                "{}",
+                s.name
+            );
         }
         let p2p: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.is_p2p()).collect();
         assert_eq!(p2p, [OpKind::Send, OpKind::Recv]);

@@ -11,6 +11,7 @@ use std::fmt;
 
 use crate::code::Code;
 use crate::model::{OpDesc, OpKind, RanksFmt, Shape, ShapeFmt};
+use crate::ops::Spelling;
 use crate::{DType, ReduceOp};
 
 /// Shapes a call passes besides `desc.shape` (see [`OpDesc`]).
@@ -241,6 +242,41 @@ fn ranks(n: usize) -> String {
     } else {
         format!("{n} ranks")
     }
+}
+
+/// The rule of one list argument of a list form (see [`Spelling`]): one tensor per member of
+/// the group (`parts`), each of shape `element`. `param` is the argument's name.
+pub fn list(
+    spelling: &Spelling,
+    param: &str,
+    shapes: &[&[usize]],
+    element: &[usize],
+    parts: usize,
+) -> Result<(), Violation> {
+    let kind = spelling.kind;
+    let name = spelling.name;
+    if shapes.len() != parts {
+        return Err(Violation::BadShape {
+            kind,
+            detail: format!(
+                "`{param}` of {name} holds {} tensor(s), but it needs one per member of the \
+                 group ({parts})",
+                shapes.len()
+            ),
+        });
+    }
+    if let Some((i, s)) = shapes.iter().enumerate().find(|(_, s)| **s != element) {
+        return Err(Violation::BadShape {
+            kind,
+            detail: format!(
+                "`{param}[{i}]` of {name} has shape {}, but every tensor of the list must have \
+                 shape {}",
+                ShapeFmt(s),
+                ShapeFmt(element)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Validates a group declaration in a world of `world` ranks: its members sorted, or why they

@@ -13,6 +13,7 @@ use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::rules::{self, Aux};
 use crate::tensor::Tensor;
 use crate::{DType, ReduceOp};
+use rankwise_core::ops::{self as table, Spelling, stacked};
 
 /// A rank's handle on its world: its rank, the world size, and every communication call.
 ///
@@ -51,6 +52,96 @@ fn host_out<T: Element>(t: &mut Tensor<T>) -> Buf {
         ptr: ptr as *mut u8,
         len,
     }
+}
+
+/// A validated op and, for a list form, the staging it goes through.
+struct Built {
+    op: Op,
+    staged: Option<Staged>,
+}
+
+impl From<Op> for Built {
+    fn from(op: Op) -> Self {
+        Built { op, staged: None }
+    }
+}
+
+/// The contiguous buffer a list form's op reads or writes in place of its list (backends move
+/// one buffer per op), and the copies into the list's tensors once the op has completed. Inputs
+/// are copied in when the call is made: their tensors stay borrowed, so they cannot change
+/// before the op runs.
+struct Staged {
+    /// Owns the contiguous buffer (a `Vec<T>`); its heap storage does not move with the box.
+    _keep: Box<dyn std::any::Any + Send>,
+    /// `(from, to, bytes)`: from the buffer into an output tensor of the list.
+    after: Vec<(*const u8, *mut u8, usize)>,
+}
+
+// SAFETY: the pointers are addresses in `_keep` (owned here) and in tensors borrowed mutably by
+// the call or the batch that holds this `Staged`; they are only used by `finish`, called by the
+// holder while those borrows are live.
+unsafe impl Send for Staged {}
+
+impl Staged {
+    /// A contiguous copy of `list`, read by the op.
+    fn input<T: Element>(list: &[Tensor<T>]) -> Result<(Buf, Staged)> {
+        let mut data: Vec<T> = Vec::with_capacity(list.iter().map(Tensor::numel).sum());
+        for t in list {
+            data.extend_from_slice(t.as_slice()?);
+        }
+        let buf = Buf {
+            ptr: data.as_mut_ptr().cast(),
+            len: data.len(),
+        };
+        let staged = Staged {
+            _keep: Box::new(data),
+            after: Vec::new(),
+        };
+        Ok((buf, staged))
+    }
+
+    /// A contiguous buffer the op writes, copied into `list`'s tensors by [`Staged::finish`].
+    fn output<T: Element>(list: &mut [Tensor<T>]) -> (Buf, Staged) {
+        let mut data: Vec<T> = vec![T::default(); list.iter().map(Tensor::numel).sum()];
+        let size = std::mem::size_of::<T>();
+        let mut after = Vec::with_capacity(list.len());
+        let mut at = 0;
+        for t in list.iter_mut() {
+            let (to, len) = t.raw_mut();
+            // `at + len` stays within `data`, which holds every tensor's elements in turn.
+            after.push((
+                data[at..].as_ptr().cast::<u8>(),
+                to.cast::<u8>(),
+                len * size,
+            ));
+            at += len;
+        }
+        let buf = Buf {
+            ptr: data.as_mut_ptr().cast(),
+            len: data.len(),
+        };
+        let staged = Staged {
+            _keep: Box::new(data),
+            after,
+        };
+        (buf, staged)
+    }
+
+    /// Copies the op's result into the list; call only after the op has completed.
+    fn finish(self) {
+        for &(from, to, bytes) in &self.after {
+            // SAFETY: `from` is within `_keep`, alive until the end of this function; `to` is a
+            // tensor of the list, still mutably borrowed by the holder (see `Send`), with room
+            // for `bytes`; the two are different allocations.
+            unsafe { std::ptr::copy_nonoverlapping(from, to, bytes) };
+        }
+    }
+}
+
+/// The output of `reduce_scatter_list` (one tensor) or `all_to_all_list` (a list).
+enum ListOrOne<'t, T: Element> {
+    One(&'t mut Tensor<T>),
+    List(&'t mut [Tensor<T>]),
 }
 
 impl Caller<'_> {
@@ -172,6 +263,122 @@ impl Caller<'_> {
         self.finish(d, host_in(x), host_out(out), aux)
     }
 
+    /// Checks a list argument against the rule of list forms. A non-member skips it: its call
+    /// fails on membership instead, as every collective's does.
+    fn check_list<T: Element>(
+        &self,
+        form: &Spelling,
+        param: &str,
+        list: &[Tensor<T>],
+        element: &[usize],
+    ) -> Result<()> {
+        let members = self.group.members();
+        if members.binary_search(&self.rank).is_err() {
+            return Ok(());
+        }
+        let shapes: Vec<&[usize]> = list.iter().map(Tensor::shape).collect();
+        rules::list(form, param, &shapes, element, members.len()).map_err(|violation| {
+            Error::Misuse {
+                site: self.site,
+                rank: self.rank,
+                violation,
+            }
+        })
+    }
+
+    /// `all_gather_list`, `gather_list`: one input, a list of outputs (`None` off the root).
+    fn with_output_list<T: Element>(
+        &self,
+        form: Spelling,
+        x: &Tensor<T>,
+        outs: Option<&mut [Tensor<T>]>,
+        root: Option<usize>,
+    ) -> Result<Built> {
+        let element = x.shape();
+        let (output, out_shape, staged) = match outs {
+            Some(outs) => {
+                self.check_list(&form, "outputs", outs, element)?;
+                let shape = stacked(outs.len(), element);
+                let (buf, staged) = Staged::output(outs);
+                (buf, Some(shape), Some(staged))
+            }
+            None => (Buf::NONE, None, None),
+        };
+        let d = self.desc::<T>(form.kind, root, None, &stacked(1, element), 0);
+        let aux = Aux {
+            output: out_shape.as_deref(),
+            root_input: None,
+        };
+        let op = self.finish(d, host_in(x), output, aux)?;
+        Ok(Built { op, staged })
+    }
+
+    /// `scatter_list`: the root's list of inputs (`None` elsewhere), one output.
+    fn scatter_list<T: Element>(
+        &self,
+        inputs: Option<&[Tensor<T>]>,
+        out: &mut Tensor<T>,
+        root: usize,
+    ) -> Result<Built> {
+        let form = table::SCATTER_LIST;
+        let element = Shape::from_slice(out.shape());
+        let (input, in_shape, staged) = match inputs {
+            Some(inputs) => {
+                self.check_list(&form, "inputs", inputs, &element)?;
+                let (buf, staged) = Staged::input(inputs)?;
+                (buf, Some(stacked(inputs.len(), &element)), Some(staged))
+            }
+            None => (Buf::NONE, None, None),
+        };
+        let d = self.desc::<T>(form.kind, Some(root), None, &stacked(1, &element), 0);
+        let aux = Aux {
+            output: None,
+            root_input: in_shape.as_deref(),
+        };
+        let op = self.finish(d, input, host_out(out), aux)?;
+        Ok(Built { op, staged })
+    }
+
+    /// `reduce_scatter_list`, `all_to_all_list`: a list of inputs; one output, or a list.
+    fn with_input_list<T: Element>(
+        &self,
+        form: Spelling,
+        inputs: &[Tensor<T>],
+        out: ListOrOne<'_, T>,
+        op: Option<ReduceOp>,
+    ) -> Result<Built> {
+        let element = Shape::from_slice(match &out {
+            ListOrOne::One(t) => t.shape(),
+            ListOrOne::List(_) => inputs.first().map_or(&[][..], |t| t.shape()),
+        });
+        self.check_list(&form, "inputs", inputs, &element)?;
+        let (input, mut staged) = Staged::input(inputs)?;
+        let (output, out_shape) = match out {
+            ListOrOne::One(t) => (host_out(t), stacked(1, &element)),
+            ListOrOne::List(outs) => {
+                self.check_list(&form, "outputs", outs, &element)?;
+                let shape = stacked(outs.len(), &element);
+                let (buf, out_staged) = Staged::output(outs);
+                // One `Staged` keeps both buffers: the input's copy has nothing to do after.
+                staged = Staged {
+                    _keep: Box::new((staged._keep, out_staged._keep)),
+                    after: out_staged.after,
+                };
+                (buf, shape)
+            }
+        };
+        let d = self.desc::<T>(form.kind, None, op, &stacked(inputs.len(), &element), 0);
+        let aux = Aux {
+            output: Some(&out_shape),
+            root_input: None,
+        };
+        let op = self.finish(d, input, output, aux)?;
+        Ok(Built {
+            op,
+            staged: Some(staged),
+        })
+    }
+
     fn barrier(&self) -> Result<Op> {
         let d = self.desc::<u8>(OpKind::Barrier, None, None, &[], 0);
         self.finish(d, Buf::NONE, Buf::NONE, Aux::default())
@@ -268,6 +475,58 @@ macro_rules! comm_methods {
         #[track_caller]
         pub fn all_to_all<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
             self.sink(CallSite::caller(), move |c| c.in_out(OpKind::AllToAll, input, output, None, dim))
+        }
+
+        /// `all_gather` into a list, as torch writes it: member `i`'s `input` lands in
+        /// `outputs[i]` of every member. `outputs` holds one tensor of `input`'s shape per member.
+        #[track_caller]
+        pub fn all_gather_list<T: Element>(&mut self, input: &$a Tensor<T>, outputs: &$a mut [Tensor<T>]) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.with_output_list(table::ALL_GATHER_LIST, input, Some(outputs), None))
+        }
+
+        /// `gather` into a list: member `i`'s `input` lands in `outputs[i]` on `root`.
+        /// `outputs` is `Some` (one tensor of `input`'s shape per member) on the root and `None`
+        /// elsewhere.
+        #[track_caller]
+        pub fn gather_list<T: Element>(
+            &mut self,
+            input: &$a Tensor<T>,
+            outputs: Option<&$a mut [Tensor<T>]>,
+            root: usize,
+        ) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.with_output_list(table::GATHER_LIST, input, outputs, Some(root)))
+        }
+
+        /// `scatter` from a list: `inputs[i]` on `root` lands in member `i`'s `output`.
+        /// `inputs` is `Some` (one tensor of `output`'s shape per member) on the root and
+        /// `None` elsewhere.
+        #[track_caller]
+        pub fn scatter_list<T: Element>(
+            &mut self,
+            inputs: Option<&$a [Tensor<T>]>,
+            output: &$a mut Tensor<T>,
+            root: usize,
+        ) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.scatter_list(inputs, output, root))
+        }
+
+        /// `reduce_scatter` from a list: `inputs[i]` of every member, reduced with `op`, lands
+        /// in member `i`'s `output`. `inputs` holds one tensor of `output`'s shape per member.
+        #[track_caller]
+        pub fn reduce_scatter_list<T: Element>(
+            &mut self,
+            inputs: &$a [Tensor<T>],
+            output: &$a mut Tensor<T>,
+            op: ReduceOp,
+        ) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.with_input_list(table::REDUCE_SCATTER_LIST, inputs, ListOrOne::One(output), Some(op)))
+        }
+
+        /// `all_to_all` with lists: `inputs[j]` of member `i` lands in `outputs[i]` of member
+        /// `j`. Both lists hold one tensor per member, all of one shape.
+        #[track_caller]
+        pub fn all_to_all_list<T: Element>(&mut self, inputs: &$a [Tensor<T>], outputs: &$a mut [Tensor<T>]) -> $ret {
+            self.sink(CallSite::caller(), move |c| c.with_input_list(table::ALL_TO_ALL_LIST, inputs, ListOrOne::List(outputs), None))
         }
 
         /// Waits until every member has reached this barrier.
@@ -410,6 +669,7 @@ impl Ctx {
         Batch {
             ctx: self,
             ops: Vec::new(),
+            staged: Vec::new(),
             error: None,
             _borrows: PhantomData,
         }
@@ -434,22 +694,26 @@ impl Ctx {
         })
     }
 
-    fn run_one(
+    fn run_one<B: Into<Built>>(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
-        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         crate::guard::Guard::check(site)?;
         let group = group.unwrap_or(&self.world_group);
-        let mut op = build(&self.caller(group, site, false)?)?;
-        self.backend.execute(std::slice::from_mut(&mut op))
+        let Built { mut op, staged } = build(&self.caller(group, site, false)?)?.into();
+        self.backend.execute(std::slice::from_mut(&mut op))?;
+        if let Some(staged) = staged {
+            staged.finish();
+        }
+        Ok(())
     }
 
-    fn sink(
+    fn sink<B: Into<Built>>(
         &mut self,
         site: CallSite,
-        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         self.run_one(None, site, build)
     }
@@ -464,10 +728,10 @@ pub struct Comm<'c> {
 }
 
 impl Comm<'_> {
-    fn sink(
+    fn sink<B: Into<Built>>(
         &mut self,
         site: CallSite,
-        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         self.ctx.run_one(Some(self.group), site, build)
     }
@@ -482,16 +746,18 @@ impl Comm<'_> {
 pub struct Batch<'c, 'a> {
     ctx: &'c mut Ctx,
     ops: Vec<Op>,
+    /// The staging of the list forms among `ops`, finished after the run.
+    staged: Vec<Staged>,
     error: Option<Error>,
     _borrows: PhantomData<&'a mut ()>,
 }
 
 impl<'c, 'a> Batch<'c, 'a> {
-    fn record(
+    fn record<B: Into<Built>>(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
-        build: impl FnOnce(&Caller<'_>) -> Result<Op>,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
         if self.error.is_none() {
             if let Err(e) = crate::guard::Guard::check(site) {
@@ -500,14 +766,22 @@ impl<'c, 'a> Batch<'c, 'a> {
             }
             let group = group.unwrap_or(&self.ctx.world_group);
             match self.ctx.caller(group, site, true).and_then(|c| build(&c)) {
-                Ok(op) => self.ops.push(op),
+                Ok(built) => {
+                    let Built { op, staged } = built.into();
+                    self.ops.push(op);
+                    self.staged.extend(staged);
+                }
                 Err(e) => self.error = Some(e),
             }
         }
         self
     }
 
-    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> &mut Self {
+    fn sink<B: Into<Built>>(
+        &mut self,
+        site: CallSite,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
+    ) -> &mut Self {
         self.record(None, site, build)
     }
 
@@ -536,7 +810,9 @@ impl<'c, 'a> Batch<'c, 'a> {
         if self.ops.is_empty() {
             return Ok(());
         }
-        self.ctx.backend.execute(&mut self.ops)
+        self.ctx.backend.execute(&mut self.ops)?;
+        self.staged.drain(..).for_each(Staged::finish);
+        Ok(())
     }
 }
 
@@ -547,7 +823,11 @@ pub struct BatchComm<'b, 'c, 'a> {
 }
 
 impl<'a> BatchComm<'_, '_, 'a> {
-    fn sink(&mut self, site: CallSite, build: impl FnOnce(&Caller<'_>) -> Result<Op>) -> &mut Self {
+    fn sink<B: Into<Built>>(
+        &mut self,
+        site: CallSite,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
+    ) -> &mut Self {
         self.batch.record(Some(self.group), site, build);
         self
     }
