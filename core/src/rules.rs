@@ -106,6 +106,13 @@ pub enum Violation {
         /// Expected and actual shapes, in words.
         detail: String,
     },
+    /// A list form's list with the wrong number of tensors, or one of the wrong shape.
+    BadList {
+        /// The method (`all_gather_list`, …).
+        call: &'static str,
+        /// The list's parameter name, and what is wrong with it.
+        detail: String,
+    },
     /// A hand-built call description (`verify::Program`) lacks a field its kind needs, or has
     /// one it must not have. `Ctx` never makes one.
     MalformedCall {
@@ -127,7 +134,7 @@ impl Violation {
             Violation::OpNotSupported { .. } => Code::RW013,
             Violation::DimOutOfRange { .. } => Code::RW014,
             Violation::NotDivisible { .. } => Code::RW007,
-            Violation::BadShape { .. } => Code::RW006,
+            Violation::BadShape { .. } | Violation::BadList { .. } => Code::RW006,
             Violation::MalformedCall { .. } => Code::RW012,
         }
     }
@@ -165,6 +172,10 @@ impl Violation {
             Violation::BadShape { .. } => {
                 "allocate the tensor with the shape the call needs".into()
             }
+            Violation::BadList { .. } => "give the list one tensor per member of the group, \
+                 each of the shape of the call's single tensor (torch's `[torch.zeros_like(t) \
+                 for _ in range(world)]`)"
+                .into(),
             Violation::MalformedCall { .. } => {
                 "describe calls with `Program::rank`'s builder, which fills in every field".into()
             }
@@ -228,6 +239,7 @@ impl fmt::Display for Violation {
                  not divisible by {parts}"
             ),
             Violation::BadShape { kind, detail } => write!(f, "{kind}: {detail}"),
+            Violation::BadList { call, detail } => write!(f, "{call}: {detail}"),
             Violation::MalformedCall { detail } => {
                 write!(f, "malformed description of a call: {detail}")
             }
@@ -253,24 +265,21 @@ pub fn list(
     element: &[usize],
     parts: usize,
 ) -> Result<(), Violation> {
-    let kind = spelling.kind;
-    let name = spelling.name;
+    let call = spelling.name;
     if shapes.len() != parts {
-        return Err(Violation::BadShape {
-            kind,
+        return Err(Violation::BadList {
+            call,
             detail: format!(
-                "`{param}` of {name} holds {} tensor(s), but it needs one per member of the \
-                 group ({parts})",
+                "`{param}` holds {} tensor(s), but it needs one per member of the group ({parts})",
                 shapes.len()
             ),
         });
     }
     if let Some((i, s)) = shapes.iter().enumerate().find(|(_, s)| **s != element) {
-        return Err(Violation::BadShape {
-            kind,
+        return Err(Violation::BadList {
+            call,
             detail: format!(
-                "`{param}[{i}]` of {name} has shape {}, but every tensor of the list must have \
-                 shape {}",
+                "`{param}[{i}]` has shape {}, but every tensor of the list must have shape {}",
                 ShapeFmt(s),
                 ShapeFmt(element)
             ),

@@ -479,6 +479,8 @@ macro_rules! comm_methods {
 
         /// `all_gather` into a list, as torch writes it: member `i`'s `input` lands in
         /// `outputs[i]` of every member. `outputs` holds one tensor of `input`'s shape per member.
+        /// Lists go through one contiguous buffer (one extra copy); the tensor form with a `dim`
+        /// is zero-copy.
         #[track_caller]
         pub fn all_gather_list<T: Element>(&mut self, input: &$a Tensor<T>, outputs: &$a mut [Tensor<T>]) -> $ret {
             self.sink(CallSite::caller(), move |c| c.with_output_list(table::ALL_GATHER_LIST, input, Some(outputs), None))
@@ -487,6 +489,8 @@ macro_rules! comm_methods {
         /// `gather` into a list: member `i`'s `input` lands in `outputs[i]` on `root`.
         /// `outputs` is `Some` (one tensor of `input`'s shape per member) on the root and `None`
         /// elsewhere.
+        /// Lists go through one contiguous buffer (one extra copy); the tensor form with a `dim`
+        /// is zero-copy.
         #[track_caller]
         pub fn gather_list<T: Element>(
             &mut self,
@@ -500,6 +504,8 @@ macro_rules! comm_methods {
         /// `scatter` from a list: `inputs[i]` on `root` lands in member `i`'s `output`.
         /// `inputs` is `Some` (one tensor of `output`'s shape per member) on the root and
         /// `None` elsewhere.
+        /// Lists go through one contiguous buffer (one extra copy); the tensor form with a `dim`
+        /// is zero-copy.
         #[track_caller]
         pub fn scatter_list<T: Element>(
             &mut self,
@@ -512,6 +518,8 @@ macro_rules! comm_methods {
 
         /// `reduce_scatter` from a list: `inputs[i]` of every member, reduced with `op`, lands
         /// in member `i`'s `output`. `inputs` holds one tensor of `output`'s shape per member.
+        /// Lists go through one contiguous buffer (one extra copy); the tensor form with a `dim`
+        /// is zero-copy.
         #[track_caller]
         pub fn reduce_scatter_list<T: Element>(
             &mut self,
@@ -524,6 +532,8 @@ macro_rules! comm_methods {
 
         /// `all_to_all` with lists: `inputs[j]` of member `i` lands in `outputs[i]` of member
         /// `j`. Both lists hold one tensor per member, all of one shape.
+        /// Lists go through one contiguous buffer (one extra copy); the tensor form with a `dim`
+        /// is zero-copy.
         #[track_caller]
         pub fn all_to_all_list<T: Element>(&mut self, inputs: &$a [Tensor<T>], outputs: &$a mut [Tensor<T>]) -> $ret {
             self.sink(CallSite::caller(), move |c| c.with_input_list(table::ALL_TO_ALL_LIST, inputs, ListOrOne::List(outputs), None))

@@ -146,12 +146,12 @@ fn a_list_of_the_wrong_length_or_shape_is_refused_with_its_index() -> Result<()>
     for (short, shape) in got {
         let short = short.map(|e| e.to_string()).unwrap_or_default();
         assert!(
-            short.contains("`outputs` of all_gather_list holds 2 tensor(s), but it needs one per member of the group (3)"),
+            short.contains("all_gather_list: `outputs` holds 2 tensor(s), but it needs one per member of the group (3)"),
             "{short}"
         );
         let shape = shape.map(|e| e.to_string()).unwrap_or_default();
         assert!(
-            shape.contains("`outputs[1]` of all_to_all_list has shape [3, 2], but every tensor of the list must have shape [2, 3]"),
+            shape.contains("all_to_all_list: `outputs[1]` has shape [3, 2], but every tensor of the list must have shape [2, 3]"),
             "{shape}"
         );
     }

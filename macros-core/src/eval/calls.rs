@@ -2,7 +2,7 @@
 //! an op of the rank's program.
 
 use rankwise_core::model::{GroupId, OpDesc, OpKind, Shape};
-use rankwise_core::ops::Role;
+use rankwise_core::ops::{Role, Spelling, stacked};
 use rankwise_core::verify::{Item, VOp};
 use rankwise_core::{DType, ReduceOp, rules};
 use syn::spanned::Spanned;
@@ -734,7 +734,7 @@ impl Eval<'_> {
         batch: Option<usize>,
     ) -> Val {
         let span = m.method.span();
-        let Some(kind) = OpKind::from_name(&m.method.to_string()) else {
+        let Some(spelling) = Spelling::from_name(&m.method.to_string()) else {
             // Callers dispatch here only for names in the table; never guess a kind.
             self.unverifiable(
                 span,
@@ -743,19 +743,158 @@ impl Eval<'_> {
             );
             return Val::Poison;
         };
+        let kind = spelling.kind;
         if batch.is_none() && !self.check_untainted(span) {
             return Val::Poison;
         }
         if !self.shared.spend(super::analysis::OP_COST) {
             return Val::Poison;
         }
-        let Some(call) = self.call_args(m, args, kind) else {
+        let call = if spelling.is_list_form() {
+            self.list_call_args(m, args, &spelling, &group)
+        } else {
+            self.call_args(m, args, kind)
+        };
+        let Some(call) = call else {
             return Val::Poison;
         };
         let desc = self.describe(span, kind, &group, &call);
         self.note_symbolic_split(span, &desc, &group);
-        let vop = self.vop(m, desc, call.other);
+        let vop = self.vop(m, &spelling, desc, call.other);
         self.record(vop, batch)
+    }
+
+    /// [`Eval::call_args`] for a list form: each tensor or list read with its role, checked
+    /// against the rule of lists, and stacked into the shapes of its kind's description.
+    fn list_call_args(
+        &mut self,
+        m: &ExprMethodCall,
+        args: &[Val],
+        spelling: &Spelling,
+        group: &GroupVal,
+    ) -> Option<CallArgs> {
+        let span = m.method.span();
+        let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
+        let peer = self.int_arg(args, spelling.position(Role::Root), arg_span, "root")?;
+        let op = match spelling.position(Role::Op).map(|i| (i, args.get(i))) {
+            None => None,
+            Some((_, Some(Val::Op(o)))) => Some(*o),
+            Some((i, _)) => {
+                self.unverifiable(
+                    arg_span(i),
+                    "a reduce op the macro cannot identify",
+                    "name it directly, like `ReduceOp::Sum`",
+                );
+                return None;
+            }
+        };
+        // Each buffer: `Some(tensors)` (one for a single tensor), or `None` for `None`.
+        let mut read = |role: Role| -> Option<Option<Vec<TVal>>> {
+            let Some(at) = spelling.position(role) else {
+                return Some(None);
+            };
+            let list = spelling.is_list(role);
+            let tensors = match (list, args.get(at)) {
+                (false, v) => tensor_arg(v).map(|t| t.map(|t| vec![t])),
+                (true, Some(Val::Array(a))) => tensors_of(a).map(Some),
+                (true, Some(Val::Opt(Some(b)))) => match &**b {
+                    Val::Array(a) => tensors_of(a).map(Some),
+                    _ => None,
+                },
+                (true, Some(Val::Opt(None))) => Some(None),
+                _ => None,
+            };
+            let Some(tensors) = tensors else {
+                let what = if list {
+                    "a list of tensors"
+                } else {
+                    "a tensor"
+                };
+                self.unverifiable(
+                    arg_span(at),
+                    &format!("{what} whose shapes the macro cannot determine"),
+                    "build the list in this function with a static length (`vec![…; n]`, \
+                     `(0..n).map(…).collect()`), and pass it as `&mut list` or `&mut list[..]`",
+                );
+                return None;
+            };
+            if let Some(t) = tensors.iter().flatten().find(|t| t.shape.is_none()) {
+                let _ = self.known(t, arg_span(at));
+                return None;
+            }
+            Some(tensors)
+        };
+        let described = read(Role::Described)?;
+        let other = read(Role::Other)?;
+        let Some(described) = described else {
+            self.unverifiable(
+                span,
+                "a call without the tensor it needs",
+                "pass the tensor",
+            );
+            return None;
+        };
+        // rustc gives every tensor of the call one element type: any one known is the dtype.
+        let all = || described.iter().chain(other.iter().flatten());
+        let Some(dtype) = all().find_map(|t| t.dtype) else {
+            match all().next().cloned() {
+                Some(first) => {
+                    let _ = self.known(&first, span);
+                }
+                None => self.unverifiable(
+                    span,
+                    "empty lists, whose element type the macro cannot determine",
+                    "give the list one tensor per member of the group",
+                ),
+            }
+            return None;
+        };
+        let shape_of = |t: &TVal| t.shape.clone().unwrap_or_default();
+        // The element shape: the single tensor's, or the first of the described list's.
+        let single = [
+            (Role::Described, Some(&described)),
+            (Role::Other, other.as_ref()),
+        ]
+        .into_iter()
+        .find(|(role, ts)| ts.is_some() && !spelling.is_list(*role))
+        .and_then(|(_, ts)| ts.and_then(|ts| ts.first()));
+        let element = single
+            .or(described.first())
+            .map(shape_of)
+            .unwrap_or_default();
+        let parts = if group.id == GroupId::WORLD {
+            self.world
+        } else {
+            group.members.len()
+        };
+        let member = group.id == GroupId::WORLD || group.members.contains(&self.rank);
+        let stack = |role: Role, ts: &[TVal]| {
+            let count = if spelling.is_list(role) { ts.len() } else { 1 };
+            stacked(count, &element)
+        };
+        for (role, ts) in [
+            (Role::Described, Some(&described)),
+            (Role::Other, other.as_ref()),
+        ] {
+            let (Some(ts), true) = (ts, spelling.is_list(role) && member) else {
+                continue;
+            };
+            let param = spelling.params[spelling.position(role)?].name;
+            let shapes: Vec<Vec<usize>> = ts.iter().map(shape_of).collect();
+            let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+            if let Err(v) = rules::list(spelling, param, &shapes, &element, parts) {
+                self.violation(span, &v);
+                return None;
+            }
+        }
+        Some(CallArgs {
+            peer,
+            dim: Some(0),
+            op,
+            dtype,
+            shape: stack(Role::Described, &described),
+            other: other.map(|ts| stack(Role::Other, &ts)),
+        })
     }
 
     /// Reads a call's arguments by their roles in the table of operations; `None` (with an
@@ -935,7 +1074,13 @@ impl Eval<'_> {
 
     /// The verifier's op: the description, the other buffer's shape in its place, and the
     /// call's site (registered on first sight, with the tensors it borrows).
-    fn vop(&mut self, m: &ExprMethodCall, desc: OpDesc, other: Option<Vec<usize>>) -> VOp {
+    fn vop(
+        &mut self,
+        m: &ExprMethodCall,
+        spelling: &Spelling,
+        desc: OpDesc,
+        other: Option<Vec<usize>>,
+    ) -> VOp {
         let kind = desc.kind;
         // The other buffer is scatter's root input, or every other call's separate output,
         // which `rules` compares with the shape the input implies.
@@ -944,15 +1089,18 @@ impl Eval<'_> {
         } else {
             (other, None)
         };
-        let buffers = [kind.position(Role::Described), kind.position(Role::Other)]
-            .into_iter()
-            .flatten()
-            .map(|i| m.args.iter().nth(i).and_then(buffer_of))
-            .collect::<Option<Vec<_>>>()
-            .map(|v| v.into_iter().flatten().collect());
+        let buffers = [
+            spelling.position(Role::Described),
+            spelling.position(Role::Other),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|i| m.args.iter().nth(i).and_then(buffer_of))
+        .collect::<Option<Vec<_>>>()
+        .map(|v| v.into_iter().flatten().collect());
         let id = self
             .shared
-            .site(m.method.span(), || (kind.name().to_string(), buffers));
+            .site(m.method.span(), || (spelling.name.to_string(), buffers));
         VOp {
             desc,
             output: output.map(|s| Shape::from_slice(&s)),
@@ -1002,6 +1150,16 @@ fn tensor_arg(v: Option<&Val>) -> Option<Option<TVal>> {
     }
 }
 
+/// The tensors of a list of static length, or `None` if any element is not a tensor.
+fn tensors_of(a: &[Val]) -> Option<Vec<TVal>> {
+    a.iter()
+        .map(|v| match v {
+            Val::Tensor(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The variable a buffer argument borrows: `Some(None)` for `None`, `None` if the argument is
 /// anything but `&x`, `&mut x`, `Some(…)` of those, or `None`. A plain `x` is a reference held
 /// in a variable, which may borrow any tensor (`let r = &mut y;`): its call is not batched with
@@ -1009,6 +1167,15 @@ fn tensor_arg(v: Option<&Val>) -> Option<Option<TVal>> {
 pub(super) fn buffer_of(e: &Expr) -> Option<Option<Borrow>> {
     match e {
         Expr::Reference(r) => match &*r.expr {
+            // A slice of a list borrows the list.
+            Expr::Index(ix) if matches!(&*ix.index, Expr::Range(_)) => {
+                ident_of(&ix.expr).map(|name| {
+                    Some(Borrow {
+                        name,
+                        mutable: r.mutability.is_some(),
+                    })
+                })
+            }
             Expr::Path(_) => ident_of(&r.expr).map(|name| {
                 Some(Borrow {
                     name,

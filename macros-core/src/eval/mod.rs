@@ -32,6 +32,9 @@ use env::Env;
 use scan::{EffectFinder, Exit, communicates};
 use value::*;
 
+/// The longest `[x; n]` or `vec![x; n]` the macro follows element by element.
+const MAX_REPEAT: i128 = 4096;
+
 /// Unrolled loop iterations allowed per rank before giving up (compile time must stay small).
 const BUDGET: usize = 1 << 20;
 
@@ -587,7 +590,7 @@ impl<'a> Eval<'a> {
             Expr::Repeat(r) => {
                 let x = val!(&r.expr);
                 match val!(&r.len) {
-                    Val::Int(n) if (0..=4096).contains(&n) => Val::Array(vec![x; n as usize]),
+                    Val::Int(n) if (0..=MAX_REPEAT).contains(&n) => Val::Array(vec![x; n as usize]),
                     _ => Val::Unknown,
                 }
             }
@@ -697,6 +700,22 @@ impl<'a> Eval<'a> {
                 Val::Unknown
             }
             Expr::Macro(m) => {
+                // `vec![x; n]`: like the array `[x; n]`.
+                if m.mac.path.is_ident("vec")
+                    && let Ok((x, n)) = m.mac.parse_body_with(|input: syn::parse::ParseStream| {
+                        let x: Expr = input.parse()?;
+                        input.parse::<syn::Token![;]>()?;
+                        Ok((x, input.parse::<Expr>()?))
+                    })
+                {
+                    let x = val!(&x);
+                    return Flow::Normal(match val!(&n) {
+                        Val::Int(n) if (0..=MAX_REPEAT).contains(&n) => {
+                            Val::Array(vec![x; n as usize])
+                        }
+                        _ => Val::Unknown,
+                    });
+                }
                 if m.mac.path.is_ident("vec")
                     && let Ok(list) = m.mac.parse_body_with(
                         syn::punctuated::Punctuated::<Expr, syn::Token![,]>::parse_terminated,
@@ -715,6 +734,30 @@ impl<'a> Eval<'a> {
             Expr::Call(c) => return self.call(c),
             Expr::Index(ix) => {
                 let base = val!(&ix.expr);
+                // `&mut outs[..]`, `&xs[1..]`: the slice of a list of static length.
+                if let (Val::Array(a), Expr::Range(r)) = (&base, &*ix.index) {
+                    let bound = |v: Val| match v {
+                        Val::Int(i) if (0..=a.len() as i128).contains(&i) => Some(i as usize),
+                        _ => None,
+                    };
+                    let start = match &r.start {
+                        Some(e) => bound(val!(e)),
+                        None => Some(0),
+                    };
+                    let end = match &r.end {
+                        Some(e) => match val!(e) {
+                            Val::Int(i) if matches!(r.limits, syn::RangeLimits::Closed(_)) => {
+                                bound(Val::Int(i + 1))
+                            }
+                            v => bound(v),
+                        },
+                        None => Some(a.len()),
+                    };
+                    return Flow::Normal(match (start, end) {
+                        (Some(s), Some(e)) if s <= e => Val::Array(a[s..e].to_vec()),
+                        _ => Val::Unknown,
+                    });
+                }
                 let i = val!(&ix.index);
                 match (base, i) {
                     (Val::Array(a), Val::Int(i)) if i >= 0 && (i as usize) < a.len() => {

@@ -7,20 +7,21 @@ use syn::visit::Visit;
 use syn::{Expr, ExprMethodCall};
 
 use rankwise_core::OpKind;
+use rankwise_core::ops::{LIST_FORMS, Spelling};
 
 use super::value::ident_of;
 
 /// Whether `name` is a communication method (of a context, a group handle or a batch): exactly
 /// the names in the table of operations, `rankwise_core::ops`.
 pub(crate) fn is_comm(name: &str) -> bool {
-    OpKind::from_name(name).is_some()
+    Spelling::from_name(name).is_some()
 }
 
 /// Whether `text` (tokens printed by `quote`) contains a call of a communication method.
 pub(super) fn mentions_comm(text: &str) -> bool {
-    OpKind::ALL
-        .iter()
-        .any(|k| text.contains(&format!(". {}", k.name())))
+    let names = OpKind::ALL.iter().map(|k| k.name());
+    let lists = LIST_FORMS.iter().map(|s| s.name);
+    names.chain(lists).any(|n| text.contains(&format!(". {n}")))
 }
 
 /// Methods of a context that neither communicate nor change what later calls mean.
