@@ -318,6 +318,86 @@ mod tests {
         })
     }
 
+    /// Every program of the project's ui suite and corpus expands to the same code — the same
+    /// guard tables, hence the same verified schedules, and the same diagnostics — whether loops
+    /// are summarised or evaluated iteration by iteration.
+    #[test]
+    fn loop_summaries_change_no_expansion() {
+        // Debug builds of the evaluator need more stack than the test harness's threads have.
+        std::thread::Builder::new()
+            .stack_size(256 << 20)
+            .spawn(compare_with_and_without_summaries)
+            .expect("a thread")
+            .join()
+            .expect("no panic");
+    }
+
+    fn compare_with_and_without_summaries() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests");
+        let mut files = vec![format!("{root}/corpus/programs.rs")];
+        for dir in std::fs::read_dir(format!("{root}/ui")).expect("tests/ui") {
+            let dir = dir.expect("an entry").path();
+            for f in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if f.path().extension().is_some_and(|e| e == "rs") {
+                    files.push(f.path().display().to_string());
+                }
+            }
+        }
+        files.sort();
+        let mut programs = 0;
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("a readable file");
+            let Ok(parsed) = syn::parse_file(&text) else {
+                continue; // a ui case about syntax
+            };
+            let mut items: Vec<syn::Item> = parsed.items;
+            // The corpus keeps its programs in a module.
+            while let Some(i) = items.iter().position(|i| matches!(i, syn::Item::Mod(m) if m.content.is_some() && !m.attrs.iter().any(is_program))) {
+                if let syn::Item::Mod(m) = items.remove(i) {
+                    items.extend(m.content.map(|c| c.1).unwrap_or_default());
+                }
+            }
+            for mut item in items {
+                let attrs = match &mut item {
+                    syn::Item::Fn(f) => &mut f.attrs,
+                    syn::Item::Mod(m) => &mut m.attrs,
+                    _ => continue,
+                };
+                let Some(at) = attrs.iter().position(is_program) else {
+                    continue;
+                };
+                let attr = attrs.remove(at);
+                let args = match &attr.meta {
+                    syn::Meta::List(l) => l.tokens.clone(),
+                    _ => TokenStream::new(),
+                };
+                let tokens = quote!(#item);
+                let with = pipeline(args.clone(), tokens.clone()).to_string();
+                let without =
+                    crate::eval::summary::without(|| pipeline(args.clone(), tokens.clone()))
+                        .to_string();
+                // Summaries save work: a program over the work budget runs out of it later.
+                let over = |s: &str| s.contains("needs more work than the macro allows");
+                assert!(
+                    with == without || (over(&with) && over(&without)),
+                    "{file}: expansions differ"
+                );
+                programs += 1;
+            }
+        }
+        assert!(programs > 100, "only {programs} programs found");
+    }
+
+    fn is_program(a: &syn::Attribute) -> bool {
+        let segs: Vec<String> = a
+            .path()
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect();
+        segs.last().is_some_and(|s| s == "program")
+    }
+
     fn expanded(args: TokenStream, item: TokenStream) -> String {
         let out = no_panic(args, item).to_string();
         assert!(!out.contains("compile_error"), "{out}");

@@ -181,6 +181,11 @@ impl Analysis {
         }
     }
 
+    /// How many errors were found so far.
+    pub(super) fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
     /// The errors found so far (RW011, RW012), in source order.
     pub(crate) fn take_errors(&mut self) -> Vec<(Span, String)> {
         let mut e = std::mem::take(&mut self.errors);

@@ -12,6 +12,7 @@ mod analysis;
 mod calls;
 mod env;
 mod scan;
+pub(crate) mod summary;
 mod value;
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use proc_macro2::Span;
 use rankwise_core::ReduceOp;
 use rankwise_core::model::GroupId;
-use rankwise_core::verify::{Program, VOp};
+use rankwise_core::verify::{Item, Program, VOp};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
@@ -417,6 +418,37 @@ impl<'a> Eval<'a> {
         for n in names {
             let targets: Vec<String> = fx.assigned.iter().filter(|t| **t != n).cloned().collect();
             self.refs.entry(n).or_default().extend(targets);
+        }
+    }
+
+    /// Before `for <pat> in <iterable>`: if the iterable lends variables mutably
+    /// (`x.iter_mut()`, `&mut x`), the loop's bindings are references into them, as after
+    /// `let r = &mut x` ([`Eval::note_references`]): a list of anything but tensors is
+    /// forgotten at once, a list of tensors when something may change a binding.
+    fn note_loop_references(&mut self, pat: &Pat, iterable: &Expr) {
+        let lent = scan::lent_mutably(iterable);
+        if lent.is_empty() {
+            return;
+        }
+        let tensors = |v: Option<&Val>| match v {
+            Some(Val::Tensor(_)) => true,
+            Some(Val::Array(a)) => a.iter().all(|x| matches!(x, Val::Tensor(_))),
+            _ => false,
+        };
+        for t in &lent {
+            if !tensors(self.lookup(t)) {
+                self.havoc(t);
+            }
+        }
+        let mut names = Vec::new();
+        pat_names(pat, &mut names);
+        for n in names {
+            let known = self.refs.entry(n.clone()).or_default();
+            for t in &lent {
+                if *t != n && !known.contains(t) {
+                    known.push(t.clone());
+                }
+            }
         }
     }
 
@@ -1188,10 +1220,19 @@ impl<'a> Eval<'a> {
         // searching, a counter) are what later calls use.
         let label = f.label.as_ref().map(|l| l.name.ident.to_string());
         let mine = |l: &Option<String>| l.is_none() || *l == label;
+        self.note_loop_references(&f.pat, &f.expr);
+        // Iterations that the loop variable cannot change may be evaluated once (`summary`).
+        let summarise = values.len() > 2
+            && summary::loop_variable_is_inert(&f.pat, &f.body, &|n| {
+                self.env.lookup(n).map(|v| matches!(v, Val::Tensor(_)))
+            });
         self.enter_frame(f.label.as_ref(), true);
         let mut out = Flow::Normal(Val::Unit);
-        for v in values {
+        let mut previous: Option<Delta> = None;
+        let total = values.len();
+        for (i, v) in values.into_iter().enumerate() {
             self.budget = self.budget.saturating_sub(1);
+            let mark = summarise.then(|| self.mark());
             self.env.push();
             self.bind_pat(&f.pat, v);
             let r = self.block(&f.body);
@@ -1205,10 +1246,96 @@ impl<'a> Eval<'a> {
                     break;
                 }
             }
+            let delta = mark.and_then(|m| self.delta_since(m));
+            if delta.is_some() && delta == previous {
+                // Two iterations in a row left every variable as it was and made the same
+                // calls, and the loop variable cannot change that: so will every other.
+                if let Some(d) = delta {
+                    self.repeat(&d, total - i - 1);
+                }
+                break;
+            }
+            previous = delta;
         }
         self.leave_frame();
         out
     }
+
+    /// What an iteration may change, before it runs.
+    fn mark(&self) -> Mark {
+        Mark {
+            fingerprint: self.fingerprint(),
+            items: self.program.ranks[self.rank].len(),
+            batches: self.batches.iter().map(Vec::len).collect(),
+            ordinals: self.ordinals.clone(),
+            registry: self.registry.len(),
+            refs: self.refs.len(),
+            taints: self.taints.len(),
+            errors: self.shared.error_count(),
+        }
+    }
+
+    /// The calls an iteration made since `m`, if it changed nothing else (no variable, group,
+    /// diagnostic or open batch of its own); `None` otherwise.
+    fn delta_since(&self, m: Mark) -> Option<Delta> {
+        let unchanged = !self.shared.halted()
+            && self.ordinals == m.ordinals
+            && self.registry.len() == m.registry
+            && self.refs.len() == m.refs
+            && self.taints.len() == m.taints
+            && self.shared.error_count() == m.errors
+            && self.batches[m.batches.len()..].iter().all(Vec::is_empty)
+            && self.fingerprint() == m.fingerprint;
+        if !unchanged {
+            return None;
+        }
+        Some(Delta {
+            items: self.program.ranks[self.rank][m.items..].to_vec(),
+            batch_ops: m
+                .batches
+                .iter()
+                .enumerate()
+                .filter(|&(b, &len)| self.batches[b].len() > len)
+                .map(|(b, &len)| (b, self.batches[b][len..].to_vec()))
+                .collect(),
+        })
+    }
+
+    /// Records `d`'s calls `times` more times, as that many iterations would. The calls are
+    /// charged as if made (the verifier's work grows with them), the evaluation they save is not.
+    fn repeat(&mut self, d: &Delta, times: usize) {
+        let ops = d.items.iter().map(|i| i.ops().len()).sum::<usize>()
+            + d.batch_ops.iter().map(|(_, o)| o.len()).sum::<usize>();
+        for _ in 0..times {
+            if !self.shared.spend(analysis::OP_COST * ops as u64) {
+                return;
+            }
+            self.budget = self.budget.saturating_sub(1);
+            self.program.ranks[self.rank].extend(d.items.iter().cloned());
+            for (b, ops) in &d.batch_ops {
+                self.batches[*b].extend(ops.iter().cloned());
+            }
+        }
+    }
+}
+
+/// The state an iteration of a loop may change (see `Eval::for_loop`).
+struct Mark {
+    fingerprint: String,
+    items: usize,
+    batches: Vec<usize>,
+    ordinals: HashMap<Vec<usize>, u32>,
+    registry: usize,
+    refs: usize,
+    taints: usize,
+    errors: usize,
+}
+
+/// The calls one iteration made: items of the rank's program, and ops added to open batches.
+#[derive(PartialEq)]
+struct Delta {
+    items: Vec<Item>,
+    batch_ops: Vec<(usize, Vec<VOp>)>,
 }
 
 /// Whether a value is, or contains, the context, a batch or a group communicator.

@@ -194,6 +194,31 @@ pub(super) struct EffectFinder {
     depth: usize,
 }
 
+/// The variables an expression lends mutably: `&mut x`, and the receivers of `x.iter_mut()`,
+/// `x.as_mut_slice()`, `x.last_mut()` and the like (every method named `*_mut` or `as_mut*`).
+/// A loop over it may write through its elements (`for p in x.iter_mut() { *p = 1 }`).
+pub(super) fn lent_mutably(e: &Expr) -> Vec<String> {
+    struct Lent(Vec<String>);
+    impl<'ast> Visit<'ast> for Lent {
+        fn visit_expr_reference(&mut self, r: &'ast syn::ExprReference) {
+            if r.mutability.is_some() {
+                self.0.extend(base_ident(&r.expr));
+            }
+            syn::visit::visit_expr_reference(self, r);
+        }
+        fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
+            let name = m.method.to_string();
+            if name.ends_with("_mut") || name.starts_with("as_mut") {
+                self.0.extend(base_ident(&m.receiver));
+            }
+            syn::visit::visit_expr_method_call(self, m);
+        }
+    }
+    let mut l = Lent(Vec::new());
+    l.visit_expr(e);
+    l.0
+}
+
 /// The variable an assignment target or borrowed place is rooted at: `a` in `a`, `a[i]`,
 /// `a.f`, `*a`, `(a)`. A place reached through a method (`t.as_mut_slice()?[0]`) has none:
 /// the method's receiver is accounted for as a receiver (a `Vec`'s `last_mut` changes it; a
