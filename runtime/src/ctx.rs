@@ -12,6 +12,7 @@ use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::rules::{self, Aux};
 use crate::tensor::Tensor;
+use crate::trace::{Event, Recorder};
 use crate::{DType, ReduceOp};
 use rankwise_core::ops::{self as table, Spelling, stacked};
 
@@ -27,6 +28,8 @@ pub struct Ctx {
     backend: Box<dyn Backend>,
     /// How many groups with each member list this rank has created (see `Backend::create_group`).
     ordinals: HashMap<Vec<usize>, u32>,
+    /// The record of every call, when tracing is on (see `trace`).
+    trace: Option<Recorder>,
 }
 
 /// Builds validated [`Op`]s for one call site on one group.
@@ -561,7 +564,18 @@ impl Ctx {
             world_group,
             backend,
             ordinals: HashMap::new(),
+            trace: None,
         }
+    }
+
+    /// Starts recording every call, with times counted from `epoch`.
+    pub(crate) fn start_trace(&mut self, epoch: std::time::Instant) {
+        self.trace = Some(Recorder::new(epoch));
+    }
+
+    /// The calls recorded so far, if tracing is on.
+    pub(crate) fn take_trace(&mut self) -> Option<Vec<Event>> {
+        self.trace.take().map(|t| t.events)
     }
 
     /// This rank (0-based).
@@ -680,6 +694,7 @@ impl Ctx {
             ctx: self,
             ops: Vec::new(),
             staged: Vec::new(),
+            members: Vec::new(),
             error: None,
             _borrows: PhantomData,
         }
@@ -713,7 +728,17 @@ impl Ctx {
         crate::guard::Guard::check(site)?;
         let group = group.unwrap_or(&self.world_group);
         let Built { mut op, staged } = build(&self.caller(group, site, false)?)?.into();
-        self.backend.execute(std::slice::from_mut(&mut op))?;
+        let start = self.trace.as_ref().map(Recorder::now);
+        let done = self.backend.execute(std::slice::from_mut(&mut op));
+        if let (Some(t), Some(start)) = (&mut self.trace, start) {
+            let members = if op.desc.kind.is_p2p() {
+                Arc::from([])
+            } else {
+                group.members_arc()
+            };
+            t.record([(&op.desc, members)], false, start, done.is_ok());
+        }
+        done?;
         if let Some(staged) = staged {
             staged.finish();
         }
@@ -758,6 +783,8 @@ pub struct Batch<'c, 'a> {
     ops: Vec<Op>,
     /// The staging of the list forms among `ops`, finished after the run.
     staged: Vec<Staged>,
+    /// Each op's group members, kept only while tracing.
+    members: Vec<Arc<[usize]>>,
     error: Option<Error>,
     _borrows: PhantomData<&'a mut ()>,
 }
@@ -778,6 +805,13 @@ impl<'c, 'a> Batch<'c, 'a> {
             match self.ctx.caller(group, site, true).and_then(|c| build(&c)) {
                 Ok(built) => {
                     let Built { op, staged } = built.into();
+                    if self.ctx.trace.is_some() {
+                        self.members.push(if op.desc.kind.is_p2p() {
+                            Arc::from([])
+                        } else {
+                            group.members_arc()
+                        });
+                    }
                     self.ops.push(op);
                     self.staged.extend(staged);
                 }
@@ -820,7 +854,13 @@ impl<'c, 'a> Batch<'c, 'a> {
         if self.ops.is_empty() {
             return Ok(());
         }
-        self.ctx.backend.execute(&mut self.ops)?;
+        let start = self.ctx.trace.as_ref().map(Recorder::now);
+        let done = self.ctx.backend.execute(&mut self.ops);
+        if let (Some(t), Some(start)) = (&mut self.ctx.trace, start) {
+            let calls = self.ops.iter().map(|o| &o.desc).zip(self.members.drain(..));
+            t.record(calls, true, start, done.is_ok());
+        }
+        done?;
         self.staged.drain(..).for_each(Staged::finish);
         Ok(())
     }

@@ -178,6 +178,15 @@ pub enum Error {
         expected: String,
     },
 
+    /// The trace (`RANKWISE_TRACE`, `Options::trace`) could not be written.
+    #[error("could not write the trace to {path}: {detail}")]
+    Trace {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
+
     /// A program description (`verify::Program`) does not fit how it is used: described for
     /// another world size, or lacking what a call needs.
     #[error("invalid program description: {detail}")]
@@ -389,6 +398,7 @@ impl Error {
                 | Error::Internal(_)
                 | Error::BadProgram { .. }
                 | Error::InvalidWorld { .. }
+                | Error::Trace { .. }
         )
     }
 }

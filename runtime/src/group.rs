@@ -34,6 +34,11 @@ impl Group {
         self.id
     }
 
+    /// The members, shared (for the trace recorder).
+    pub(crate) fn members_arc(&self) -> Arc<[usize]> {
+        Arc::clone(&self.members)
+    }
+
     /// Global ranks of the members, ascending.
     pub fn members(&self) -> &[usize] {
         &self.members

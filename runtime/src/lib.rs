@@ -44,6 +44,7 @@ mod replay;
 #[cfg(feature = "local")]
 mod spawn;
 mod tensor;
+mod trace;
 mod world_id;
 
 /// The backend-free core under the names the runtime's modules use.

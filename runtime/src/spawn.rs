@@ -1,8 +1,8 @@
 //! `spawn`: run a rank program on one thread per rank (≈ `torch.multiprocessing.spawn`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::ctx::Ctx;
 use crate::error::{Error, PeerFailure, Result, panic_message};
@@ -22,6 +22,9 @@ pub struct Options {
     pub program: Option<Arc<Program>>,
     /// What carries the ranks' communication (the threads backend unless set).
     pub emulate: Emulation,
+    /// Record every call of every rank and write them to this file as Chrome trace-event JSON
+    /// (see [`Options::trace`]); `RANKWISE_TRACE` sets it too.
+    pub trace: Option<String>,
 }
 
 /// What carries the communication of ranks started by [`spawn_with`].
@@ -69,6 +72,15 @@ impl Options {
     /// [`Error::Rejected`] with the diagnostics.
     pub fn verify(mut self, program: impl Into<Arc<Program>>) -> Self {
         self.program = Some(program.into());
+        self
+    }
+
+    /// Records every call of every rank — kind, peer or root, group, dtype, shape, call site,
+    /// batch, start and end — and writes them to `path` when the ranks have finished (also when
+    /// they failed), as Chrome trace-event JSON: open it in Perfetto (<https://ui.perfetto.dev>),
+    /// one lane per rank. Off by default, and free when off.
+    pub fn trace(mut self, path: impl Into<String>) -> Self {
+        self.trace = Some(path.into());
         self
     }
 
@@ -150,6 +162,10 @@ where
             Some(HostNccl::new(Arc::clone(&shared), version, pack))
         }
     };
+    let trace_path = options.trace.clone().or_else(crate::trace::path_from_env);
+    let traces: Option<Traces> = trace_path
+        .is_some()
+        .then(|| (Instant::now(), Mutex::new(Vec::new())));
     let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
         let mut handles = Vec::with_capacity(world);
         for rank in 0..world {
@@ -158,10 +174,11 @@ where
                 None => Box::new(LocalBackend::new(Arc::clone(&shared), rank)),
                 Some(n) => Box::new(HostBackend::new(Arc::clone(n), rank)),
             };
+            let traces = traces.as_ref();
             let handle = std::thread::Builder::new()
                 .name(format!("rank-{rank}"))
                 .spawn_scoped(scope, move || {
-                    run_rank(rank, world, rank_shared, backend, f)
+                    run_rank(rank, world, rank_shared, backend, f, traces)
                 });
             match handle {
                 Ok(h) => handles.push(h),
@@ -194,8 +211,16 @@ where
             })
             .collect())
     })?;
+    if let (Some(path), Some((_, traces))) = (trace_path, traces) {
+        let mut ranks = traces.into_inner().unwrap_or_else(|p| p.into_inner());
+        ranks.sort_by_key(|(r, _)| *r);
+        crate::trace::write(&path, ranks)?;
+    }
     Ok((results, shared))
 }
+
+/// When tracing: the epoch every rank's times count from, and each rank's events.
+type Traces = (Instant, Mutex<Vec<(usize, Vec<crate::trace::Event>)>>);
 
 fn run_rank<T, F>(
     rank: usize,
@@ -203,11 +228,15 @@ fn run_rank<T, F>(
     shared: Arc<WorldState>,
     backend: Box<dyn Backend>,
     f: &F,
+    traces: Option<&Traces>,
 ) -> Result<T>
 where
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
     let mut ctx = Ctx::new(rank, world, backend);
+    if let Some((epoch, _)) = traces {
+        ctx.start_trace(*epoch);
+    }
     let result = match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
         Ok(r) => r,
         Err(payload) => {
@@ -223,6 +252,11 @@ where
         shared.abort(Abort::for_error(rank, e));
     }
     shared.exit(rank);
+    if let (Some((_, all)), Some(events)) = (traces, ctx.take_trace()) {
+        all.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((rank, events));
+    }
     result
 }
 

@@ -73,7 +73,16 @@ where
         ),
     };
     let mut ctx = Ctx::new(rank, size, Box::new(backend));
-    let value = match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+    let trace = crate::trace::path_from_env();
+    if trace.is_some() {
+        ctx.start_trace(std::time::Instant::now());
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut ctx)));
+    // Written on every outcome: the trace of a failing run is the one worth reading.
+    if let Err(e) = crate::trace::write_process(&mut ctx, trace.as_deref(), rank) {
+        abort_job(rank, &e);
+    }
+    let value = match outcome {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => abort_job(rank, &e),
         Err(payload) => abort_job(

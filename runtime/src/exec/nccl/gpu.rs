@@ -964,6 +964,11 @@ where
         pack,
     };
     let mut ctx = Ctx::new(rank, world, Box::new(backend));
-    let value = f(&mut ctx)?;
-    Ok((rank, world, value))
+    let trace = crate::trace::path_from_env();
+    if trace.is_some() {
+        ctx.start_trace(std::time::Instant::now());
+    }
+    let value = f(&mut ctx);
+    crate::trace::write_process(&mut ctx, trace.as_deref(), rank)?;
+    Ok((rank, world, value?))
 }
