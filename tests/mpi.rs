@@ -190,6 +190,9 @@ fn every_operation_over_tcp() {
 #[test]
 fn examples_print_what_they_print_on_threads() {
     same_as_threads(4, PLAIN, "quickstart", &[], true);
+    for (name, np) in examples::SEED_PORTS {
+        same_as_threads(np, PLAIN, name, &[], true);
+    }
     for np in [3, 4] {
         same_as_threads(np, PLAIN, "ring_allreduce", &[], false);
         same_as_threads(np, PLAIN, "failures", &["slow"], true);

@@ -104,6 +104,13 @@ fn examples_print_what_they_print_on_threads() {
             nccl_host("failures", &["slow"], version, pack),
             threads("failures", &["slow"])
         );
+        for (name, _) in examples::SEED_PORTS {
+            assert_eq!(
+                nccl_host(name, &[], version, pack),
+                threads(name, &[]),
+                "{name}"
+            );
+        }
     }
 }
 

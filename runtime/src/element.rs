@@ -53,7 +53,7 @@ pub(crate) trait Arith: Element {
 /// every backend agrees bit for bit: integers wrap on overflow (as NCCL and MPI do in C),
 /// half-precision values are combined in `f32` and rounded after every step.
 pub trait Element:
-    sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + Default + 'static
+    sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + fmt::Display + Default + 'static
 {
     /// The tag of this type.
     const DTYPE: DType;

@@ -299,7 +299,9 @@ fn format_element<T: Element>(x: T) -> String {
         if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
             format!("{v:.0}.")
         } else {
-            format!("{v}")
+            // The element's own shortest form (`0.1697` for an f32, not the f64 it widens to,
+            // `0.16969999670982361`), as NumPy prints each dtype.
+            format!("{x}")
         }
     } else {
         format!("{:?}", x)
@@ -397,6 +399,12 @@ mod tests {
         assert_eq!(v.to_string(), "[1. 2.]");
         let x = Tensor::from(vec![0.5f64, 2.0]);
         assert_eq!(x.to_string(), "[0.5 2. ]");
+        // Each dtype's own shortest form, aligned on the point (torch and NumPy print
+        // `[ 0.1697 -1.8013]` for these f32s; widening to f64 would print 0.16969999670982361).
+        let w = Tensor::from(vec![0.1697f32, -1.8013]);
+        assert_eq!(w.to_string(), "[ 0.1697 -1.8013]");
+        let i = Tensor::from(vec![2i64, 13]);
+        assert_eq!(i.to_string(), "[ 2 13]");
     }
 
     #[cfg(feature = "ndarray")]

@@ -42,3 +42,14 @@ pub fn same_features() -> Vec<&'static str> {
     }
     f
 }
+
+/// The ports of the seed tutorials' programs (`book/src/seeds.md`) and the world each runs at.
+#[allow(dead_code)]
+pub const SEED_PORTS: [(&str, usize); 6] = [
+    ("seed000_all_gather", 4),
+    ("seed000_all_reduce", 4),
+    ("seed000_reduce", 4),
+    ("seed000_reduce_scatter", 4),
+    ("seed001_all_gather", 6),
+    ("seed001_all_reduce", 6),
+];
