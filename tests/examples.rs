@@ -1,5 +1,9 @@
 //! Examples print exactly their golden output (regenerate with `RANKWISE_BLESS=1`).
 
+// Each example is its own crate, with its own copy of `examples/common/phases.rs`; compiled
+// together here, that file is loaded once per example.
+#![allow(clippy::duplicate_mod)]
+
 #[path = "../examples/quickstart.rs"]
 mod quickstart;
 
