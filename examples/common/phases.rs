@@ -30,3 +30,30 @@ pub fn list<T: Element>(ts: &[Tensor<T>]) -> String {
     let parts: Vec<String> = ts.iter().map(|t| t.to_string()).collect();
     format!("[{}]", parts.join(", "))
 }
+
+/// A tensor as torch's `tensor.tolist()` prints it: nested Python lists, `[[2.0, 2.0]]`.
+pub fn tolist<T: Element>(t: &Tensor<T>) -> String {
+    fn nested<T: std::fmt::Debug>(shape: &[usize], data: &[T]) -> String {
+        match shape {
+            [] => data.first().map(|x| format!("{x:?}")).unwrap_or_default(),
+            [_] => format!("{data:?}"),
+            [n, inner @ ..] => {
+                let step = data.len() / (*n).max(1);
+                let parts: Vec<String> = (0..*n)
+                    .map(|i| nested(inner, &data[i * step..(i + 1) * step]))
+                    .collect();
+                format!("[{}]", parts.join(", "))
+            }
+        }
+    }
+    nested(t.shape(), &t.to_vec())
+}
+
+/// Runs `program` on `world` ranks (threads, or this process's rank under `mpirun`) and
+/// renders its lines phase by phase.
+pub fn run_phases(
+    world: usize,
+    program: impl Fn(&mut rankwise::Ctx) -> rankwise::Result<Phases> + Sync,
+) -> rankwise::Result<String> {
+    Ok(render(&rankwise::launch(world, program)?))
+}

@@ -45,11 +45,25 @@ pub fn same_features() -> Vec<&'static str> {
 
 /// The ports of the seed tutorials' programs (`book/src/seeds.md`) and the world each runs at.
 #[allow(dead_code)]
-pub const SEED_PORTS: [(&str, usize); 6] = [
+pub const SEED_PORTS: [(&str, usize); 20] = [
     ("seed000_all_gather", 4),
     ("seed000_all_reduce", 4),
     ("seed000_reduce", 4),
     ("seed000_reduce_scatter", 4),
     ("seed001_all_gather", 6),
     ("seed001_all_reduce", 6),
+    ("seed004_row_gather", 4),
+    ("seed004_column_gather", 4),
+    ("seed004_row_all_gather", 4),
+    ("seed004_column_all_gather", 4),
+    ("seed004_reduce", 4),
+    ("seed004_all_reduce", 4),
+    ("seed004_all_reduce_2d", 4),
+    ("seed004_scatter", 4),
+    ("seed004_row_reduce_scatter_list", 4),
+    ("seed004_row_reduce_scatter", 4),
+    ("seed004_column_reduce_scatter", 4),
+    ("seed004_row_all_to_all", 4),
+    ("seed004_column_all_to_all", 4),
+    ("seed004_broadcast", 4),
 ];
