@@ -45,13 +45,21 @@ pub fn same_features() -> Vec<&'static str> {
 
 /// The ports of the seed tutorials' programs (`book/src/seeds.md`) and the world each runs at.
 #[allow(dead_code)]
-pub const SEED_PORTS: [(&str, usize); 20] = [
+pub const SEED_PORTS: [(&str, usize); 28] = [
     ("seed000_all_gather", 4),
     ("seed000_all_reduce", 4),
     ("seed000_reduce", 4),
     ("seed000_reduce_scatter", 4),
     ("seed001_all_gather", 6),
     ("seed001_all_reduce", 6),
+    ("seed002_init_process_group", 4),
+    ("seed002_new_group", 4),
+    ("seed002_send_recv", 3),
+    ("seed002_send_recv_pair", 2),
+    ("seed002_all_reduce_all_gather", 4),
+    ("seed002_softmax_l2", 4),
+    ("seed002_broadcast", 4),
+    ("seed002_scatter", 4),
     ("seed004_row_gather", 4),
     ("seed004_column_gather", 4),
     ("seed004_row_all_gather", 4),

@@ -360,6 +360,8 @@ impl Eval<'_> {
             }
             (Val::Int(a), _) => int_method(*a, &name, &args),
             (Val::Tensor(t), "clone") => Val::Tensor(t.clone()),
+            // The tensor's data: what `ctx.tensor(shape, data)` takes its element type from.
+            (Val::Tensor(t), "to_vec" | "into_vec") => t.dtype.map_or(Val::Unknown, Val::Data),
             // Sizing one tensor from another: how torch users size every gather's output.
             (Val::Tensor(t), "shape") => match &t.shape {
                 Some(s) => Val::Array(s.iter().map(|&d| Val::Int(d as i128)).collect()),
