@@ -1,5 +1,5 @@
 //! Renders a rankwise trace (`RANKWISE_TRACE=t.json cargo run --example …`) as an SVG picture:
-//! one lane per rank, one box per call (placed by its start and end), coloured by kind and
+//! one lane per rank, one box per call (in the order its rank made them), coloured by kind and
 //! labelled with what it did; arrows join each send to the receive that took it.
 //!
 //! ```sh
@@ -7,9 +7,10 @@
 //! cargo run --example trace_svg -- ring.json ring.svg      # the first world the run started
 //! ```
 //!
-//! Time runs left to right but is not to scale between lanes' boxes: each call gets at least
-//! the width of its label, so that short calls stay readable; the order of calls on a lane, and
-//! which calls overlapped in time, are kept.
+//! Columns are steps, not times: the k-th call of every rank sits in column k, so a collective
+//! that every rank calls at the same point lines up across the lanes, and the picture of a
+//! program is the same on every run (the book's pictures are checked to be current). For the
+//! times, to scale, open the trace in Perfetto.
 
 use std::fmt::Write as _;
 
@@ -21,13 +22,13 @@ pub struct Call {
     name: String,
     args: Value,
     start: f64,
-    end: f64,
 }
 
 const LANE: f64 = 46.0;
 const BOX: f64 = 30.0;
 const LEFT: f64 = 70.0;
-const MIN_WIDTH: f64 = 96.0;
+/// Width of one step's column.
+const STEP: f64 = 130.0;
 
 fn colour(name: &str) -> &'static str {
     match name {
@@ -78,87 +79,96 @@ pub fn calls(json: &Value, pid: u64) -> Result<Vec<Call>, String> {
     Ok(events
         .iter()
         .filter(|e| e["ph"] == "X" && e["pid"] == pid)
-        .map(|e| {
-            let start = e["ts"].as_f64().unwrap_or(0.0);
-            Call {
-                rank: e["tid"].as_u64().unwrap_or(0),
-                name: e["name"].as_str().unwrap_or("?").to_string(),
-                args: e["args"].clone(),
-                start,
-                end: start + e["dur"].as_f64().unwrap_or(0.0),
-            }
+        .map(|e| Call {
+            rank: e["tid"].as_u64().unwrap_or(0),
+            name: e["name"].as_str().unwrap_or("?").to_string(),
+            args: e["args"].clone(),
+            start: e["ts"].as_f64().unwrap_or(0.0),
         })
         .collect())
 }
 
-/// Columns: calls are ordered by start time and each distinct start gets a column at least
-/// `MIN_WIDTH` wide, so overlapping calls stay side by side and every label fits.
+/// The column of each call: its index among its rank's calls, in start order.
+fn columns(calls: &[Call]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by(|&a, &b| calls[a].start.total_cmp(&calls[b].start));
+    let mut next: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut col = vec![0; calls.len()];
+    for i in order {
+        let n = next.entry(calls[i].rank).or_insert(0);
+        col[i] = *n;
+        *n += 1;
+    }
+    col
+}
+
+/// The picture: a lane per rank, a box per call in its step's column, an arrow per message.
 pub fn render(calls: &[Call]) -> String {
     let ranks = calls.iter().map(|c| c.rank).max().map_or(0, |r| r + 1);
-    let mut starts: Vec<f64> = calls.iter().map(|c| c.start).collect();
-    starts.sort_by(f64::total_cmp);
-    starts.dedup();
-    let column = |t: f64| starts.partition_point(|&s| s < t);
-    let x = |t: f64| LEFT + column(t) as f64 * MIN_WIDTH;
-    // A call ends in the column of the first start at or after its end (at least one column).
-    let right = |c: &Call| {
-        let end_col = column(c.end).max(column(c.start) + 1);
-        LEFT + end_col as f64 * MIN_WIDTH - 6.0
-    };
-    let width = LEFT + (starts.len() + 1) as f64 * MIN_WIDTH;
+    let col = columns(calls);
+    let steps = col.iter().max().map_or(0, |c| c + 1);
+    let x = |i: usize| LEFT + col[i] as f64 * STEP;
+    let mid = |rank: u64| 10.0 + rank as f64 * LANE + BOX / 2.0;
+    let width = LEFT + steps as f64 * STEP + 10.0;
     let height = ranks as f64 * LANE + 20.0;
     let mut svg = String::new();
     let _ = writeln!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="monospace" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="monospace" font-size="12">"#
     );
     let _ = writeln!(
         svg,
         r##"<defs><marker id="arrow" markerWidth="8" markerHeight="8" refX="7" refY="4" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#3182bd"/></marker></defs>"##
     );
     for r in 0..ranks {
-        let y = 10.0 + r as f64 * LANE;
         let _ = writeln!(
             svg,
-            r##"<text x="8" y="{}" class="lane">rank {r}</text><line x1="{LEFT}" y1="{}" x2="{width}" y2="{}" stroke="#eee"/>"##,
-            y + BOX / 2.0 + 4.0,
-            y + BOX / 2.0,
-            y + BOX / 2.0
+            r##"<text x="8" y="{}">rank {r}</text><line x1="{LEFT}" y1="{}" x2="{width}" y2="{}" stroke="#eee"/>"##,
+            mid(r) + 4.0,
+            mid(r),
+            mid(r)
         );
     }
-    for c in calls {
+    for (i, c) in calls.iter().enumerate() {
         let y = 10.0 + c.rank as f64 * LANE;
-        let (x0, x1) = (x(c.start), right(c));
         let failed = c.args["ok"] == false;
         let _ = writeln!(
             svg,
-            r#"<g class="call"><title>{}</title><rect x="{x0}" y="{y}" width="{}" height="{BOX}" rx="4" fill="{}" stroke="{}"/><text x="{}" y="{}">{}</text></g>"#,
+            r#"<g class="call"><title>{}</title><rect x="{}" y="{y}" width="{}" height="{BOX}" rx="4" fill="{}" stroke="{}"/><text x="{}" y="{}">{}</text></g>"#,
             escape(&tooltip(c)),
-            x1 - x0,
+            x(i),
+            STEP - 8.0,
             colour(&c.name),
             if failed { "#d62728" } else { "#636363" },
-            x0 + 5.0,
+            x(i) + 5.0,
             y + BOX / 2.0 + 4.0,
             escape(&label(c))
         );
     }
     // The k-th send from a to b meets the k-th receive at b from a.
-    let mut sends: Vec<&Call> = calls.iter().filter(|c| c.name == "send").collect();
-    sends.sort_by(|a, b| a.start.total_cmp(&b.start));
-    let mut recvs: Vec<&Call> = calls.iter().filter(|c| c.name == "recv").collect();
-    recvs.sort_by(|a, b| a.start.total_cmp(&b.start));
+    // Each rank's calls in its own order (so that the picture does not depend on how the
+    // ranks' clocks interleaved).
+    let in_rank_order = |kind: &str| {
+        let mut v: Vec<usize> = (0..calls.len())
+            .filter(|&i| calls[i].name == kind)
+            .collect();
+        v.sort_by_key(|&i| (calls[i].rank, col[i]));
+        v
+    };
+    let (sends, recvs) = (in_rank_order("send"), in_rank_order("recv"));
     let peer = |c: &Call| c.args["peer"].as_u64().unwrap_or(u64::MAX);
     let mut used = vec![false; recvs.len()];
-    for s in &sends {
-        let Some(i) = (0..recvs.len())
-            .find(|&i| !used[i] && recvs[i].rank == peer(s) && peer(recvs[i]) == s.rank)
-        else {
+    for &s in &sends {
+        let Some(k) = (0..recvs.len()).find(|&k| {
+            let r = &calls[recvs[k]];
+            !used[k] && r.rank == peer(&calls[s]) && peer(r) == calls[s].rank
+        }) else {
             continue;
         };
-        used[i] = true;
-        let r = recvs[i];
-        let (sx, sy) = (x(s.start) + 20.0, 10.0 + s.rank as f64 * LANE + BOX / 2.0);
-        let (rx, ry) = (x(r.start) + 20.0, 10.0 + r.rank as f64 * LANE + BOX / 2.0);
+        used[k] = true;
+        let r = recvs[k];
+        let (sx, sy) = (x(s) + STEP / 2.0, mid(calls[s].rank));
+        let (rx, ry) = (x(r) + STEP / 2.0, mid(calls[r].rank));
         let _ = writeln!(
             svg,
             r##"<line class="message" x1="{sx}" y1="{sy}" x2="{rx}" y2="{ry}" stroke="#3182bd" stroke-width="1.5" marker-end="url(#arrow)"/>"##

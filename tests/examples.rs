@@ -175,21 +175,48 @@ fn torch_printing_is_translated() {
 fn seed002_ports_compute_what_the_arithmetic_says() {
     let expect = [
         // Halves [0, 1] and [2, 3] sum their ranks.
-        (seed002_new_group::run(), "Group1 (ranks [0, 1]): 累加结果为 1.0"),
-        (seed002_new_group::run(), "Group2 (ranks [2, 3]): 累加结果为 5.0"),
+        (
+            seed002_new_group::run(),
+            "Group1 (ranks [0, 1]): 累加结果为 1.0",
+        ),
+        (
+            seed002_new_group::run(),
+            "Group2 (ranks [2, 3]): 累加结果为 5.0",
+        ),
         // Three ranks: [100, 200], doubled on the way.
         (seed002_send_recv::run(), "Rank 2 收到数据: [200. 400.]"),
         // [10r, 10r + 1] over r = 0..4.
-        (seed002_all_reduce_all_gather::run(), "归约后的张量 (所有 rank 的和): [60. 64.]"),
-        (seed002_all_reduce_all_gather::run(), "rank 3 的数据: [30.0, 31.0]"),
+        (
+            seed002_all_reduce_all_gather::run(),
+            "归约后的张量 (所有 rank 的和): [60. 64.]",
+        ),
+        (
+            seed002_all_reduce_all_gather::run(),
+            "rank 3 的数据: [30.0, 31.0]",
+        ),
         // [r + 1, r + 2, r + 3]: the maximum over r = 0..4, and the sums of squares.
-        (seed002_softmax_l2::run(), "max_tensor after all_reduce: [4. 5. 6.]"),
-        (seed002_softmax_l2::run(), "sum_squared after all_reduce: [30. 54. 86.]"),
+        (
+            seed002_softmax_l2::run(),
+            "max_tensor after all_reduce: [4. 5. 6.]",
+        ),
+        (
+            seed002_softmax_l2::run(),
+            "sum_squared after all_reduce: [30. 54. 86.]",
+        ),
         // Weights [0.3, 0.3, 0.4] times the column sums [10, 14, 18].
-        (seed002_softmax_l2::run(), "加权后的张量: [3.        4.2       7.2000003]"),
+        (
+            seed002_softmax_l2::run(),
+            "加权后的张量: [3.        4.2       7.2000003]",
+        ),
         (seed002_scatter::run(), "Rank 2 收到的数据: [20.0, 21.0]"),
-        (seed002_broadcast::run(), "Rank 3 第二次广播后: data2=[10. 20. 30.]"),
-        (seed002_init_process_group::run(), "进程 3 的最终张量值: 6.0"),
+        (
+            seed002_broadcast::run(),
+            "Rank 3 第二次广播后: data2=[10. 20. 30.]",
+        ),
+        (
+            seed002_init_process_group::run(),
+            "进程 3 的最终张量值: 6.0",
+        ),
     ];
     for (out, line) in expect {
         let out = out.expect("the port runs");

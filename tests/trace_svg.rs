@@ -1,6 +1,8 @@
 //! The trace renderer (`examples/trace_svg.rs`) on the trace of a known program: one box per
 //! call on the right lane, one arrow per message, failed calls outlined in red.
 
+#[path = "common/examples.rs"]
+mod examples;
 #[allow(dead_code)] // `main` is the example's
 #[path = "../examples/trace_svg.rs"]
 mod trace_svg;
@@ -65,3 +67,56 @@ fn a_failed_call_is_outlined() {
     let svg = trace_svg::render(&trace_svg::calls(&json, 0).expect("a trace"));
     assert_eq!(svg.matches("#d62728").count(), 2, "{svg}");
 }
+
+/// The book's pictures (`book/src/pictures/`), each drawn from a real run of its example,
+/// are what the example and the renderer draw today (regenerate with `RANKWISE_BLESS=1`).
+#[test]
+fn the_books_pictures_are_current() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = std::env::temp_dir().join(format!("rankwise-pictures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    for name in PICTURES {
+        let trace = dir.join(format!("{name}.json"));
+        let run = std::process::Command::new(examples::example(name, &examples::same_features()))
+            .env("RANKWISE_TRACE", &trace)
+            .env("RANKWISE_BACKEND", "threads")
+            .output()
+            .expect("the example runs");
+        assert!(
+            run.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let text = std::fs::read_to_string(&trace).expect("the example wrote its trace");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let svg = trace_svg::render(&trace_svg::calls(&json, 0).expect("a trace"));
+        let path = format!("{root}/book/src/pictures/{name}.svg");
+        if std::env::var_os("RANKWISE_BLESS").is_some() {
+            std::fs::create_dir_all(format!("{root}/book/src/pictures")).expect("the directory");
+            std::fs::write(&path, &svg).expect("write the picture");
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            svg == want,
+            "{path} is stale: regenerate it with RANKWISE_BLESS=1"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The examples the book shows as pictures.
+const PICTURES: [&str; 13] = [
+    "seed002_send_recv",
+    "seed004_broadcast",
+    "seed004_reduce",
+    "seed004_all_reduce",
+    "seed004_row_gather",
+    "seed004_row_all_gather",
+    "seed004_column_all_gather",
+    "seed004_scatter",
+    "seed004_row_reduce_scatter",
+    "seed004_column_reduce_scatter",
+    "seed004_row_all_to_all",
+    "seed004_column_all_to_all",
+    "ring_allreduce",
+];
