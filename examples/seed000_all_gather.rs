@@ -9,6 +9,7 @@ mod phases;
 use phases::{Phases, list};
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn run_all_gather(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -22,6 +23,7 @@ fn run_all_gather(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("Rank {rank} after all_gather: {}", list(&gather_list));
     Ok(vec![vec![before], vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

@@ -9,6 +9,7 @@ mod phases;
 use phases::Phases;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn run_all_reduce(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -18,6 +19,7 @@ fn run_all_reduce(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("Rank {rank} after all_reduce: {tensor}");
     Ok(vec![vec![before], vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

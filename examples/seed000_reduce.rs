@@ -9,6 +9,7 @@ mod phases;
 use phases::Phases;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn run_reduce(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -27,6 +28,7 @@ fn run_reduce(ctx: &mut Ctx) -> Result<Phases> {
     }
     Ok(vec![vec![before], after])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

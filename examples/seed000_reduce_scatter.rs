@@ -14,6 +14,7 @@ mod phases;
 use phases::Phases;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn run_reduce_scatter(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -25,6 +26,7 @@ fn run_reduce_scatter(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("Rank {rank} after reduce_scatter: {output_tensor}");
     Ok(vec![vec![before], vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

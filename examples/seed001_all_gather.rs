@@ -14,6 +14,7 @@ mod phases;
 use phases::{Phases, list};
 use rankwise::prelude::*;
 
+// ANCHOR: program
 /// What `torch.randn(4)` gave each global rank in the seed's run.
 const WEIGHTS: [[f32; 4]; 6] = [
     [0.1697, 1.1252, 1.9084, -0.1981],
@@ -43,6 +44,7 @@ fn all_gather_func(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("after gather={}", list(&gather_list));
     Ok(vec![vec![before], vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

@@ -10,6 +10,7 @@ mod phases;
 use phases::Phases;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 6)]
 fn all_reduce_func(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -21,6 +22,7 @@ fn all_reduce_func(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("after all_reduce tensor={tensor}, rank={rank}");
     Ok(vec![vec![before], vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

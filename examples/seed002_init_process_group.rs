@@ -10,6 +10,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 /// Room for one rank's description, in bytes (the seed's `max_len`).
 const MAX_LEN: usize = 100;
 
@@ -46,6 +47,7 @@ fn init_process(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("进程 {rank} 的最终张量值: {:?}", tensor.to_vec()[0]);
     Ok(vec![lines, vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

@@ -9,6 +9,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn init_process(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -37,6 +38,7 @@ fn init_process(ctx: &mut Ctx) -> Result<Phases> {
     let after = format!("Rank {rank} 收到的数据: {}", tolist(&output_tensor));
     Ok(vec![before, vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

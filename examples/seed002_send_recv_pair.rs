@@ -10,6 +10,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 2)]
 fn init_process(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -26,6 +27,7 @@ fn init_process(ctx: &mut Ctx) -> Result<Phases> {
         "Rank {rank}: tensor1={tensor1}, tensor2={tensor2}"
     )]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

@@ -8,6 +8,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn example(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -19,6 +20,7 @@ fn example(ctx: &mut Ctx) -> Result<Phases> {
     let tensor = format!("Rank {rank} gathered tensor:\n {gathered_tensor}");
     Ok(vec![vec![shape], vec![tensor]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

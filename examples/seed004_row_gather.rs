@@ -9,6 +9,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn example(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -36,6 +37,7 @@ fn example(ctx: &mut Ctx) -> Result<Phases> {
     };
     Ok(vec![lines])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

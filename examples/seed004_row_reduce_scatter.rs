@@ -8,6 +8,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn example(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -25,6 +26,7 @@ fn example(ctx: &mut Ctx) -> Result<Phases> {
     );
     Ok(vec![vec![before], vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

@@ -9,6 +9,7 @@ mod phases;
 use phases::*;
 use rankwise::prelude::*;
 
+// ANCHOR: program
 #[rankwise::program(world = 4)]
 fn example(ctx: &mut Ctx) -> Result<Phases> {
     let rank = ctx.rank();
@@ -38,6 +39,7 @@ fn example(ctx: &mut Ctx) -> Result<Phases> {
     );
     Ok(vec![first, vec![after]])
 }
+// ANCHOR_END: program
 
 /// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
 pub fn run() -> Result<String> {

@@ -24,11 +24,13 @@ pub struct Call {
     start: f64,
 }
 
-const LANE: f64 = 46.0;
-const BOX: f64 = 30.0;
+const LANE: f64 = 50.0;
+const BOX: f64 = 36.0;
 const LEFT: f64 = 70.0;
 /// Width of one step's column.
-const STEP: f64 = 130.0;
+const STEP: f64 = 150.0;
+/// Space between one step's boxes and the next, where the message arrows run.
+const GAP: f64 = 34.0;
 
 fn colour(name: &str) -> &'static str {
     match name {
@@ -49,6 +51,23 @@ fn label(c: &Call) -> String {
         let _ = write!(s, " {arrow} {p}");
     } else if let Some(r) = a.get("root").and_then(Value::as_u64) {
         let _ = write!(s, " root {r}");
+    }
+    s
+}
+
+/// The second line of a box: what the call moved (dtype and shape, and dim, op or root).
+fn detail(c: &Call) -> String {
+    let a = &c.args;
+    let shape: Vec<String> = a["shape"]
+        .as_array()
+        .map(|d| d.iter().map(|x| x.to_string()).collect())
+        .unwrap_or_default();
+    let mut s = format!("{}[{}]", a["dtype"].as_str().unwrap_or(""), shape.join(","));
+    if let Some(d) = a.get("dim").and_then(Value::as_u64) {
+        let _ = write!(s, " dim {d}");
+    }
+    if let Some(op) = a.get("op").and_then(Value::as_str) {
+        let _ = write!(s, " {op}");
     }
     s
 }
@@ -134,15 +153,18 @@ pub fn render(calls: &[Call]) -> String {
         let failed = c.args["ok"] == false;
         let _ = writeln!(
             svg,
-            r#"<g class="call"><title>{}</title><rect x="{}" y="{y}" width="{}" height="{BOX}" rx="4" fill="{}" stroke="{}"/><text x="{}" y="{}">{}</text></g>"#,
+            r#"<g class="call"><title>{}</title><rect x="{}" y="{y}" width="{}" height="{BOX}" rx="4" fill="{}" stroke="{}"/><text x="{}" y="{}">{}</text><text x="{}" y="{}" font-size="10">{}</text></g>"#,
             escape(&tooltip(c)),
             x(i),
-            STEP - 8.0,
+            STEP - GAP,
             colour(&c.name),
             if failed { "#d62728" } else { "#636363" },
             x(i) + 5.0,
-            y + BOX / 2.0 + 4.0,
-            escape(&label(c))
+            y + 15.0,
+            escape(&label(c)),
+            x(i) + 5.0,
+            y + 29.0,
+            escape(&detail(c))
         );
     }
     // The k-th send from a to b meets the k-th receive at b from a.
@@ -167,8 +189,20 @@ pub fn render(calls: &[Call]) -> String {
         };
         used[k] = true;
         let r = recvs[k];
-        let (sx, sy) = (x(s) + STEP / 2.0, mid(calls[s].rank));
-        let (rx, ry) = (x(r) + STEP / 2.0, mid(calls[r].rank));
+        // A receive in a later column (a batch posted send-first): from the send box's right
+        // edge to the receive box's left edge. Otherwise (blocking calls, whose columns need
+        // not line up across ranks): from edge to edge vertically, near the boxes' left ends.
+        let (sr, rr) = (calls[s].rank, calls[r].rank);
+        let ((sx, sy), (rx, ry)) = if col[r] > col[s] {
+            ((x(s) + STEP - GAP, mid(sr)), (x(r), mid(rr)))
+        } else {
+            let down = rr > sr;
+            let edge = |rank: u64, top: bool| mid(rank) + if top { -BOX / 2.0 } else { BOX / 2.0 };
+            (
+                (x(s) + 24.0, edge(sr, !down)),
+                (x(r) + 24.0, edge(rr, down)),
+            )
+        };
         let _ = writeln!(
             svg,
             r##"<line class="message" x1="{sx}" y1="{sy}" x2="{rx}" y2="{ry}" stroke="#3182bd" stroke-width="1.5" marker-end="url(#arrow)"/>"##
