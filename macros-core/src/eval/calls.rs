@@ -209,6 +209,7 @@ impl Eval<'_> {
         if matches!(recv, Val::Poison) || args.iter().any(|a| matches!(a, Val::Poison)) {
             return Flow::Normal(Val::Poison);
         }
+        self.note_writes_through_closures(m, &args);
         if let Some(flow) = self.unknown_method(m, &name, &recv, &args) {
             return flow;
         }
@@ -669,6 +670,31 @@ impl Eval<'_> {
             "call rankwise's own methods (`ctx.send`, `ctx.group(&g).all_reduce`, `batch.run`, …) directly in the program's body",
         );
         Some(Flow::Normal(Val::Unknown))
+    }
+
+    /// `v.iter_mut().for_each(|p| *p = 0)`: a closure given to a method of something that lends
+    /// variables mutably may write through what it is handed, whatever the method. What those
+    /// variables held is forgotten (as after `let r = &mut x; *r = …`) when such a closure
+    /// changes anything.
+    fn note_writes_through_closures(&mut self, m: &ExprMethodCall, args: &[Val]) {
+        let lent = scan::lent_mutably(&m.receiver);
+        if lent.is_empty() {
+            return;
+        }
+        let writes = |body: &Expr| {
+            let fx = scan::effects(&|f| syn::visit::Visit::visit_expr(f, body));
+            fx.too_deep || !fx.assigned.is_empty() || !fx.receivers.is_empty()
+        };
+        let any = m.args.iter().zip(args).any(|(e, v)| match (e, v) {
+            (Expr::Closure(c), _) => writes(&c.body),
+            (_, Val::Closure(_, c)) => writes(&c.body),
+            _ => false,
+        });
+        if any {
+            for t in lent {
+                self.havoc(&t);
+            }
+        }
     }
 
     fn new_group(&mut self, m: &ExprMethodCall, members: Option<Val>) -> Val {

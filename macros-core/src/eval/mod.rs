@@ -404,7 +404,13 @@ impl<'a> Eval<'a> {
     /// once (it may change through `r` at any time while `r` lives); a tensor's shape is
     /// forgotten when something may change `r` (see [`Eval::havoc`]).
     fn note_references(&mut self, pat: &Pat, init: &Expr) {
-        let fx = scan::effects(&|f| f.visit_expr(init));
+        let mut fx = scan::effects(&|f| f.visit_expr(init));
+        // `let it = v.iter_mut()`, `let s = v.as_mut_slice()`: borrows too, held in a variable.
+        for t in scan::lent_mutably(init) {
+            if !fx.assigned.contains(&t) {
+                fx.assigned.push(t);
+            }
+        }
         if fx.assigned.is_empty() {
             return;
         }
