@@ -803,7 +803,7 @@ impl Eval<'_> {
     ) -> Option<CallArgs> {
         let span = m.method.span();
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
-        let peer = self.int_arg(args, spelling.position(Role::Root), arg_span, "root")?;
+        let peer = self.int_arg(m, args, spelling.position(Role::Root), arg_span, "root")?;
         let op = match spelling.position(Role::Op).map(|i| (i, args.get(i))) {
             None => None,
             Some((_, Some(Val::Op(o)))) => Some(*o),
@@ -937,12 +937,13 @@ impl Eval<'_> {
             Role::Root
         };
         let peer = self.int_arg(
+            m,
             args,
             at(rank_role),
             arg_span,
             if kind.is_p2p() { "peer" } else { "root" },
         )?;
-        let dim = self.int_arg(args, at(Role::Dim), arg_span, "dim")?;
+        let dim = self.int_arg(m, args, at(Role::Dim), arg_span, "dim")?;
         let op = match at(Role::Op).map(|i| (i, args.get(i))) {
             None => None,
             Some((_, Some(Val::Op(o)))) => Some(*o),
@@ -974,7 +975,12 @@ impl Eval<'_> {
             return None;
         };
         let Some(Some(described)) = tensor_arg(args.get(t_at)) else {
-            self.unverifiable(arg_span(t_at), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape (`ctx.zeros::<f32>([2, 5])`) or annotate its type");
+            let (why, todo) = self.explain_unknown(
+                m.args.iter().nth(t_at),
+                "a tensor whose shape and dtype the macro cannot determine",
+                "create it in this function with a static shape (`ctx.zeros::<f32>([2, 5])`) or annotate its type",
+            );
+            self.unverifiable(arg_span(t_at), &why, &todo);
             return None;
         };
         let (dtype, shape) = self.known(&described, arg_span(t_at))?;
@@ -1003,6 +1009,7 @@ impl Eval<'_> {
     /// `None` (with an error) if it cannot be computed or is negative.
     fn int_arg(
         &mut self,
+        m: &ExprMethodCall,
         args: &[Val],
         at: Option<usize>,
         arg_span: impl Fn(usize) -> proc_macro2::Span,
@@ -1019,11 +1026,12 @@ impl Eval<'_> {
                 None
             }
             _ => {
-                self.unverifiable(
-                    arg_span(i),
+                let (why, todo) = self.explain_unknown(
+                    m.args.iter().nth(i),
                     &format!("a {what} the macro cannot compute"),
                     "compute it from literals, `ctx.rank()` and `ctx.world()`",
                 );
+                self.unverifiable(arg_span(i), &why, &todo);
                 None
             }
         }

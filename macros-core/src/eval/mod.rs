@@ -80,6 +80,11 @@ pub(crate) struct Eval<'a> {
     ordinals: HashMap<Vec<usize>, u32>,
     shared: &'a mut Analysis,
     budget: usize,
+    /// The line of the statement being evaluated.
+    line: u32,
+    /// Variables whose values were forgotten ([`Eval::havoc`]), with the line where: the
+    /// explanation a later "cannot compute" owes the user.
+    forgotten: HashMap<String, u32>,
 }
 
 impl<'a> Eval<'a> {
@@ -106,6 +111,8 @@ impl<'a> Eval<'a> {
             ordinals: HashMap::new(),
             shared,
             budget: BUDGET,
+            line: 0,
+            forgotten: HashMap::new(),
         }
     }
 
@@ -152,12 +159,14 @@ impl<'a> Eval<'a> {
     }
 
     fn bind(&mut self, name: String, v: Val) {
+        self.forgotten.remove(&name);
         self.env.bind(name, v);
     }
 
     /// `name = v`. A variable has one type in Rust: a tensor assigned to a variable whose
     /// element type is settled keeps that type, whatever the new value's literal suggested.
     fn assign(&mut self, name: &str, mut v: Val) {
+        self.forgotten.remove(name);
         if let (Some(Val::Tensor(old)), Val::Tensor(new)) = (self.lookup(name), &mut v)
             && !old.open()
             && new.open()
@@ -260,6 +269,32 @@ impl<'a> Eval<'a> {
             None => return,
         };
         self.assign(name, v);
+        self.forgotten.insert(name.to_string(), self.line);
+    }
+
+    /// `why` and `todo` for a value the macro cannot compute in `arg`, completed with where a
+    /// variable it mentions was forgotten, if one was: the place to look is there, not here.
+    fn explain_unknown(&self, arg: Option<&Expr>, why: &str, todo: &str) -> (String, String) {
+        let mut names = Vec::new();
+        if let Some(e) = arg {
+            scan::idents(e, &mut names);
+        }
+        let forgotten = names
+            .iter()
+            .find_map(|n| self.forgotten.get(n).map(|line| (n, *line)));
+        match forgotten {
+            Some((n, line)) => (
+                format!(
+                    "{why}: `{n}` is unknown from line {line} on, where it may have been changed \
+                     through a mutable borrow or by code the macro does not run"
+                ),
+                format!(
+                    "give `{n}` a value the macro can compute after that line, or keep it out \
+                     of mutable borrows, closures that write and branches on data"
+                ),
+            ),
+            None => (why.to_string(), todo.to_string()),
+        }
     }
 
     /// RW012 for a communication call recorded while earlier code the macro did not run may
@@ -351,6 +386,7 @@ impl<'a> Eval<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Flow {
+        self.line = s.span().start().line as u32;
         if let Some(span) = cfg_attr(stmt_attrs(s)) {
             return self.cfg_stmt(s, span);
         }

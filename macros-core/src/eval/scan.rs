@@ -194,6 +194,19 @@ pub(super) struct EffectFinder {
     depth: usize,
 }
 
+/// The single-segment paths (variables) an expression mentions, in order.
+pub(super) fn idents(e: &Expr, out: &mut Vec<String>) {
+    struct Ids<'o>(&'o mut Vec<String>);
+    impl<'ast> Visit<'ast> for Ids<'_> {
+        fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+            if let Some(i) = p.path.get_ident() {
+                self.0.push(i.to_string());
+            }
+        }
+    }
+    Ids(out).visit_expr(e);
+}
+
 /// The variables an expression lends mutably: `&mut x`, and the receivers of `x.iter_mut()`,
 /// `x.as_mut_slice()`, `x.last_mut()` and the like (every method named `*_mut` or `as_mut*`).
 /// A loop over it may write through its elements (`for p in x.iter_mut() { *p = 1 }`).
