@@ -9,6 +9,7 @@
 //! `cargo run --example seed000_reduce_scatter`
 
 #[path = "common/phases.rs"]
+#[macro_use]
 mod phases;
 
 use phases::Phases;
@@ -28,13 +29,4 @@ fn run_reduce_scatter(ctx: &mut Ctx) -> Result<Phases> {
 }
 // ANCHOR_END: program
 
-/// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
-pub fn run() -> Result<String> {
-    Ok(phases::render(&rankwise::launch(4, run_reduce_scatter)?))
-}
-
-#[allow(dead_code)] // also compiled into the golden-output test, which calls `run`
-fn main() -> Result<()> {
-    print!("{}", run()?);
-    Ok(())
-}
+port_main!(4, run_reduce_scatter);

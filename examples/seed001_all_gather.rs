@@ -9,6 +9,7 @@
 //! `mpirun -np 6 --hostfile hosts target/debug/examples/seed001_all_gather`.
 
 #[path = "common/phases.rs"]
+#[macro_use]
 mod phases;
 
 use phases::{Phases, list};
@@ -46,13 +47,4 @@ fn all_gather_func(ctx: &mut Ctx) -> Result<Phases> {
 }
 // ANCHOR_END: program
 
-/// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
-pub fn run() -> Result<String> {
-    Ok(phases::render(&rankwise::launch(6, all_gather_func)?))
-}
-
-#[allow(dead_code)] // also compiled into the golden-output test, which calls `run`
-fn main() -> Result<()> {
-    print!("{}", run()?);
-    Ok(())
-}
+port_main!(6, all_gather_func);

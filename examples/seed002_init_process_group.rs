@@ -5,6 +5,7 @@
 //! `cargo run --example seed002_init_process_group`
 
 #[path = "common/phases.rs"]
+#[macro_use]
 mod phases;
 
 use phases::*;
@@ -49,13 +50,4 @@ fn init_process(ctx: &mut Ctx) -> Result<Phases> {
 }
 // ANCHOR_END: program
 
-/// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
-pub fn run() -> Result<String> {
-    run_phases(4, init_process)
-}
-
-#[allow(dead_code)] // also compiled into the golden-output test, which calls `run`
-fn main() -> Result<()> {
-    print!("{}", run()?);
-    Ok(())
-}
+port_main!(4, init_process);

@@ -5,6 +5,7 @@
 //! `cargo run --example seed002_send_recv_pair`
 
 #[path = "common/phases.rs"]
+#[macro_use]
 mod phases;
 
 use phases::*;
@@ -29,13 +30,4 @@ fn init_process(ctx: &mut Ctx) -> Result<Phases> {
 }
 // ANCHOR_END: program
 
-/// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
-pub fn run() -> Result<String> {
-    run_phases(2, init_process)
-}
-
-#[allow(dead_code)] // also compiled into the golden-output test, which calls `run`
-fn main() -> Result<()> {
-    print!("{}", run()?);
-    Ok(())
-}
+port_main!(2, init_process);

@@ -3,6 +3,7 @@
 //! `cargo run --example seed004_row_reduce_scatter`
 
 #[path = "common/phases.rs"]
+#[macro_use]
 mod phases;
 
 use phases::*;
@@ -28,13 +29,4 @@ fn example(ctx: &mut Ctx) -> Result<Phases> {
 }
 // ANCHOR_END: program
 
-/// The output, every rank's lines phase by phase (under `mpirun`: this process's rank's).
-pub fn run() -> Result<String> {
-    run_phases(4, example)
-}
-
-#[allow(dead_code)] // also compiled into the golden-output test, which calls `run`
-fn main() -> Result<()> {
-    print!("{}", run()?);
-    Ok(())
-}
+port_main!(4, example);

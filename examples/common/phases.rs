@@ -3,7 +3,25 @@
 //! show (their processes printed concurrently; the printed order there was luck).
 
 // Each example uses what it needs of this file.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
+
+/// A seed port's `run` (its output, as the golden-output test calls it) and `main` (which
+/// prints it), for `program` on `world` ranks.
+macro_rules! port_main {
+    ($world:expr, $program:ident) => {
+        /// The output, every rank's lines phase by phase (under `mpirun`: this process's
+        /// rank's).
+        pub fn run() -> rankwise::Result<String> {
+            phases::run_phases($world, $program)
+        }
+
+        #[allow(dead_code)] // also compiled into the golden-output test, which calls `run`
+        fn main() -> rankwise::Result<()> {
+            print!("{}", run()?);
+            Ok(())
+        }
+    };
+}
 
 use rankwise::{Element, Ranks, Tensor};
 

@@ -804,18 +804,7 @@ impl Eval<'_> {
         let span = m.method.span();
         let arg_span = |i: usize| m.args.iter().nth(i).map_or(span, |a| a.span());
         let peer = self.int_arg(m, args, spelling.position(Role::Root), arg_span, "root")?;
-        let op = match spelling.position(Role::Op).map(|i| (i, args.get(i))) {
-            None => None,
-            Some((_, Some(Val::Op(o)))) => Some(*o),
-            Some((i, _)) => {
-                self.unverifiable(
-                    arg_span(i),
-                    "a reduce op the macro cannot identify",
-                    "name it directly, like `ReduceOp::Sum`",
-                );
-                return None;
-            }
-        };
+        let op = self.op_arg(args, spelling.position(Role::Op), arg_span)?;
         // Each buffer: `Some(tensors)` (one for a single tensor), or `None` for `None`.
         let mut read = |role: Role| -> Option<Option<Vec<TVal>>> {
             let Some(at) = spelling.position(role) else {
@@ -944,18 +933,7 @@ impl Eval<'_> {
             if kind.is_p2p() { "peer" } else { "root" },
         )?;
         let dim = self.int_arg(m, args, at(Role::Dim), arg_span, "dim")?;
-        let op = match at(Role::Op).map(|i| (i, args.get(i))) {
-            None => None,
-            Some((_, Some(Val::Op(o)))) => Some(*o),
-            Some((i, _)) => {
-                self.unverifiable(
-                    arg_span(i),
-                    "a reduce op the macro cannot identify",
-                    "name it directly, like `ReduceOp::Sum`",
-                );
-                return None;
-            }
-        };
+        let op = self.op_arg(args, at(Role::Op), arg_span)?;
         if kind == OpKind::Barrier {
             return Some(CallArgs {
                 peer,
@@ -1032,6 +1010,28 @@ impl Eval<'_> {
                     "compute it from literals, `ctx.rank()` and `ctx.world()`",
                 );
                 self.unverifiable(arg_span(i), &why, &todo);
+                None
+            }
+        }
+    }
+
+    /// The reduce op at position `at` (if the call has one): `Some(None)` if it has none,
+    /// `None` (with an error) if the macro cannot tell which op it is.
+    fn op_arg(
+        &mut self,
+        args: &[Val],
+        at: Option<usize>,
+        arg_span: impl Fn(usize) -> proc_macro2::Span,
+    ) -> Option<Option<ReduceOp>> {
+        match at.map(|i| (i, args.get(i))) {
+            None => Some(None),
+            Some((_, Some(Val::Op(o)))) => Some(Some(*o)),
+            Some((i, _)) => {
+                self.unverifiable(
+                    arg_span(i),
+                    "a reduce op the macro cannot identify",
+                    "name it directly, like `ReduceOp::Sum`",
+                );
                 None
             }
         }
