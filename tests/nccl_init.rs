@@ -18,8 +18,10 @@ fn example() -> PathBuf {
 
 /// Runs the example as rank 0 of a one-process NCCL job with `env`; its stderr.
 fn start(env: &[(&str, &str)]) -> String {
+    // Built (and found) before the clock starts: the first call builds every example.
+    let exe = example();
     let started = Instant::now();
-    let out = Command::new(example())
+    let out = Command::new(exe)
         .env("RANKWISE_BACKEND", "nccl")
         .env("RUST_BACKTRACE", "0")
         .env_remove("RANK")
