@@ -3,23 +3,28 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Example `name`, built (once per test binary, all examples at once) with `features` — the
-/// features the test itself was built with, so that what runs is the code under test and a
-/// test does not rebuild an example another one is running.
+/// Example `name`, built (once per test binary and example) with `features` — the features
+/// the test itself was built with, so that what runs is the code under test and a test does not
+/// rebuild an example another one is running. Only the examples a test runs are built: with
+/// the `nccl` feature, building all of them costs minutes of CI.
 pub fn example(name: &str, features: &[&str]) -> PathBuf {
-    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "--examples"]);
-        if !features.is_empty() {
-            cmd.args(["--features", &features.join(",")]);
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    {
+        let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+        if !built.iter().any(|b| b == name) {
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.args(["build", "--quiet", "--example", name]);
+            if !features.is_empty() {
+                cmd.args(["--features", &features.join(",")]);
+            }
+            let status = cmd
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "building example {name} failed");
+            built.push(name.to_string());
         }
-        let status = cmd
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "building the examples failed");
-    });
+    }
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe
         .parent()
