@@ -3,17 +3,24 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Example `name`, built (once per test binary and example) with `features` — the features
-/// the test itself was built with, so that what runs is the code under test and a test does not
-/// rebuild an example another one is running. Only the examples a test runs are built: with
-/// the `nccl` feature, building all of them costs minutes of CI.
+/// Example `name`, built (once per test binary) with `features` — the features the test itself
+/// was built with, so that what runs is the code under test and a test does not rebuild an
+/// example another one is running. Every example is built at once (one parallel build), except
+/// with the `nccl` feature: those tests run one example, and linking all of them against
+/// cudarc costs minutes of CI.
 pub fn example(name: &str, features: &[&str]) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     {
         let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-        if !built.iter().any(|b| b == name) {
+        let all = !features.contains(&"nccl");
+        if !built.iter().any(|b| b == name || (all && b == "*")) {
             let mut cmd = Command::new(env!("CARGO"));
-            cmd.args(["build", "--quiet", "--example", name]);
+            cmd.args(["build", "--quiet"]);
+            if all {
+                cmd.arg("--examples");
+            } else {
+                cmd.args(["--example", name]);
+            }
             if !features.is_empty() {
                 cmd.args(["--features", &features.join(",")]);
             }
@@ -22,7 +29,7 @@ pub fn example(name: &str, features: &[&str]) -> PathBuf {
                 .status()
                 .expect("cargo runs");
             assert!(status.success(), "building example {name} failed");
-            built.push(name.to_string());
+            built.push(if all { "*".to_string() } else { name.to_string() });
         }
     }
     let exe = std::env::current_exe().expect("test binary path");
