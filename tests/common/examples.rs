@@ -29,7 +29,11 @@ pub fn example(name: &str, features: &[&str]) -> PathBuf {
                 .status()
                 .expect("cargo runs");
             assert!(status.success(), "building example {name} failed");
-            built.push(if all { "*".to_string() } else { name.to_string() });
+            built.push(if all {
+                "*".to_string()
+            } else {
+                name.to_string()
+            });
         }
     }
     let exe = std::env::current_exe().expect("test binary path");
