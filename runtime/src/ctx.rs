@@ -731,12 +731,12 @@ impl Ctx {
         let start = self.trace.as_ref().map(Recorder::now);
         let done = self.backend.execute(std::slice::from_mut(&mut op));
         if let (Some(t), Some(start)) = (&mut self.trace, start) {
-            let members = if op.desc.kind.is_p2p() {
-                Arc::from([])
-            } else {
-                group.members_arc()
-            };
-            t.record([(&op.desc, members)], false, start, done.is_ok());
+            t.record(
+                [(&op.desc, traced_members(&op, group))],
+                false,
+                start,
+                done.is_ok(),
+            );
         }
         done?;
         if let Some(staged) = staged {
@@ -774,6 +774,15 @@ impl Comm<'_> {
     comm_methods!('_, Result<()>);
 }
 
+/// The group members a trace records for `op`: none for point-to-point.
+fn traced_members(op: &Op, group: &Group) -> Arc<[usize]> {
+    if op.desc.kind.is_p2p() {
+        Arc::from([])
+    } else {
+        group.members_arc()
+    }
+}
+
 /// Ops posted together: see [`Ctx::batch`]. Tensors stay borrowed until the batch is run or
 /// dropped. A mistake in any recorded call is reported by [`Batch::run`], before anything is
 /// posted.
@@ -806,11 +815,7 @@ impl<'c, 'a> Batch<'c, 'a> {
                 Ok(built) => {
                     let Built { op, staged } = built.into();
                     if self.ctx.trace.is_some() {
-                        self.members.push(if op.desc.kind.is_p2p() {
-                            Arc::from([])
-                        } else {
-                            group.members_arc()
-                        });
+                        self.members.push(traced_members(&op, group));
                     }
                     self.ops.push(op);
                     self.staged.extend(staged);
