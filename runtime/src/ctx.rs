@@ -1,15 +1,18 @@
 //! `Ctx`: what a rank program calls. Every call is validated and described as an [`Op`] here,
 //! then handed to the backend; the same builders serve single calls, groups and batches.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Buf, Op};
+use crate::exec::{Backend, Buf, Op, PostedOp};
 use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+use crate::request::{Request, SharedBackend, engine};
 use crate::rules::{self, Aux};
 use crate::tensor::Tensor;
 use crate::trace::{Event, Recorder};
@@ -20,12 +23,14 @@ use rankwise_core::ops::{self as table, Spelling, stacked};
 ///
 /// Calls block until this rank's part is complete and return `Err` instead of hanging when the
 /// program is wrong (see the crate docs). Roots and peers are global ranks, as in
-/// `torch.distributed`.
+/// `torch.distributed`. A context belongs to its rank's thread (it is not `Send`).
 pub struct Ctx {
     rank: usize,
     world: usize,
     world_group: Group,
-    backend: Box<dyn Backend>,
+    /// Shared with the requests `isend`/`irecv` return, whose `wait` drives it.
+    backend: SharedBackend,
+    backend_name: &'static str,
     /// How many groups with each member list this rank has created (see `Backend::create_group`).
     ordinals: HashMap<Vec<usize>, u32>,
     /// The record of every call, when tracing is on (see `trace`).
@@ -562,7 +567,8 @@ impl Ctx {
             rank,
             world,
             world_group,
-            backend,
+            backend_name: backend.name(),
+            backend: Rc::new(RefCell::new(backend)),
             ordinals: HashMap::new(),
             trace: None,
         }
@@ -595,14 +601,14 @@ impl Ctx {
 
     /// The backend's name (`"local"`, `"mpi"`, `"nccl"`, `"nccl-host"`).
     pub fn backend_name(&self) -> &'static str {
-        self.backend.name()
+        self.backend_name
     }
 
     /// Whether this backend can reduce `dtype` with `op`: [`ReduceOp::supports`] narrowed to
     /// what the backend has (NCCL has no bitwise reductions). Programs meant to run on every
     /// backend can ask before choosing an op; an unsupported one is an `Err` before any call.
     pub fn supports(&self, op: ReduceOp, dtype: DType) -> bool {
-        op.supports(dtype) && self.backend.supports(op)
+        op.supports(dtype) && self.backend.try_borrow().is_ok_and(|b| b.supports(op))
     }
 
     /// A tensor of `shape` filled with `value`, on this rank's device.
@@ -641,7 +647,7 @@ impl Ctx {
         let sorted =
             rules::group(members.as_ref(), self.world).map_err(|v| self.misuse(site, v))?;
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
-        let id = self.backend.create_group(&sorted, *ordinal)?;
+        let id = engine(&self.backend)?.create_group(&sorted, *ordinal)?;
         *ordinal += 1;
         Ok(Group::new(
             id,
@@ -670,6 +676,65 @@ impl Ctx {
                 self.rank
             ))
         })
+    }
+
+    /// Posts a send of `tensor` to rank `dst` and returns at once (`torch.distributed.isend`):
+    /// the data is copied now, so the request only keeps `tensor` borrowed (unchangeable) until
+    /// [`Request::wait`]. The message is matched in order with this rank's other sends to
+    /// `dst`, and a rank may post a send to itself for a later receive to match.
+    #[track_caller]
+    pub fn isend<'t, T: Element>(
+        &mut self,
+        tensor: &'t Tensor<T>,
+        dst: usize,
+    ) -> Result<Request<'t>> {
+        let site = CallSite::caller();
+        crate::guard::Guard::check(site)?;
+        let op = self
+            .caller(&self.world_group, site, true)?
+            .send(tensor, dst)?;
+        let posted = PostedOp {
+            desc: op.desc,
+            data: tensor.bytes().to_vec(),
+        };
+        let ticket = engine(&self.backend)?.post(posted)?;
+        Ok(Request::new(Rc::clone(&self.backend), ticket, None, site))
+    }
+
+    /// Posts a receive into `tensor` from rank `src` and returns at once
+    /// (`torch.distributed.irecv`). `tensor` stays borrowed until [`Request::wait`], which
+    /// writes the data into it.
+    #[track_caller]
+    pub fn irecv<'t, T: Element>(
+        &mut self,
+        tensor: &'t mut Tensor<T>,
+        src: usize,
+    ) -> Result<Request<'t>> {
+        let site = CallSite::caller();
+        crate::guard::Guard::check(site)?;
+        let op = self
+            .caller(&self.world_group, site, true)?
+            .recv(tensor, src)?;
+        let into = tensor.bytes_mut();
+        let posted = PostedOp {
+            desc: op.desc,
+            data: vec![0; into.len()],
+        };
+        let ticket = engine(&self.backend)?.post(posted)?;
+        Ok(Request::new(
+            Rc::clone(&self.backend),
+            ticket,
+            Some(into),
+            site,
+        ))
+    }
+
+    /// Runs a rank program, then waits for every request it left posted (their data is
+    /// discarded): the rank counts as finished only when its messages are.
+    pub(crate) fn run<T>(&mut self, f: impl FnOnce(&mut Ctx) -> Result<T>) -> Result<T> {
+        let value = f(self)?;
+        engine(&self.backend)?.drain()?;
+        Ok(value)
     }
 
     /// The error for a rule this rank's call at `site` broke.
@@ -729,7 +794,7 @@ impl Ctx {
         let group = group.unwrap_or(&self.world_group);
         let Built { mut op, staged } = build(&self.caller(group, site, false)?)?.into();
         let start = self.trace.as_ref().map(Recorder::now);
-        let done = self.backend.execute(std::slice::from_mut(&mut op));
+        let done = engine(&self.backend)?.execute(std::slice::from_mut(&mut op));
         if let (Some(t), Some(start)) = (&mut self.trace, start) {
             t.record(
                 [(&op.desc, traced_members(&op, group))],
@@ -860,7 +925,7 @@ impl<'c, 'a> Batch<'c, 'a> {
             return Ok(());
         }
         let start = self.ctx.trace.as_ref().map(Recorder::now);
-        let done = self.ctx.backend.execute(&mut self.ops);
+        let done = engine(&self.ctx.backend)?.execute(&mut self.ops);
         if let (Some(t), Some(start)) = (&mut self.ctx.trace, start) {
             let calls = self.ops.iter().map(|o| &o.desc).zip(self.members.drain(..));
             t.record(calls, true, start, done.is_ok());

@@ -41,6 +41,7 @@ mod launch;
 mod plan;
 mod reduce;
 mod replay;
+mod request;
 #[cfg(feature = "local")]
 mod spawn;
 mod tensor;
@@ -66,6 +67,7 @@ pub use launch::{Engine, Ranks, launch};
 pub use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 pub use rankwise_core::{Code, DType, ReduceOp, Violation, ops, verify};
 pub use replay::replay;
+pub use request::Request;
 #[cfg(feature = "local")]
 pub use spawn::{Emulation, Options, spawn, spawn_each, spawn_with};
 pub use tensor::{Device, Tensor};

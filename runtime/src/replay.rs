@@ -12,6 +12,7 @@ use crate::element::{Arith, Element};
 use crate::error::{Error, Result};
 use crate::group::Group;
 use crate::model::{OpKind, Shape};
+use crate::request::Request;
 use crate::tensor::Tensor;
 
 /// A tensor of any element type.
@@ -161,13 +162,35 @@ macro_rules! issue {
     }};
 }
 
+/// Posts `op` (`isend` or `irecv`) on `b`'s tensor.
+fn post<'a, T: Pick>(ctx: &mut Ctx, op: &VOp, b: &'a mut Bufs) -> Result<Request<'a>> {
+    let peer = op.desc.peer.ok_or_else(missing)?;
+    match op.desc.kind {
+        OpKind::Send => {
+            let t = b.input.as_mut().and_then(T::pick).ok_or_else(missing)?;
+            ctx.isend(&*t, peer)
+        }
+        OpKind::Recv => {
+            let t = b.output.as_mut().and_then(T::pick).ok_or_else(missing)?;
+            ctx.irecv(t, peer)
+        }
+        _ => Err(Error::BadProgram {
+            detail: format!(
+                "only sends and receives can be posted, not {}",
+                op.desc.kind
+            ),
+        }),
+    }
+}
+
 /// Makes exactly the calls `program` describes for `ctx.rank()`, on tensors of small values
 /// that depend on the rank and the call: the way to run a program built as data at run time
 /// (check it first with [`verify::verify`](crate::verify::verify)). Every rank creates every
 /// declared group, in order, so that ids agree.
 ///
-/// Returns a digest (FNV-1a) of every output this rank received, in program order: the same on
-/// every engine for the same program, rank and world, which is how engines are compared.
+/// Returns a digest (FNV-1a) of every output this rank received, in program order (posted
+/// receives last, in posting order): the same on every engine for the same program, rank and
+/// world, which is how engines are compared. Posts left unwaited are waited for at the end.
 pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<u64> {
     let rank = ctx.rank();
     let items = program.ranks.get(rank).ok_or_else(|| Error::BadProgram {
@@ -192,8 +215,29 @@ pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<u64> {
         k += 1;
         rank * 5 + k * 3
     };
-    for item in items {
+    // Posted ops' tensors live across items: one slot per post, handed out in order.
+    let mut posted: Vec<Bufs> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match item {
+            Item::Post(op) => Some(bufs(op, rank * 5 + 1000 + i * 3)),
+            _ => None,
+        })
+        .collect::<Result<_>>()?;
+    let mut slots = posted.iter_mut();
+    let mut open: Vec<(usize, Request<'_>)> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
         match item {
+            Item::Post(op) => {
+                let slot = slots.next().ok_or_else(missing)?;
+                let req = with_dtype!(op.desc.dtype, T => post::<T>(ctx, op, slot))?;
+                open.push((i, req));
+            }
+            Item::Wait { post, .. } => {
+                if let Some(j) = open.iter().position(|(p, _)| p == post) {
+                    open.remove(j).1.wait()?;
+                }
+            }
             Item::Op(op) => {
                 let g = group(op)?;
                 let mut b = bufs(op, seed())?;
@@ -217,5 +261,8 @@ pub fn replay(program: &Program, ctx: &mut Ctx) -> Result<u64> {
             }
         }
     }
-    Ok(h)
+    for (_, req) in open {
+        req.wait()?;
+    }
+    Ok(posted.iter().fold(h, digest))
 }

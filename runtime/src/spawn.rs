@@ -237,7 +237,7 @@ where
     if let Some((epoch, _)) = traces {
         ctx.start_trace(*epoch);
     }
-    let result = match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+    let result = match catch_unwind(AssertUnwindSafe(|| ctx.run(f))) {
         Ok(r) => r,
         Err(payload) => {
             let message = panic_message(&*payload);

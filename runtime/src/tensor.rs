@@ -213,6 +213,22 @@ impl<T: Element> Tensor<T> {
         }
     }
 
+    /// The elements' bytes, in memory order.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        let (ptr, len) = self.raw();
+        // SAFETY: the storage holds `len` initialised elements; every element type is plain
+        // data without padding (the sealed set of `Element`), so each byte is initialised.
+        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len * std::mem::size_of::<T>()) }
+    }
+
+    /// The elements' bytes, writable.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        let (ptr, len) = self.raw_mut();
+        // SAFETY: as in `bytes`; in addition every bit pattern is a valid value of every
+        // element type (integers, IEEE floats), so any bytes written leave valid elements.
+        unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len * std::mem::size_of::<T>()) }
+    }
+
     /// Mutable counterpart of [`Tensor::raw`].
     pub(crate) fn raw_mut(&mut self) -> (*mut T, usize) {
         match &mut self.storage {

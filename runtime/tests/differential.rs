@@ -16,7 +16,15 @@ use programs::{Event, Mutation, build, mutate};
 use rankwise_runtime::verify::{Match, Program, Verdict, verify};
 use rankwise_runtime::{Code, Emulation, Error, Options, PeerFailure, spawn_with};
 
+/// Events of every kind, posted sends and receives (kinds 6 and 7) included.
 fn event() -> impl Strategy<Value = Event> {
+    (0u8..8, any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+        .prop_map(|(kind, a, b, c, d)| Event { kind, a, b, c, d })
+}
+
+/// Events without posted messages: the NCCL lowering has no `isend`/`irecv` yet (an `Err`
+/// before any call, tested in `requests.rs`).
+fn blocking_event() -> impl Strategy<Value = Event> {
     (0u8..6, any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
         .prop_map(|(kind, a, b, c, d)| Event { kind, a, b, c, d })
 }
@@ -187,7 +195,7 @@ proptest! {
     fn the_nccl_lowering_computes_what_the_threads_backend_computes(
         world in 1usize..=5,
         masks in prop::collection::vec(any::<u8>(), 0..3),
-        events in prop::collection::vec(event(), 0..12),
+        events in prop::collection::vec(blocking_event(), 0..12),
         old in any::<bool>(),
         pack in any::<bool>(),
     ) {

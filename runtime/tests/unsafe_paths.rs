@@ -117,3 +117,53 @@ fn failures_and_deadlocks_end_every_rank() -> Result<()> {
     assert!(matches!(err, Error::Deadlock(_)));
     Ok(())
 }
+
+/// Posted sends and receives: the backend's own buffers read by peers after the posting call
+/// returned, a channel that holds one run while later posts wait their turn, requests dropped
+/// unwaited (drained at the return), and a rank that fails with messages posted.
+#[test]
+fn posted_messages_own_their_buffers() {
+    let out = spawn(3, |ctx| {
+        let (r, w) = (ctx.rank(), ctx.world());
+        let (next, prev) = ((r + 1) % w, (r + w - 1) % w);
+        let a = Tensor::full([5], r as u16 as f32)?;
+        let b = Tensor::full([2], 10 + r as u64)?;
+        let mut ra = Tensor::<f32>::zeros([5])?;
+        let mut rb = Tensor::<u64>::zeros([2])?;
+        let s1 = ctx.isend(&a, next)?;
+        let s2 = ctx.isend(&b, next)?; // waits for `s1` to be delivered before it is published
+        drop(ctx.isend(&a, r)?); // to itself, never waited for: drained at the return
+        let q1 = ctx.irecv(&mut ra, prev)?;
+        let mut own = Tensor::<f32>::zeros([5])?;
+        ctx.recv(&mut own, r).err(); // refused: a blocking receive from itself
+        let mut batch = ctx.batch();
+        batch.recv(&mut own, r);
+        batch.run()?;
+        ctx.recv(&mut rb, prev)?;
+        q1.wait()?;
+        s2.wait()?;
+        s1.wait()?;
+        Ok((ra.to_vec(), rb.to_vec(), own.to_vec()))
+    })
+    .unwrap();
+    for (r, (ra, rb, own)) in out.iter().enumerate() {
+        let p = (r + 2) % 3;
+        assert_eq!(ra, &vec![p as f32; 5]);
+        assert_eq!(rb, &vec![10 + p as u64; 2]);
+        assert_eq!(own, &vec![r as f32; 5]);
+    }
+    let failed = spawn_each(2, Options::default(), |ctx| {
+        let t = Tensor::full([64], 1u8)?;
+        let mut u = Tensor::<u8>::zeros([64])?;
+        if ctx.rank() == 0 {
+            let _sent = ctx.isend(&t, 1)?;
+            let _recv = ctx.irecv(&mut u, 1)?;
+            return Err(Error::Tensor("rank 0 gives up".into()));
+        }
+        ctx.recv(&mut u, 0)?;
+        ctx.send(&t, 0)?;
+        Ok(())
+    })
+    .unwrap();
+    assert!(failed[0].is_err() && failed[1].is_err(), "{failed:?}");
+}

@@ -582,3 +582,162 @@ fn spawn_refuses_a_program_the_verifier_rejects() {
         .is_err()
     );
 }
+
+/// `isend`/`irecv`: a post never blocks, its wait does, and a rank's return waits for every
+/// post still open.
+mod posts {
+    use super::*;
+
+    #[test]
+    fn both_ranks_isend_first_then_recv_is_fine() {
+        // The seeds' deadlock, fixed the torch way: post the send, then receive, then wait.
+        let p = spmd(2, |r, b| {
+            let s = b.isend(F32, &[4], 1 - r);
+            b.recv(F32, &[4], 1 - r);
+            b.wait(s);
+        });
+        let s = verify(&p).expect("posting the sends first cannot deadlock");
+        let first: Vec<Match> = s.matches(0, 0).collect();
+        assert!(
+            matches!(first[..], [Match::P2p { peer: 1, .. }]),
+            "{first:?}"
+        );
+        // The wait itself has no op to match.
+        assert_eq!(s.matches(0, 2).count(), 0);
+    }
+
+    #[test]
+    fn the_seed_chain_of_isend_and_irecv() {
+        // seed 002: 0 → 1 → 2, each hop posted, then waited.
+        let p = spmd(3, |r, b| match r {
+            0 => {
+                let s = b.isend(F32, &[2], 1);
+                b.wait(s);
+            }
+            1 => {
+                let q = b.irecv(F32, &[2], 0);
+                b.wait(q);
+                let s = b.isend(F32, &[2], 2);
+                b.wait(s);
+            }
+            _ => {
+                let q = b.irecv(F32, &[2], 1);
+                b.wait(q);
+            }
+        });
+        verify(&p).expect("a chain of posted hops is fine");
+    }
+
+    #[test]
+    fn waiting_in_the_wrong_order_is_a_deadlock_naming_the_wait() {
+        // Rank 0 waits for its receive before it sends what rank 1 needs first.
+        let p = spmd(2, |r, b| {
+            if r == 0 {
+                let q = b.irecv(F32, &[4], 1);
+                b.wait(q); // WRONG-WAIT
+                b.send(F32, &[4], 1);
+            } else {
+                b.recv(F32, &[4], 0); // RANK1-RECV
+                b.send(F32, &[4], 0);
+            }
+        });
+        let d = rejected(&p);
+        assert_eq!(d.codes(), vec![Code::RW001], "{d}");
+        let x = &d.0[0];
+        assert_eq!(x.ranks, vec![0, 1]);
+        let wait = format!("verify.rs:{}", line_of("WRONG-WAIT"));
+        assert!(x.message.contains(&wait), "{}", x.message);
+        assert!(x.message.contains("posted at"), "{}", x.message);
+    }
+
+    #[test]
+    fn two_posts_waited_in_either_order_are_fine() {
+        // MPI's pattern: post both, wait for one, make a blocking call the peer needs, wait
+        // for the other. Folding posts into the next blocking call would deadlock here.
+        let p = spmd(2, |r, b| {
+            if r == 0 {
+                let s = b.isend(F32, &[1], 1);
+                let q = b.irecv(F32, &[1], 1);
+                b.wait(s);
+                b.send(F32, &[2], 1);
+                b.wait(q);
+            } else {
+                b.recv(F32, &[1], 0);
+                b.recv(F32, &[2], 0);
+                b.send(F32, &[1], 0);
+            }
+        });
+        verify(&p).expect("the posted receive is matched while rank 0 is in its send");
+    }
+
+    #[test]
+    fn posts_match_in_order_with_blocking_calls_on_the_same_pair() {
+        // The posted send is the first message to rank 1: it meets rank 1's first receive, so
+        // their sizes must agree even though rank 0's blocking send comes later.
+        let p = spmd(2, |r, b| {
+            if r == 0 {
+                let s = b.isend(F32, &[3], 1);
+                b.send(F32, &[5], 1);
+                b.wait(s);
+            } else {
+                b.recv(F32, &[5], 0); // FIRST-RECV
+                b.recv(F32, &[3], 0);
+            }
+        });
+        let d = rejected(&p);
+        assert_eq!(d.codes(), vec![Code::RW006], "{d}");
+        let first = format!("verify.rs:{}", line_of("FIRST-RECV"));
+        assert!(d.to_string().contains(&first), "{d}");
+        assert!(d.to_string().contains("meets a send of f32[3]"), "{d}");
+    }
+
+    #[test]
+    fn an_unwaited_post_is_drained_at_return_and_can_hang() {
+        // Rank 0 never waits for its receive; its return does, and rank 1 never sends.
+        let p = spmd(2, |r, b| {
+            if r == 0 {
+                let _forgotten = b.irecv(F32, &[4], 1);
+            }
+        });
+        let d = rejected(&p);
+        assert_eq!(d.codes(), vec![Code::RW003], "{d}");
+        assert_eq!(d.0[0].ranks, vec![0]);
+        // Matched, it needs no wait.
+        let p = spmd(2, |r, b| {
+            if r == 0 {
+                let _forgotten = b.irecv(F32, &[4], 1);
+            } else {
+                b.send(F32, &[4], 0);
+            }
+        });
+        verify(&p).expect("an unwaited post that is matched is fine");
+    }
+
+    #[test]
+    fn a_post_to_self_is_matched_by_a_later_receive() {
+        let p = spmd(2, |r, b| {
+            let s = b.isend(F32, &[2], r);
+            let q = b.irecv(F32, &[2], r);
+            b.wait(q);
+            b.wait(s);
+        });
+        verify(&p).expect("a rank may post to itself");
+    }
+
+    #[test]
+    fn a_wait_on_a_cycle_of_posts_and_collectives() {
+        // Rank 1 waits for a receive before the all_reduce rank 0 must finish before sending.
+        let p = spmd(2, |r, b| {
+            if r == 0 {
+                b.all_reduce(W, F32, &[1], ReduceOp::Sum);
+                b.send(F32, &[1], 1);
+            } else {
+                let q = b.irecv(F32, &[1], 0);
+                b.wait(q);
+                b.all_reduce(W, F32, &[1], ReduceOp::Sum);
+            }
+        });
+        let d = rejected(&p);
+        assert_eq!(d.codes(), vec![Code::RW001], "{d}");
+    }
+}

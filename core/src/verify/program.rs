@@ -27,21 +27,35 @@ pub struct VOp {
     pub id: SiteId,
 }
 
-/// What a rank does next: one blocking call, or a batch posted together.
+/// What a rank does next: one blocking call, a batch posted together, or one half of a
+/// non-blocking send or receive.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
     /// A blocking call.
     Op(VOp),
     /// Calls posted together; the item completes when all of them are matched.
     Batch(Vec<VOp>),
+    /// A non-blocking send or receive (`isend`/`irecv`): posted, and the rank goes on at once.
+    /// It is matched like any send or receive, in order per peer.
+    Post(VOp),
+    /// Blocks until the [`Item::Post`] at index `post` of this rank's items is matched.
+    Wait {
+        /// Index of the post in this rank's items.
+        post: usize,
+        /// Where the wait is called.
+        site: CallSite,
+        /// The builder's id for that call site.
+        id: SiteId,
+    },
 }
 
 impl Item {
-    /// The item's ops, in program order.
+    /// The item's ops, in program order (a wait has none: its op belongs to the post).
     pub fn ops(&self) -> &[VOp] {
         match self {
-            Item::Op(op) => std::slice::from_ref(op),
+            Item::Op(op) | Item::Post(op) => std::slice::from_ref(op),
             Item::Batch(ops) => ops,
+            Item::Wait { .. } => &[],
         }
     }
 
@@ -149,14 +163,7 @@ impl RankBuilder<'_> {
         };
         let root_input =
             (kind == OpKind::Scatter && is_root).then(|| rules::concatenated(&desc, n));
-        let ids = &mut self.program.site_ids;
-        let id = match ids.iter().position(|s| *s == site) {
-            Some(i) => SiteId(i as u32),
-            None => {
-                ids.push(site);
-                SiteId(ids.len() as u32 - 1)
-            }
-        };
+        let id = self.site_id(site);
         let vop = VOp {
             desc,
             output,
@@ -170,13 +177,25 @@ impl RankBuilder<'_> {
         self
     }
 
+    /// The id of `site`: one per source location, shared by every rank.
+    fn site_id(&mut self, site: CallSite) -> SiteId {
+        let ids = &mut self.program.site_ids;
+        match ids.iter().position(|s| *s == site) {
+            Some(i) => SiteId(i as u32),
+            None => {
+                ids.push(site);
+                SiteId(ids.len() as u32 - 1)
+            }
+        }
+    }
+
     fn last(&mut self) -> Option<&mut VOp> {
         match &mut self.batch {
             Some(ops) => ops.last_mut(),
             None => match self.program.ranks[self.rank].last_mut() {
-                Some(Item::Op(op)) => Some(op),
+                Some(Item::Op(op) | Item::Post(op)) => Some(op),
                 Some(Item::Batch(ops)) => ops.last_mut(),
-                None => None,
+                Some(Item::Wait { .. }) | None => None,
             },
         }
     }
@@ -239,6 +258,45 @@ impl RankBuilder<'_> {
             shape,
             0,
         )
+    }
+
+    /// `isend` of a `dtype` tensor of `shape` to `dst`; returns the post's index for
+    /// [`RankBuilder::wait`]. Closes an open batch first (a post is never part of one).
+    #[track_caller]
+    pub fn isend(&mut self, dtype: DType, shape: &[usize], dst: usize) -> usize {
+        self.end_batch();
+        self.send(dtype, shape, dst);
+        self.make_last_a_post()
+    }
+
+    /// `irecv` into a `dtype` tensor of `shape` from `src`; returns the post's index for
+    /// [`RankBuilder::wait`].
+    #[track_caller]
+    pub fn irecv(&mut self, dtype: DType, shape: &[usize], src: usize) -> usize {
+        self.end_batch();
+        self.recv(dtype, shape, src);
+        self.make_last_a_post()
+    }
+
+    /// Turns the blocking call just pushed into a post; its index.
+    fn make_last_a_post(&mut self) -> usize {
+        let items = &mut self.program.ranks[self.rank];
+        let at = items.len() - 1;
+        if let Item::Op(op) = &items[at] {
+            items[at] = Item::Post(op.clone());
+        }
+        at
+    }
+
+    /// `wait` on the post at index `post` (as returned by [`RankBuilder::isend`] or
+    /// [`RankBuilder::irecv`]).
+    #[track_caller]
+    pub fn wait(&mut self, post: usize) -> &mut Self {
+        self.end_batch();
+        let site = CallSite::caller();
+        let id = self.site_id(site);
+        self.program.ranks[self.rank].push(Item::Wait { post, site, id });
+        self
     }
 
     /// `broadcast` on group `g`.

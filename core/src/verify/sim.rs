@@ -45,9 +45,13 @@ enum RankState {
 
 struct RankSim {
     pc: usize,
-    /// Unmatched ops of the current item.
+    /// Unmatched ops of the current item (at the end: unmatched posts being drained).
     pending: usize,
     state: RankState,
+    /// Item indices of this rank's posts (`isend`/`irecv`) that are matched.
+    matched_posts: Vec<usize>,
+    /// The post the current `wait` blocks on.
+    waiting_on: Option<usize>,
 }
 
 #[derive(Default)]
@@ -104,6 +108,8 @@ impl<'p> Sim<'p> {
                     pc: 0,
                     pending: 0,
                     state: RankState::Active,
+                    matched_posts: Vec::new(),
+                    waiting_on: None,
                 })
                 .collect(),
             chans: Vec::new(),
@@ -151,27 +157,62 @@ impl<'p> Sim<'p> {
         self.explain_blocked();
     }
 
+    /// This rank's posts that are not matched yet, by item index.
+    fn unmatched_posts(&self, r: usize) -> Vec<usize> {
+        let items = &self.p.ranks[r];
+        (0..items.len())
+            .filter(|&i| matches!(items[i], Item::Post(_)))
+            .filter(|i| !self.ranks[r].matched_posts.contains(i))
+            .collect()
+    }
+
     /// Posts rank `r`'s current item (finishing the rank if it has none left).
     fn post(&mut self, r: usize) {
         let items = &self.p.ranks[r];
         let pc = self.ranks[r].pc;
         let Some(item) = items.get(pc) else {
+            // A rank that returns with requests still posted waits for them first (the runtime
+            // drains them), so an unmatched one blocks it like a wait would.
+            if pc == items.len() {
+                let open = self.unmatched_posts(r).len();
+                if open > 0 {
+                    self.ranks[r].pending = open;
+                    return;
+                }
+            }
             self.ranks[r].state = RankState::Finished;
             return;
         };
+        if let Item::Wait { post, .. } = *item {
+            // A wait on anything but an earlier post returns at once (as at run time, where
+            // only a posted request can be waited for).
+            let posted = post < pc && matches!(items.get(post), Some(Item::Post(_)));
+            if posted && !self.ranks[r].matched_posts.contains(&post) {
+                self.ranks[r].waiting_on = Some(post);
+            } else {
+                self.work.push(r);
+            }
+            return;
+        }
         let ops = item.ops();
+        // Posts may send to or receive from the rank itself, as batched calls may: the rank
+        // goes on, so a matching call can follow.
+        let unblocking = item.is_batch() || matches!(item, Item::Post(_));
         // Check every op of the item before posting any: a rank whose call is invalid returns
         // an error at that call and never posts it.
         for op in ops {
-            if let Some(f) = self.misuse(r, op, item.is_batch()) {
+            if let Some(f) = self.misuse(r, op, unblocking) {
                 self.findings.push(f);
                 self.ranks[r].state = RankState::Stopped;
                 return;
             }
         }
-        self.ranks[r].pending = ops.len();
-        if ops.is_empty() {
+        let is_post = matches!(item, Item::Post(_));
+        self.ranks[r].pending = if is_post { 0 } else { ops.len() };
+        if ops.is_empty() || is_post {
             self.work.push(r);
+        }
+        if ops.is_empty() {
             return;
         }
         for (i, op) in ops.iter().enumerate() {
@@ -246,10 +287,25 @@ impl<'p> Sim<'p> {
     }
 
     fn complete(&mut self, r: OpRef) {
-        let rs = &mut self.ranks[r.rank as usize];
+        let rank = r.rank as usize;
+        let item = r.item as usize;
+        let is_post = matches!(self.p.ranks[rank][item], Item::Post(_));
+        let rs = &mut self.ranks[rank];
+        if is_post {
+            rs.matched_posts.push(item);
+            if rs.waiting_on == Some(item) {
+                rs.waiting_on = None;
+                self.work.push(rank);
+                return;
+            }
+            // Draining at the end: the rank finishes once its last post is matched.
+            if rs.pc < self.p.ranks[rank].len() || rs.pending == 0 {
+                return;
+            }
+        }
         rs.pending -= 1;
         if rs.pending == 0 {
-            self.work.push(r.rank as usize);
+            self.work.push(rank);
         }
     }
 
@@ -473,13 +529,8 @@ impl<'p> Sim<'p> {
             if self.ranks[r].state != RankState::Active {
                 continue;
             }
-            let pc = self.ranks[r].pc;
-            for (i, op) in self.p.ranks[r][pc].ops().iter().enumerate() {
-                let at = OpRef {
-                    rank: r as u32,
-                    item: pc as u32,
-                    op: i as u32,
-                };
+            for at in self.blocked_in(r) {
+                let op = self.op(at);
                 if self.schedule.get(at).is_some() {
                     continue;
                 }
@@ -518,6 +569,28 @@ impl<'p> Sim<'p> {
         }
     }
 
+    /// The ops an active rank is blocked in: its current item's, the post its `wait` waits
+    /// for, or (at its end) every post not matched yet.
+    fn blocked_in(&self, r: usize) -> Vec<OpRef> {
+        let pc = self.ranks[r].pc;
+        let post = |item: usize| OpRef {
+            rank: r as u32,
+            item: item as u32,
+            op: 0,
+        };
+        match self.p.ranks[r].get(pc) {
+            None => self.unmatched_posts(r).into_iter().map(post).collect(),
+            Some(Item::Wait { .. }) => self.ranks[r].waiting_on.into_iter().map(post).collect(),
+            Some(item) => (0..item.ops().len())
+                .map(|i| OpRef {
+                    rank: r as u32,
+                    item: pc as u32,
+                    op: i as u32,
+                })
+                .collect(),
+        }
+    }
+
     /// The ranks an unmatched op waits for, or `None` if the wait is a consequence of an
     /// earlier, reported problem (a communicator whose members already disagreed).
     fn awaited(&self, op: &VOp) -> Option<Vec<usize>> {
@@ -552,8 +625,15 @@ impl<'p> Sim<'p> {
             } else {
                 "which waits".to_string()
             };
+            // A posted op is waited for elsewhere: at a `wait`, or when the rank returns.
+            let how = match self.p.ranks[r].get(self.ranks[r].pc) {
+                _ if !matches!(self.p.ranks[r][at.item as usize], Item::Post(_)) => "in",
+                Some(Item::Wait { site, .. }) => &format!("at {site} for the"),
+                _ => "on return for the",
+            };
+            let posted = if how == "in" { "" } else { " posted" };
             parts.push(format!(
-                "{lead} in {} at {} for rank {next}",
+                "{lead} {how} {}{posted} at {} for rank {next}",
                 op.desc.summary(),
                 op.desc.site
             ));

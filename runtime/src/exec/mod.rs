@@ -4,7 +4,7 @@
 //! [`OpDesc`] plus raw buffers), and hands batches of ops to its backend.
 //! Backends move the bytes; they never see `Tensor` or user types.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::{GroupId, OpDesc, WorldId};
 
 pub(crate) mod copy;
@@ -93,6 +93,59 @@ pub(crate) unsafe trait Backend: Send {
 
     /// Runs a batch of validated ops (a single call is a batch of one) and returns when all of
     /// them have completed on this rank. Ops on different communicators or peers may complete in
-    /// any order; ops on one communicator or one peer pair run in the order given.
+    /// any order; ops on one communicator or one peer pair run in the order given. Posted ops
+    /// (see [`Backend::post`]) progress meanwhile, and come first on their peer pair.
     fn execute(&mut self, ops: &mut [Op]) -> Result<()>;
+
+    /// Posts a validated send or receive (`isend`/`irecv`) on a buffer the backend owns from
+    /// now on, and returns at once. The op is matched in order with this rank's other messages
+    /// to or from the same peer, and progresses during every later `execute`, `wait` and
+    /// `drain` of this rank. Backends without non-blocking messages keep the default: an `Err`
+    /// before anything is posted.
+    fn post(&mut self, op: PostedOp) -> Result<Ticket> {
+        Err(Error::Backend {
+            backend: self.name(),
+            detail: format!(
+                "{}: non-blocking {} is not available on this backend yet; use a blocking call \
+                 or a `ctx.batch()`",
+                op.desc.site,
+                if op.desc.kind == crate::model::OpKind::Send {
+                    "isend"
+                } else {
+                    "irecv"
+                },
+            ),
+        })
+    }
+
+    /// Blocks until the posted op `ticket` has completed and hands its buffer back (for a
+    /// receive: the data received). `site` is the `wait()` call, for reports.
+    fn wait(&mut self, ticket: Ticket, site: crate::model::CallSite) -> Result<Vec<u8>> {
+        let _ = site;
+        Err(Error::Internal(format!(
+            "{}: wait on request {} that this backend never posted",
+            self.name(),
+            ticket.0
+        )))
+    }
+
+    /// Blocks until every posted op has completed (a rank program's return), discarding their
+    /// buffers.
+    fn drain(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
+
+/// A send or receive for [`Backend::post`], with the buffer it owns: for a send, a copy of the
+/// data; for a receive, room for it (`desc`'s element count and dtype size it).
+#[derive(Debug)]
+pub(crate) struct PostedOp {
+    /// The call as data (kind `Send` or `Recv`, with its peer).
+    pub desc: OpDesc,
+    /// The bytes sent, or the room for the bytes received.
+    pub data: Vec<u8>,
+}
+
+/// Names a posted op for [`Backend::wait`]: unique per rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ticket(pub u64);

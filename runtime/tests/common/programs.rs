@@ -138,6 +138,38 @@ pub fn build(world: usize, group_masks: &[u8], events: &[Event]) -> Program {
                     }
                 }
             }
+            6 if w >= 2 => {
+                // Posted ring exchange: everyone posts a send `shift` ahead and a receive from
+                // `shift` behind, then waits in one of three orders (or leaves both to its
+                // return).
+                let shift = 1 + e.a as usize % (w - 1);
+                let dtype = DType::ALL[e.c as usize % 10];
+                for r in 0..w {
+                    let mut b = p.rank(r);
+                    let s = b.isend(dtype, &[2], (r + shift) % w);
+                    let q = b.irecv(dtype, &[2], (r + w - shift) % w);
+                    match e.b % 3 {
+                        0 => _ = b.wait(s).wait(q),
+                        1 => _ = b.wait(q).wait(s),
+                        _ => {}
+                    }
+                }
+            }
+            7 if w >= 2 => {
+                // MPI's pattern between two ranks: post both, wait for one, make a blocking
+                // call the peer needs, wait for the other.
+                let x = e.a as usize % w;
+                let y = (x + 1 + e.b as usize % (w - 1)) % w;
+                let mut b = p.rank(x);
+                let s = b.isend(DType::U8, &[1], y);
+                let q = b.irecv(DType::U8, &[1], y);
+                b.wait(s).send(DType::U8, &[2], y).wait(q);
+                drop(b);
+                p.rank(y)
+                    .recv(DType::U8, &[1], x)
+                    .recv(DType::U8, &[2], x)
+                    .send(DType::U8, &[1], x);
+            }
             _ => {
                 for r in 0..w {
                     p.rank(r).barrier(GroupId::WORLD);
@@ -172,8 +204,9 @@ pub fn mutate(p: &mut Program, m: &Mutation) {
                 return;
             }
             let op = match &mut items[i] {
-                Item::Op(op) => op,
+                Item::Op(op) | Item::Post(op) => op,
                 Item::Batch(ops) => &mut ops[0],
+                Item::Wait { .. } => return,
             };
             match k {
                 2 => op.desc.peer = op.desc.peer.map(|r| (r + 1) % w),

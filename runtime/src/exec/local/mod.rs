@@ -19,6 +19,14 @@
 //!    access: a peer reads a posted op only while the step it belongs to is unfinished, and the
 //!    poster cannot finish it without that peer.
 //!
+//! **Posted messages** (`isend`/`irecv`, [`Backend::post`]) are runs of one op that outlive the
+//! call that made them: the backend owns their op and buffer, numbers them in order with the
+//! rank's other messages on the pair, and progresses them in every pass of every later call
+//! until `wait` hands the buffer back. Since a posted send may still be unread when the rank
+//! sends again to the same peer, a channel holds one published run at a time: a send run is
+//! published once every earlier message on its channel is copied, and receives copy strictly in
+//! message order.
+//!
 //! Waiting spins, then yields, then parks (see `world`); a rank that publishes progress wakes
 //! only the ranks that could need it. Every live rank asleep is a deadlock, reported with each
 //! rank's call site. Disagreeing descriptions, size mismatches, failed or exited peers and
@@ -35,8 +43,8 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use crate::error::{CollectiveMismatch, Error, P2pMismatch, PeerFailure, RankWait, Result};
-use crate::exec::{Backend, Op};
-use crate::model::GroupId;
+use crate::exec::{Backend, Buf, Op, PostedOp, Ticket};
+use crate::model::{CallSite, GroupId};
 use crate::plan::Target;
 
 use kernels::{Step, copy_rows};
@@ -62,6 +70,56 @@ pub(crate) struct LocalBackend {
     /// Messages posted to each peer, and received from each peer.
     sent: Vec<u64>,
     received: Vec<u64>,
+    /// Posted sends and receives not yet waited for, in posting order.
+    posted: Vec<PostedReq>,
+    next_ticket: u64,
+}
+
+/// A posted send or receive, owned here until `wait` or `drain` takes it back.
+struct PostedReq {
+    ticket: Ticket,
+    /// Boxed: peers read a posted send through a pointer to it.
+    op: Box<Op>,
+    /// The buffer `op` points into (moving the `Vec` moves no bytes).
+    data: Vec<u8>,
+    run: TargetRun,
+}
+
+/// What a drive waits for; every posted op progresses in any case.
+#[derive(Clone, Copy, PartialEq)]
+enum Until {
+    /// The batch's runs.
+    Runs,
+    /// The posted op at this index, waited for at this call site.
+    Posted(usize, CallSite),
+    /// Every posted op.
+    AllPosted,
+}
+
+/// The op a [`Waiting`] names: indices past the batch's ops are posted ops, in order.
+fn op_at<'a>(ops: &'a [Op], posted: &'a [PostedReq], i: usize) -> &'a Op {
+    match i.checked_sub(ops.len()) {
+        Some(j) => &posted[j].op,
+        None => &ops[i],
+    }
+}
+
+/// Where the rank is blocked and in what, for reports: a posted op is waited for at its
+/// `wait()`, or by the rank's return.
+fn blocked_call(ops: &[Op], posted: &[PostedReq], i: usize, until: Until) -> (CallSite, String) {
+    let op = op_at(ops, posted, i);
+    let what = op.desc.summary();
+    match until {
+        _ if i < ops.len() => (op.desc.site, what),
+        Until::Posted(_, wait) => (
+            wait,
+            format!("wait() for {what} posted at {}", op.desc.site),
+        ),
+        _ => (
+            op.desc.site,
+            format!("the rank's return, which waits for {what} posted here"),
+        ),
+    }
 }
 
 /// A maximal run of a batch's ops with one target, and this rank's progress through it.
@@ -77,6 +135,9 @@ struct TargetRun {
     /// Member index of this rank (collectives).
     me: usize,
     group: Option<Arc<GroupState>>,
+    /// Visible to peers (a send run waits until its channel has delivered every earlier
+    /// message; other runs count as published from the start).
+    published: bool,
     complete: bool,
 }
 
@@ -108,6 +169,8 @@ impl LocalBackend {
             steps: Vec::new(),
             sent: vec![0; world],
             received: vec![0; world],
+            posted: Vec::new(),
+            next_ticket: 0,
         }
     }
 
@@ -164,14 +227,17 @@ impl LocalBackend {
                 next: base,
                 me,
                 group,
+                published: !matches!(t, Target::Send(_)),
                 complete: false,
             });
         }
         Ok(runs)
     }
 
-    /// Makes the runs visible to peers, who may read `ops` and their buffers from here on.
-    fn publish(&self, ops: &[Op], runs: &[TargetRun]) {
+    /// Makes the runs visible to peers, who may read `ops` and their buffers from here on; a
+    /// send run whose channel still holds an earlier, undelivered run stays unpublished (see
+    /// [`LocalBackend::try_publish_send`]).
+    fn publish(&self, ops: &[Op], runs: &mut [TargetRun]) {
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
         for run in runs {
             // Peers only ever read through this pointer.
@@ -189,11 +255,9 @@ impl LocalBackend {
                     woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
                 }
                 Target::Send(dst) => {
-                    let chan = self.shared.chan(self.rank, dst);
-                    chan.base.store(run.base, Ordering::Relaxed);
-                    chan.entries.store(entries, Ordering::Relaxed);
-                    chan.posted.store(run.end(), Ordering::Release);
-                    woken.push(dst);
+                    if self.try_publish_send(run, entries, dst) {
+                        woken.push(dst);
+                    }
                 }
                 Target::Recv(_) => {}
             }
@@ -202,8 +266,32 @@ impl LocalBackend {
         self.shared.wake(woken);
     }
 
-    /// One pass over every unfinished run: do whatever work is possible.
-    fn pass(&self, runs: &mut [TargetRun], ops: &[Op]) -> Result<Pass> {
+    /// Publishes a send run on its channel if every earlier message there is delivered (the
+    /// channel holds one run at a time; the receiver copies in order, so `copied` reaching the
+    /// run's base means the previous run is finished with). Whether it is published now.
+    fn try_publish_send(&self, run: &mut TargetRun, entries: *mut Op, dst: usize) -> bool {
+        if run.published {
+            return false;
+        }
+        let chan = self.shared.chan(self.rank, dst);
+        if chan.copied.0.load(Ordering::Acquire) < run.base {
+            return false;
+        }
+        chan.base.store(run.base, Ordering::Relaxed);
+        chan.entries.store(entries, Ordering::Relaxed);
+        chan.posted.store(run.end(), Ordering::Release);
+        run.published = true;
+        true
+    }
+
+    /// One pass over every unfinished run, posted ones first: do whatever work is possible.
+    fn pass(
+        &self,
+        runs: &mut [TargetRun],
+        ops: &[Op],
+        posted: &mut [PostedReq],
+        until: Until,
+    ) -> Result<Pass> {
         let Some(_busy) = self.shared.enter(self.rank) else {
             let site = runs
                 .iter()
@@ -212,47 +300,90 @@ impl LocalBackend {
             return Err(self.shared.abort_error(self.rank, site));
         };
         fail_point!("pass");
-        self.pass_inner(runs, ops)
+        self.pass_inner(runs, ops, posted, until)
     }
 
-    fn pass_inner(&self, runs: &mut [TargetRun], ops: &[Op]) -> Result<Pass> {
+    fn pass_inner(
+        &self,
+        runs: &mut [TargetRun],
+        ops: &[Op],
+        posted: &mut [PostedReq],
+        until: Until,
+    ) -> Result<Pass> {
         let mut pass = Pass::default();
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
-        for run in runs.iter_mut().filter(|r| !r.complete) {
-            let waiting = match run.target {
-                Target::Coll(_) => self.progress_coll(run, ops, &mut pass, &mut woken)?,
-                Target::Send(dst) => {
-                    let copied = self
-                        .shared
-                        .chan(self.rank, dst)
-                        .copied
-                        .0
-                        .load(Ordering::Acquire);
-                    if copied >= run.end() {
-                        run.complete = true;
-                        None
-                    } else {
-                        Some((
-                            run.start + (copied.max(run.base) - run.base) as usize,
-                            SmallVec::from_slice(&[dst]),
-                        ))
-                    }
-                }
-                Target::Recv(src) => self.progress_recv(run, src, ops, &mut pass, &mut woken)?,
+        // Posted ops hold the earlier messages of their pairs, so they go first.
+        for (i, req) in posted.iter_mut().enumerate() {
+            if req.run.complete {
+                continue;
+            }
+            let one = std::slice::from_ref(&*req.op);
+            let waiting = self.progress_run(&mut req.run, one, &mut pass, &mut woken)?;
+            let awaited = match until {
+                Until::AllPosted => true,
+                Until::Posted(j, _) => j == i,
+                Until::Runs => false,
             };
-            // A run that completed in this pass is progress too: the caller's exited-peer check
-            // relies on "no progress" meaning "nothing changed since the last pass", and a send
-            // whose receiver copied it and returned completes without moving any data here.
-            pass.progressed |= run.complete;
+            if awaited && pass.blocked.is_none() {
+                pass.blocked = waiting.map(|(_, ranks)| (ops.len() + i, ranks));
+            }
+        }
+        for run in runs.iter_mut().filter(|r| !r.complete) {
+            let waiting = self.progress_run(run, ops, &mut pass, &mut woken)?;
             if pass.blocked.is_none() {
                 pass.blocked = waiting;
             }
         }
-        pass.complete = runs.iter().all(|r| r.complete);
+        pass.complete = match until {
+            Until::Runs => runs.iter().all(|r| r.complete),
+            Until::Posted(i, _) => posted[i].run.complete,
+            Until::AllPosted => posted.iter().all(|p| p.run.complete),
+        };
         if !woken.is_empty() {
             self.shared.wake(woken);
         }
         Ok(pass)
+    }
+
+    /// Progresses one unfinished run; whom it still waits for, if anyone.
+    fn progress_run(
+        &self,
+        run: &mut TargetRun,
+        ops: &[Op],
+        pass: &mut Pass,
+        woken: &mut SmallVec<[usize; 8]>,
+    ) -> Result<Option<Waiting>> {
+        let waiting = match run.target {
+            Target::Coll(_) => self.progress_coll(run, ops, pass, woken)?,
+            Target::Send(dst) => {
+                let entries = ops[run.start..].as_ptr().cast_mut();
+                if self.try_publish_send(run, entries, dst) {
+                    woken.push(dst);
+                    pass.progressed = true;
+                }
+                let copied = self
+                    .shared
+                    .chan(self.rank, dst)
+                    .copied
+                    .0
+                    .load(Ordering::Acquire);
+                if copied >= run.end() {
+                    run.complete = true;
+                    None
+                } else {
+                    Some((
+                        run.start + (copied.max(run.base) - run.base) as usize,
+                        SmallVec::from_slice(&[dst]),
+                    ))
+                }
+            }
+            Target::Recv(src) => self.progress_recv(run, src, ops, pass, woken)?,
+        };
+        // A run that completed in this pass is progress too: the caller's exited-peer check
+        // relies on "no progress" meaning "nothing changed since the last pass", and a send
+        // whose receiver copied it and returned completes without moving any data here.
+        pass.progressed |= run.complete;
+        Ok(waiting)
     }
 
     fn progress_coll(
@@ -416,7 +547,11 @@ impl LocalBackend {
         while run.next < run.end() {
             let k = run.next;
             let idx = run.start + (k - run.base) as usize;
-            if chan.posted.load(Ordering::Acquire) <= k {
+            // Messages are copied in order: an earlier one (a posted receive not progressed
+            // yet, or not sent yet) goes first. Only this rank writes `copied`.
+            if chan.posted.load(Ordering::Acquire) <= k
+                || chan.copied.0.load(Ordering::Relaxed) != k
+            {
                 return Ok(Some((idx, SmallVec::from_slice(&[src]))));
             }
             let base = chan.base.load(Ordering::Relaxed);
@@ -458,8 +593,15 @@ impl LocalBackend {
         Ok(None)
     }
 
-    /// Drives the posted runs to completion, spinning, yielding and finally parking.
-    fn wait(&self, runs: &mut [TargetRun], ops: &[Op]) -> Result<()> {
+    /// Drives the runs (and the posted ops) until `until` is complete, spinning, yielding and
+    /// finally parking.
+    fn drive(
+        &self,
+        runs: &mut [TargetRun],
+        ops: &[Op],
+        posted: &mut [PostedReq],
+        until: Until,
+    ) -> Result<()> {
         let started = Instant::now();
         // A timeout too long to represent as an instant (`Duration::MAX`) is no timeout.
         let deadline = self.shared.timeout.and_then(|t| started.checked_add(t));
@@ -482,7 +624,7 @@ impl LocalBackend {
                     .map(|r| ops[r.start].desc.site);
                 return Err(self.shared.abort_error(self.rank, site));
             }
-            let pass = self.pass(runs, ops)?;
+            let pass = self.pass(runs, ops, posted, until)?;
             if pass.complete || pass.progressed {
                 if announced {
                     self.shared.withdraw(self.rank);
@@ -502,7 +644,7 @@ impl LocalBackend {
                 // Re-check once: its last posts and copies happened before it marked itself
                 // exited. If this pass changes nothing (no data moved, no run completed), what
                 // we wait for from it is still missing and never will come.
-                let again = self.pass(runs, ops)?;
+                let again = self.pass(runs, ops, posted, until)?;
                 if !(again.progressed || again.complete) {
                     if announced {
                         self.shared.withdraw(self.rank);
@@ -511,7 +653,7 @@ impl LocalBackend {
                         rank: self.rank,
                         peer: gone,
                         reason: PeerFailure::Exited,
-                        site: Some(ops[op_idx].desc.site),
+                        site: Some(blocked_call(ops, posted, op_idx, until).0),
                     });
                 }
                 continue;
@@ -519,7 +661,8 @@ impl LocalBackend {
             if let Some(d) = deadline
                 && Instant::now() >= d
             {
-                return Err(self.timed_out(&ops[op_idx], waiting_for.to_vec(), started, announced));
+                let call = blocked_call(ops, posted, op_idx, until);
+                return Err(self.timed_out(call, waiting_for.to_vec(), started, announced));
             }
             idle = idle.saturating_add(1);
             if idle < spins {
@@ -532,11 +675,11 @@ impl LocalBackend {
                 continue;
             }
             if !announced {
-                let desc = &ops[op_idx].desc;
+                let (site, what) = blocked_call(ops, posted, op_idx, until);
                 let wait = RankWait {
                     rank: self.rank,
-                    site: desc.site,
-                    what: desc.summary(),
+                    site,
+                    what,
                     waiting_for: waiting_for.to_vec(),
                 };
                 self.shared.announce(self.rank, wait);
@@ -546,7 +689,8 @@ impl LocalBackend {
             }
             announced = false;
             if self.shared.sleep(self.rank, deadline).is_err() {
-                return Err(self.timed_out(&ops[op_idx], waiting_for.to_vec(), started, false));
+                let call = blocked_call(ops, posted, op_idx, until);
+                return Err(self.timed_out(call, waiting_for.to_vec(), started, false));
             }
             idle = 0;
             idle_since = None;
@@ -555,7 +699,7 @@ impl LocalBackend {
 
     fn timed_out(
         &self,
-        op: &Op,
+        (site, what): (CallSite, String),
         waiting_for: Vec<usize>,
         started: Instant,
         announced: bool,
@@ -565,8 +709,8 @@ impl LocalBackend {
         }
         let err = Error::Timeout {
             rank: self.rank,
-            site: op.desc.site,
-            what: op.desc.summary(),
+            site,
+            what,
             waiting_for,
             after: started.elapsed(),
         };
@@ -578,7 +722,7 @@ impl LocalBackend {
     }
 }
 
-/// Stops the world and waits out peers' accesses when dropped; see `execute`.
+/// Stops the world and waits out peers' accesses when dropped; see `LocalBackend::guarded`.
 struct Posted<'a> {
     shared: &'a WorldState,
     rank: usize,
@@ -621,24 +765,123 @@ unsafe impl Backend for LocalBackend {
         }
         let plan = crate::plan::plan(ops);
         let numbered = self.number(&plan);
-        // From the first publication on, peers may read our ops and buffers until the batch
-        // completes. If we leave early — an error, or a panic unwinding through here — the
-        // world must stop and every access under way must end before the buffers are freed.
-        // The guard does that on every path out but success.
+        let mut reqs = std::mem::take(&mut self.posted);
+        let result = self.guarded(|me| {
+            let mut runs = numbered?;
+            me.publish(ops, &mut runs);
+            me.drive(&mut runs, ops, &mut reqs, Until::Runs)
+        });
+        self.posted = reqs;
+        result
+    }
+
+    fn post(&mut self, posted: PostedOp) -> Result<Ticket> {
+        if self.shared.is_aborted() {
+            return Err(self.shared.abort_error(self.rank, Some(posted.desc.site)));
+        }
+        let PostedOp { desc, mut data } = posted;
+        let buf = Buf {
+            ptr: data.as_mut_ptr(),
+            len: desc.numel(),
+        };
+        let send = desc.kind == crate::model::OpKind::Send;
+        let op = Box::new(Op {
+            desc,
+            input: if send { buf } else { Buf::NONE },
+            output: if send { Buf::NONE } else { buf },
+        });
+        let plan = [(crate::plan::target(&op), 0..1)];
+        let run = self
+            .number(&plan)?
+            .pop()
+            .ok_or_else(|| Error::Internal("a post without a run".into()))?;
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        let mut reqs = std::mem::take(&mut self.posted);
+        reqs.push(PostedReq {
+            ticket,
+            op,
+            data,
+            run,
+        });
+        // Owned by `reqs` before peers can see it, so a panic while publishing quiesces them
+        // (the guard) before the buffer is freed.
+        let result = self.guarded(|me| {
+            if let Some(req) = reqs.last_mut() {
+                me.publish(
+                    std::slice::from_ref(&*req.op),
+                    std::slice::from_mut(&mut req.run),
+                );
+            }
+            Ok(())
+        });
+        self.posted = reqs;
+        result.map(|()| ticket)
+    }
+
+    fn wait(&mut self, ticket: Ticket, site: CallSite) -> Result<Vec<u8>> {
+        let Some(i) = self.posted.iter().position(|p| p.ticket == ticket) else {
+            return Err(Error::Internal(format!(
+                "wait on request {} that this rank never posted or already waited for",
+                ticket.0
+            )));
+        };
+        let mut reqs = std::mem::take(&mut self.posted);
+        let result = self.guarded(|me| me.drive(&mut [], &[], &mut reqs, Until::Posted(i, site)));
+        // Complete: a send's receiver has copied it, a receive has copied into `data`; nobody
+        // reads this buffer any more.
+        let done = result.map(|()| reqs.remove(i).data);
+        self.posted = reqs;
+        done
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        if self.posted.is_empty() {
+            return Ok(());
+        }
+        let mut reqs = std::mem::take(&mut self.posted);
+        let result = self.guarded(|me| me.drive(&mut [], &[], &mut reqs, Until::AllPosted));
+        if result.is_ok() {
+            reqs.clear();
+        }
+        self.posted = reqs;
+        result
+    }
+}
+
+impl LocalBackend {
+    /// Runs `f`, which may publish buffers peers then read. If it leaves early — an error, or
+    /// a panic unwinding through here — the world must stop and every access under way must
+    /// end before the buffers are freed; the guard does that on every path out but success.
+    fn guarded(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<()> {
         let mut posted = Posted {
             shared: &self.shared,
             rank: self.rank,
             reason: None,
         };
-        let result = numbered.and_then(|mut runs| {
-            self.publish(ops, &runs);
-            self.wait(&mut runs, ops)
-        });
+        let result = f(self);
         match &result {
             Ok(()) => std::mem::forget(posted),
             Err(e) => posted.reason = Some(Abort::for_error(self.rank, e)),
         }
         result
+    }
+}
+
+impl Drop for LocalBackend {
+    /// Posted ops still in flight (a rank that failed, or whose program was dropped without
+    /// draining) are readable by peers: stop the world and wait out their accesses before the
+    /// buffers go.
+    fn drop(&mut self) {
+        if self.posted.iter().any(|p| !p.run.complete) {
+            self.shared.abort(Abort::Failed {
+                peer: self.rank,
+                reason: PeerFailure::Errored(
+                    "returned with posted sends or receives still pending".into(),
+                ),
+            });
+            self.shared.quiesce(self.rank);
+        }
     }
 }
 

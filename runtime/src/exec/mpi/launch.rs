@@ -77,7 +77,7 @@ where
     if trace.is_some() {
         ctx.start_trace(std::time::Instant::now());
     }
-    let outcome = catch_unwind(AssertUnwindSafe(|| f(&mut ctx)));
+    let outcome = catch_unwind(AssertUnwindSafe(|| ctx.run(f)));
     // Written on every outcome: the trace of a failing run is the one worth reading.
     if let Err(e) = crate::trace::write_process(&mut ctx, trace.as_deref(), rank) {
         abort_job(rank, &e);

@@ -968,7 +968,7 @@ where
     if trace.is_some() {
         ctx.start_trace(std::time::Instant::now());
     }
-    let value = f(&mut ctx);
+    let value = ctx.run(f);
     crate::trace::write_process(&mut ctx, trace.as_deref(), rank)?;
     Ok((rank, world, value?))
 }
