@@ -56,7 +56,7 @@ pub use rankwise_macros::program;
 
 /// The names most rank programs need.
 pub mod prelude {
-    pub use rankwise_runtime::{Ctx, Element, Group, ReduceOp, Result, Tensor};
+    pub use rankwise_runtime::{Ctx, Element, Group, ReduceOp, Request, Result, Tensor};
     #[cfg(feature = "local")]
     pub use rankwise_runtime::{Options, spawn, spawn_with};
 }

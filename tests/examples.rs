@@ -64,6 +64,7 @@ seeds!(
     seed002_init_process_group = "../examples/seed002_init_process_group.rs",
     seed002_new_group = "../examples/seed002_new_group.rs",
     seed002_send_recv = "../examples/seed002_send_recv.rs",
+    seed002_isend_irecv = "../examples/seed002_isend_irecv.rs",
     seed002_send_recv_pair = "../examples/seed002_send_recv_pair.rs",
     seed002_all_reduce_all_gather = "../examples/seed002_all_reduce_all_gather.rs",
     seed002_softmax_l2 = "../examples/seed002_softmax_l2.rs",
@@ -185,6 +186,15 @@ fn seed002_ports_compute_what_the_arithmetic_says() {
         ),
         // Three ranks: [100, 200], doubled on the way.
         (seed002_send_recv::run(), "Rank 2 收到数据: [200. 400.]"),
+        // The same chain, posted and waited for.
+        (
+            seed002_isend_irecv::run(),
+            "Rank 1 接收完成，数据为: [100. 200.]",
+        ),
+        (
+            seed002_isend_irecv::run(),
+            "Rank 2 接收完成，最终数据为: [200. 400.]",
+        ),
         // [10r, 10r + 1] over r = 0..4.
         (
             seed002_all_reduce_all_gather::run(),

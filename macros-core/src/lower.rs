@@ -3,7 +3,7 @@
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use rankwise_core::verify::Program;
+use rankwise_core::verify::{Item, Program};
 
 use crate::eval::{Borrow, Site, location};
 
@@ -93,7 +93,11 @@ impl WorldSchedule {
             .map(|items| {
                 items
                     .iter()
-                    .flat_map(|i| i.ops().iter().map(|o| o.id.0))
+                    .flat_map(|i| match i {
+                        // A wait is a call the guard follows too (it blocks like one).
+                        Item::Wait { id, .. } => vec![id.0],
+                        _ => i.ops().iter().map(|o| o.id.0).collect(),
+                    })
                     .collect()
             })
             .collect();

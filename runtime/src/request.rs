@@ -72,7 +72,9 @@ impl<'t> Request<'t> {
     /// deadlock naming every rank's call, a failed peer, a mismatched pair).
     #[track_caller]
     pub fn wait(self) -> Result<()> {
-        let data = engine(&self.backend)?.wait(self.ticket, CallSite::caller())?;
+        let site = CallSite::caller();
+        crate::guard::Guard::check(site)?;
+        let data = engine(&self.backend)?.wait(self.ticket, site)?;
         if let Some(into) = self.into {
             if into.len() != data.len() {
                 return Err(Error::Internal(format!(

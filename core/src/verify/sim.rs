@@ -614,6 +614,14 @@ impl<'p> Sim<'p> {
         }
     }
 
+    /// Where a blocked rank of a cycle waits: its `wait`, or else the call it is blocked in.
+    fn blocked_site(&self, (r, at): (usize, OpRef)) -> SiteRef {
+        match self.p.ranks[r].get(self.ranks[r].pc) {
+            Some(&Item::Wait { site, id, .. }) => SiteRef { id, site },
+            _ => site(self.op(at)),
+        }
+    }
+
     fn deadlock(&self, cycle: &[(usize, OpRef)]) -> Finding {
         let mut parts = Vec::new();
         const SHOWN: usize = 6;
@@ -642,11 +650,11 @@ impl<'p> Sim<'p> {
         if cycle.len() > SHOWN {
             message.push_str(&format!(", … ({} ranks in the cycle)", cycle.len()));
         }
-        let first = self.op(cycle[0].1);
+        let primary = self.blocked_site(cycle[0]);
         let mut secondary: Vec<(SiteRef, Vec<usize>)> = Vec::new();
         for &(r, at) in &cycle[1..] {
-            let s = site(self.op(at));
-            if s.id == site(first).id {
+            let s = self.blocked_site((r, at));
+            if s.id == primary.id {
                 continue; // the primary span already points here
             }
             match secondary.iter_mut().find(|(x, _)| x.id == s.id) {
@@ -668,6 +676,12 @@ impl<'p> Sim<'p> {
         let mut ranks: Vec<usize> = cycle.iter().map(|c| c.0).collect();
         ranks.sort_unstable();
         let p2p_only = cycle.iter().all(|&(_, at)| self.op(at).desc.kind.is_p2p());
+        let waits = cycle.iter().any(|&(_, at)| {
+            matches!(
+                self.p.ranks[at.rank as usize][at.item as usize],
+                Item::Post(_)
+            )
+        });
         // Sends posted in batches are not blocked by ordering: their peers post no matching
         // receive at all, so "post both in one batch" would be no help.
         let batched = cycle.iter().all(|&(_, at)| {
@@ -682,9 +696,14 @@ impl<'p> Sim<'p> {
             ranks,
             message,
             render: Render::Exact,
-            primary: site(first),
+            primary,
             secondary,
-            help: if p2p_only && batched {
+            help: if waits {
+                "a wait blocks until its message is matched, and a rank's return waits for every \
+                 request still posted: wait only after the calls the peer needs from this rank \
+                 first"
+                    .into()
+            } else if p2p_only && batched {
                 "every call here is already in a batch, so no order of posting helps: each send \
                  needs a receive from its sender on the peer (and each receive a send to it); \
                  check the peers the batches send to and receive from"

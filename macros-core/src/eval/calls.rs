@@ -58,6 +58,14 @@ impl Eval<'_> {
                 );
                 return Err(Flow::Normal(Val::Unknown));
             }
+            if matches!(v, Val::Request(_)) {
+                self.unverifiable(
+                    a.span(),
+                    &format!("a posted request is passed to {callee}, which may wait for it where the macro cannot see"),
+                    "call `.wait()` on the request in the program's own body (or leave it to the rank's return)",
+                );
+                return Err(Flow::Normal(Val::Unknown));
+            }
             if let Val::Closure(assigned, _) = &v {
                 // Whoever receives it may call it.
                 for n in assigned.clone() {
@@ -268,6 +276,8 @@ impl Eval<'_> {
                 self.batches.push(Vec::new());
                 Val::Batch(self.batches.len() - 1)
             }
+            (Val::Ctx, "isend" | "irecv") => self.post(m, &args),
+            (Val::Request(post), "wait") => self.wait(m, *post),
             (Val::Ctx, n) if is_comm(n) => self.comm(m, &args, world_group(), None),
             (Val::Comm(g), n) if is_comm(n) => self.comm(m, &args, g.clone(), None),
             (Val::Batch(b), n) if is_comm(n) => self.comm(m, &args, world_group(), Some(*b)),
@@ -634,8 +644,12 @@ impl Eval<'_> {
             Val::Ctx => {
                 CTX_PURE.contains(&name)
                     || is_comm(name)
-                    || matches!(name, "new_group" | "split" | "group" | "batch")
+                    || matches!(
+                        name,
+                        "new_group" | "split" | "group" | "batch" | "isend" | "irecv"
+                    )
             }
+            Val::Request(_) => name == "wait",
             Val::Comm(_) | Val::BatchComm(..) => is_comm(name),
             Val::Batch(_) => is_comm(name) || matches!(name, "group" | "run" | "len" | "is_empty"),
             _ => {
@@ -790,6 +804,43 @@ impl Eval<'_> {
         self.note_symbolic_split(span, &desc, &group);
         let vop = self.vop(m, &spelling, desc, call.other);
         self.record(vop, batch)
+    }
+
+    /// `ctx.isend(&t, dst)` / `ctx.irecv(&mut t, src)`: read like the blocking call, recorded
+    /// as a post; the value is the request, whose `wait()` becomes an item of its own.
+    fn post(&mut self, m: &ExprMethodCall, args: &[Val]) -> Val {
+        let span = m.method.span();
+        let blocking = if m.method == "isend" { "send" } else { "recv" };
+        let Some(spelling) = Spelling::from_name(blocking) else {
+            return Val::Poison;
+        };
+        if !self.check_untainted(span) || !self.shared.spend(super::analysis::OP_COST) {
+            return Val::Poison;
+        }
+        let Some(call) = self.call_args(m, args, spelling.kind) else {
+            return Val::Poison;
+        };
+        let world = GroupVal {
+            id: GroupId::WORLD,
+            members: Vec::new(),
+        };
+        let desc = self.describe(span, spelling.kind, &world, &call);
+        let vop = self.vop(m, &spelling, desc, call.other);
+        let items = &mut self.program.ranks[self.rank];
+        items.push(Item::Post(vop));
+        Val::Request(items.len() - 1)
+    }
+
+    /// `request.wait()`: blocks until the post at item `post` is matched.
+    fn wait(&mut self, m: &ExprMethodCall, post: usize) -> Val {
+        let span = m.method.span();
+        if !self.check_untainted(span) {
+            return Val::Poison;
+        }
+        let id = self.shared.site(span, || ("wait".to_string(), None));
+        let site = self.shared.call_site(span);
+        self.program.ranks[self.rank].push(Item::Wait { post, site, id });
+        Val::Unit
     }
 
     /// [`Eval::call_args`] for a list form: each tensor or list read with its role, checked
@@ -1134,9 +1185,10 @@ impl Eval<'_> {
         .map(|i| m.args.iter().nth(i).and_then(buffer_of))
         .collect::<Option<Vec<_>>>()
         .map(|v| v.into_iter().flatten().collect());
+        // Named as written: `isend` is read as a `send`, but the guard names its own method.
         let id = self
             .shared
-            .site(m.method.span(), || (spelling.name.to_string(), buffers));
+            .site(m.method.span(), || (m.method.to_string(), buffers));
         VOp {
             desc,
             output: output.map(|s| Shape::from_slice(&s)),

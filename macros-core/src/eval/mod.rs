@@ -1328,7 +1328,11 @@ impl<'a> Eval<'a> {
             && self.shared.error_count() == m.errors
             && self.batches[m.batches.len()..].iter().all(Vec::is_empty)
             && self.fingerprint() == m.fingerprint;
-        if !unchanged {
+        // Posts and waits name items by index, so their copies would name the wrong ones.
+        let posts = self.program.ranks[self.rank][m.items..]
+            .iter()
+            .any(|i| matches!(i, Item::Post(_) | Item::Wait { .. }));
+        if !unchanged || posts {
             return None;
         }
         Some(Delta {
@@ -1383,7 +1387,7 @@ struct Delta {
 /// Whether a value is, or contains, the context, a batch or a group communicator.
 fn holds_handle(v: &Val) -> bool {
     match v {
-        Val::Ctx | Val::Comm(_) | Val::Batch(_) | Val::BatchComm(..) => true,
+        Val::Ctx | Val::Comm(_) | Val::Batch(_) | Val::BatchComm(..) | Val::Request(_) => true,
         Val::Opt(Some(b)) => holds_handle(b),
         Val::Tuple(vs) | Val::Array(vs) => vs.iter().any(holds_handle),
         _ => false,

@@ -21,7 +21,11 @@ pub(crate) fn is_comm(name: &str) -> bool {
 pub(super) fn mentions_comm(text: &str) -> bool {
     let names = OpKind::ALL.iter().map(|k| k.name());
     let lists = LIST_FORMS.iter().map(|s| s.name);
-    names.chain(lists).any(|n| text.contains(&format!(". {n}")))
+    let posts = ["isend", "irecv", "wait"].into_iter();
+    names
+        .chain(lists)
+        .chain(posts)
+        .any(|n| text.contains(&format!(". {n}")))
 }
 
 /// Methods of a context that neither communicate nor change what later calls mean.

@@ -150,11 +150,11 @@ fn data_dependent_control_flow_is_rw012() {
 
 #[test]
 fn unknown_names_never_become_a_kind() {
-    // `isend` is not in the table of operations: it is an unknown method on the context.
+    // `ssend` is not in the table of operations: it is an unknown method on the context.
     let (p, mut shared) = evaluate(
         "fn f(ctx: &mut Ctx) -> Result<()> {
             let t = ctx.full([2], 1.0f32)?;
-            ctx.isend(&t, 1)?;
+            ctx.ssend(&t, 1)?;
             Ok(())
         }",
         2,
@@ -219,4 +219,52 @@ fn closures_with_effects_in_iterator_chains_are_not_replayed() {
     );
     let e = errors(&mut shared);
     assert!(e.iter().any(|m| m.contains("RW012")), "{e:?}");
+}
+
+#[test]
+fn posts_and_waits_become_items_of_their_own() {
+    let (p, mut shared) = evaluate(
+        "fn f(ctx: &mut Ctx) -> Result<()> {
+            let peer = 1 - ctx.rank();
+            let t = ctx.full([2], 1.0f32)?;
+            let mut u = ctx.zeros::<f32>([2])?;
+            let s = ctx.isend(&t, peer)?;
+            let q = ctx.irecv(&mut u, peer)?;
+            q.wait()?;
+            for _ in 0..2 {
+                ctx.isend(&t, peer)?.wait()?;
+                ctx.recv(&mut u, peer)?;
+            }
+            s.wait()?;
+            Ok(())
+        }",
+        2,
+    );
+    assert!(errors(&mut shared).is_empty());
+    for items in &p.ranks {
+        let shape: Vec<&str> = items
+            .iter()
+            .map(|i| match i {
+                Item::Post(op) if op.desc.kind == OpKind::Send => "isend",
+                Item::Post(_) => "irecv",
+                Item::Wait { .. } => "wait",
+                _ => "call",
+            })
+            .collect();
+        // The loop's posts are not summarised: each wait names its own post.
+        assert_eq!(
+            shape,
+            [
+                "isend", "irecv", "wait", "isend", "wait", "call", "isend", "wait", "call", "wait"
+            ]
+        );
+        let waited: Vec<usize> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Wait { post, .. } => Some(*post),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(waited, [1, 3, 6, 0]);
+    }
 }

@@ -71,6 +71,8 @@ pub(super) enum Val {
     Comm(GroupVal),
     Batch(usize),
     BatchComm(usize, GroupVal),
+    /// A posted `isend`/`irecv`: the index of its post among this rank's items.
+    Request(usize),
     /// A closure that does not communicate, with the variables it may assign when called and
     /// its code (a closure that assigns nothing is evaluated when called).
     Closure(Vec<String>, Box<syn::ExprClosure>),
