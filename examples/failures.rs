@@ -76,6 +76,27 @@ fn main() -> Result<()> {
                     ctx.recv(&mut y, 0)?;
                 }
             }
+            // A posted receive waited for before the send its peer needs first.
+            "wait" if world >= 2 && rank < 2 => {
+                let mut y = ctx.zeros::<f32>([4])?;
+                if rank == 0 {
+                    let req = ctx.irecv(&mut y, 1)?;
+                    req.wait()?;
+                    ctx.send(&t, 1)?;
+                } else {
+                    ctx.recv(&mut y, 0)?;
+                    ctx.send(&t, 0)?;
+                }
+            }
+            // A posted send longer than the posted receive that meets it.
+            "posted" if world >= 2 && rank < 2 => {
+                if rank == 0 {
+                    ctx.isend(&ctx.full([4], 1.0f32)?, 1)?.wait()?;
+                } else {
+                    let mut y = ctx.zeros::<f32>([3])?;
+                    ctx.irecv(&mut y, 0)?.wait()?;
+                }
+            }
             "slow" => {
                 // 64 MiB per rank: seconds of transfer on a loaded machine, never a hang.
                 let mut big = ctx.full([16 << 20], 1.0f32)?;

@@ -271,6 +271,18 @@ fn failures_end_the_job_promptly_and_say_why() {
             "p2p",
             &["rank 0 sends f32[more than 3], but the matching recv on rank 1 expects f32[3]"],
         ),
+        (
+            "wait",
+            &[
+                "deadlock: every unfinished rank is blocked",
+                "rank 0 waits in recv(from 1, f32[4]) at examples/failures.rs",
+                "rank 1 waits in recv(from 0, f32[4])",
+            ],
+        ),
+        (
+            "posted",
+            &["rank 0 sends f32[more than 3], but the matching recv on rank 1 expects f32[3]"],
+        ),
     ];
     for (case, says) in cases {
         let run = mpirun(4, PLAIN, "failures", &[case]);

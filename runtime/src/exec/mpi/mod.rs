@@ -20,6 +20,12 @@
 //!    together; one `MPI_Waitsome` loop drives all (`drive`). A batch of one small collective
 //!    is run without that machinery (`run_small`).
 //!
+//! **Posted messages** (`isend`/`irecv`) are `MPI_Issend`/`MPI_Irecv` on buffers the backend
+//! owns, matched in posting order with the rank's other messages like any send or receive.
+//! They join the wait arrays of every later call (so their completion is seen, counted on the
+//! monitor's board and checked at once) and are listed on the board whenever the rank blocks,
+//! so the monitor never mistakes a peer waiting for one of them for a deadlock.
+//!
 //! Once anything is posted, the buffers belong to MPI until the requests complete. A failure
 //! then cannot be returned to the caller (it could free a buffer MPI still writes), so it ends
 //! the job with `MPI_Abort` after printing the error: the same outcome the launcher gives any
@@ -40,8 +46,8 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::DType;
 use crate::error::{Error, P2pMismatch, Result};
-use crate::exec::{Backend, Op};
-use crate::model::{GroupId, OpKind, WorldId};
+use crate::exec::{Backend, Op, PostedOp, Ticket};
+use crate::model::{CallSite, GroupId, OpDesc, OpKind, WorldId};
 use crate::plan::Target;
 
 use launch::abort_job_with;
@@ -87,6 +93,22 @@ pub(super) struct MpiBackend {
     check: bool,
     /// The wait loop's arrays, reused.
     lists: Lists,
+    /// Posted sends and receives not yet waited for, in posting order.
+    posted: Vec<MpiPosted>,
+    next_ticket: u64,
+}
+
+/// A posted send or receive: its request works on `data`, which the backend owns.
+struct MpiPosted {
+    ticket: Ticket,
+    desc: OpDesc,
+    /// Elements the buffer holds.
+    len: usize,
+    data: Vec<u8>,
+    /// Null once completed.
+    req: Request,
+    wait: Waiting,
+    done: bool,
 }
 
 /// The wait loop's arrays (empty between batches).
@@ -110,6 +132,8 @@ enum Owner {
     Check(usize),
     /// A message of an exchange of direct messages (see `eager`).
     Eager(usize, eager::Msg),
+    /// A posted send or receive, by its index in `posted`.
+    Posted(usize),
 }
 
 /// Whether collectives are checked for agreement before data moves: on unless
@@ -191,12 +215,13 @@ impl MpiBackend {
             issued_steps: Vec::new(),
             check: check_enabled(),
             lists: Lists::default(),
+            posted: Vec::new(),
+            next_ticket: 0,
         })
     }
 
-    /// What op `op` waits for, with its sequence number (counted here).
-    fn waiting(&mut self, op: &Op) -> Waiting {
-        let d = &op.desc;
+    /// What a call described by `d` waits for, with its sequence number (counted here).
+    fn waiting(&mut self, d: &OpDesc) -> Waiting {
         let (peer, group, seq) = match d.kind {
             OpKind::Send => {
                 let p = d.peer.unwrap_or(0);
@@ -304,10 +329,9 @@ impl MpiBackend {
         Ok(())
     }
 
-    /// Checks a completed receive against what the sender sent.
-    fn check_recv(&self, op: &Op, got: raw::Received) -> Result<()> {
-        let d = &op.desc;
-        let want = op.output.len;
+    /// Checks a completed receive of `want` elements described by `d` against what the
+    /// sender sent.
+    fn check_recv(&self, d: &OpDesc, want: usize, got: raw::Received) -> Result<()> {
         let sent = dtype_of_tag(got.tag);
         if sent == Some(d.dtype) && got.count == Some(want) {
             return Ok(());
@@ -330,14 +354,25 @@ impl MpiBackend {
 
     /// Runs the batch; on error, tells how much is still posted.
     fn run_batch(&mut self, ops: &mut [Op], pending: &mut usize) -> Result<()> {
-        let waits: Arc<[Waiting]> = ops.iter().map(|o| self.waiting(o)).collect();
+        // The posted messages still open are waited for too, as far as the monitor can tell
+        // (after the batch's own ops, so their board indices are `ops.len() + j`).
+        let waits: Arc<[Waiting]> = ops
+            .iter()
+            .map(|o| self.waiting(&o.desc))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .chain(self.posted.iter().map(|p| p.wait.clone()))
+            .collect();
         self.board.update(|s| {
             s.phase = Phase::Blocked;
             s.waiting = Arc::clone(&waits);
             s.done.clear();
             s.done.resize(waits.len(), false);
+            for (j, p) in self.posted.iter().enumerate() {
+                s.done[ops.len() + j] = p.done;
+            }
         });
-        let result = if self.single_small(ops) {
+        let result = if self.single_small(ops) && self.posted.iter().all(|p| p.done) {
             self.run_small(&ops[0], &waits[0], pending)
         } else {
             let plan = crate::plan::plan(ops);
@@ -437,6 +472,13 @@ impl MpiBackend {
         } = std::mem::take(&mut self.lists);
         reqs.clear();
         owners.clear();
+        // Posted messages complete while the batch runs: their completions are taken here.
+        for (j, p) in self.posted.iter().enumerate() {
+            if !p.done {
+                reqs.push(p.req);
+                owners.push(Owner::Posted(j));
+            }
+        }
         for (t, range) in plan {
             for i in range.clone() {
                 let op = &ops[i];
@@ -485,6 +527,7 @@ impl MpiBackend {
             Target::Coll(g) => Some((*g, r.clone())),
             _ => None,
         });
+        let mut finished_posts: Vec<usize> = Vec::new();
         let mut driver = drive::Driver::new(self, ops, waits, chains);
         new.clear();
         let mut drive = || -> Result<()> {
@@ -498,8 +541,10 @@ impl MpiBackend {
                 if *pending == 0 {
                     break;
                 }
+                let posted = &self.posted;
                 let finished = waiter.wait_some(&mut reqs, |i| match owners[i] {
                     Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
+                    Owner::Posted(j) => raw::datatype(posted[j].desc.dtype),
                     _ => raw::datatype(DType::U8),
                 })?;
                 done.clear();
@@ -516,16 +561,24 @@ impl MpiBackend {
                     }
                 }
                 for &(owner, got) in &done {
+                    if let Owner::Posted(j) = owner {
+                        // Not the batch's: completes a posted message instead (recorded on the
+                        // board now, in `posted` once the driver lets go of `self`).
+                        self.check_posted(j, ops.len() + j, got)?;
+                        finished_posts.push(j);
+                        continue;
+                    }
                     *pending -= 1;
                     match owner {
                         Owner::Send(k) => self.completed(k, &waits[k], GroupId::WORLD),
                         Owner::Recv(k) => {
-                            self.check_recv(&ops[k], got)?;
+                            self.check_recv(&ops[k].desc, ops[k].output.len, got)?;
                             self.completed(k, &waits[k], GroupId::WORLD);
                         }
                         Owner::Check(s) => driver.done(s, true, &mut new)?,
                         Owner::Task(s) => driver.done(s, false, &mut new)?,
                         Owner::Eager(s, from) => driver.eager_done(s, from, got, &mut new)?,
+                        Owner::Posted(_) => {}
                     }
                 }
             }
@@ -540,6 +593,9 @@ impl MpiBackend {
             return Err(e);
         }
         drop(driver);
+        for j in finished_posts {
+            self.mark_posted_done(j);
+        }
         self.lists = Lists {
             reqs,
             owners,
@@ -548,6 +604,81 @@ impl MpiBackend {
             new,
         };
         Ok(())
+    }
+
+    /// Records that posted message `j` completed (board index `k` while the rank is blocked)
+    /// and checks a receive against what was sent.
+    fn posted_done(&mut self, j: usize, k: usize, got: raw::Received) -> Result<()> {
+        self.mark_posted_done(j);
+        self.check_posted(j, k, got)
+    }
+
+    /// The board's and the check's part of [`Self::posted_done`].
+    fn check_posted(&self, j: usize, k: usize, got: raw::Received) -> Result<()> {
+        let Some(p) = self.posted.get(j) else {
+            return Ok(());
+        };
+        if p.desc.kind == OpKind::Recv {
+            self.check_recv(&p.desc, p.len, got)?;
+        }
+        self.completed(k, &p.wait, GroupId::WORLD);
+        Ok(())
+    }
+
+    /// `posted`'s part of [`Self::posted_done`]: MPI freed the request.
+    fn mark_posted_done(&mut self, j: usize) {
+        if let Some(p) = self.posted.get_mut(j) {
+            // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
+            p.req = unsafe { mpi::ffi::RSMPI_REQUEST_NULL };
+            p.done = true;
+        }
+    }
+
+    /// Blocks until the posted messages `until` selects have completed (everything else that
+    /// is posted progresses and is recorded meanwhile), telling the monitor what it waits for.
+    fn wait_posted(&mut self, until: impl Fn(&[MpiPosted]) -> bool) -> Result<()> {
+        let waits: Arc<[Waiting]> = self.posted.iter().map(|p| p.wait.clone()).collect();
+        self.board.update(|s| {
+            s.phase = Phase::Blocked;
+            s.waiting = Arc::clone(&waits);
+            s.done = self.posted.iter().map(|p| p.done).collect();
+        });
+        let mut waiter = std::mem::take(&mut self.lists.waiter);
+        let mut result = Ok(());
+        while !until(&self.posted) {
+            let mut reqs: Vec<Request> = Vec::new();
+            let mut idx: Vec<usize> = Vec::new();
+            for (j, p) in self.posted.iter().enumerate() {
+                if !p.done {
+                    reqs.push(p.req);
+                    idx.push(j);
+                }
+            }
+            let posted = &self.posted;
+            let finished: Vec<(usize, raw::Received)> =
+                match waiter.wait_some(&mut reqs, |i| raw::datatype(posted[idx[i]].desc.dtype)) {
+                    Ok(f) => f.iter().map(|&(i, got)| (idx[i], got)).collect(),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                };
+            for (j, got) in finished {
+                if let Err(e) = self.posted_done(j, j, got) {
+                    result = Err(e);
+                }
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        self.lists.waiter = waiter;
+        self.board.update(|s| {
+            s.phase = Phase::Running;
+            s.waiting = Arc::default();
+            s.done.clear();
+        });
+        result
     }
 
     /// Posts the next phase of `task` (on group `g`).
@@ -605,8 +736,79 @@ unsafe impl Backend for MpiBackend {
         let mut pending = 0;
         match self.run_batch(ops, &mut pending) {
             Ok(()) => Ok(()),
-            Err(e) if pending == 0 => Err(e),
+            Err(e) if pending == 0 && self.posted.iter().all(|p| p.done) => Err(e),
             Err(e) => abort_job(self.rank, &e),
+        }
+    }
+
+    fn post(&mut self, op: PostedOp) -> Result<Ticket> {
+        let PostedOp { desc, mut data } = op;
+        let len = desc.numel();
+        let ty = raw::datatype(desc.dtype);
+        let n = raw::count(len)?;
+        let peer = raw::count(desc.peer.unwrap_or(0))?;
+        let wait = self.waiting(&desc);
+        // SAFETY: `data` holds `len` elements of the dtype and is owned by `self.posted` until
+        // the request completes; moving the `Vec` into it moves no bytes. A failure with
+        // requests posted ends the job (see `execute`, `wait`, `drain` and `Drop`).
+        let req = unsafe {
+            match desc.kind {
+                OpKind::Send => raw::isend(
+                    raw::SendMode::Rendezvous,
+                    data.as_mut_ptr(),
+                    n,
+                    ty,
+                    peer,
+                    tag_of(desc.dtype),
+                    &self.world,
+                )?,
+                _ => raw::irecv(data.as_mut_ptr(), n, ty, peer, None, &self.world)?,
+            }
+        };
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.posted.push(MpiPosted {
+            ticket,
+            desc,
+            len,
+            data,
+            req,
+            wait,
+            done: false,
+        });
+        Ok(ticket)
+    }
+
+    fn wait(&mut self, ticket: Ticket, _site: CallSite) -> Result<Vec<u8>> {
+        let Some(j) = self.posted.iter().position(|p| p.ticket == ticket) else {
+            return Err(Error::Internal(format!(
+                "wait on request {} that this rank never posted or already waited for",
+                ticket.0
+            )));
+        };
+        if let Err(e) = self.wait_posted(|p| p[j].done) {
+            abort_job(self.rank, &e);
+        }
+        Ok(self.posted.remove(j).data)
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        if let Err(e) = self.wait_posted(|p| p.iter().all(|p| p.done)) {
+            abort_job(self.rank, &e);
+        }
+        self.posted.clear();
+        Ok(())
+    }
+}
+
+impl Drop for MpiBackend {
+    /// A backend dropped with messages still posted (the rank failed: the job is ending) leaks
+    /// their buffers, which MPI may still write.
+    fn drop(&mut self) {
+        for p in self.posted.drain(..) {
+            if !p.done {
+                std::mem::forget(p.data);
+            }
         }
     }
 }
