@@ -123,6 +123,9 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
     shared.helpers = helpers.clone();
     let mut schedules = Vec::with_capacity(worlds.sizes.len());
     let mut diags = Vec::new();
+    // Pairs of call sites that met where an element type was left to rustc (see
+    // `lower::dtype_checks`), over every world size.
+    let mut dtype_links = std::collections::BTreeSet::new();
     for &w in &worlds.sizes {
         let mut p = Program::new(w);
         let mut registry = HashMap::new();
@@ -148,10 +151,30 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
         if shared.halted() {
             break;
         }
-        if let Err(d) = verify::verify(&p) {
-            diags.extend(d.0);
+        p.free_dtypes = shared
+            .free_dtypes
+            .iter()
+            .map(|&i| verify::SiteId(i))
+            .collect();
+        match verify::verify(&p) {
+            Ok(s) => dtype_links.extend(s.dtype_links.iter().map(|(a, b)| (a.0, b.0))),
+            Err(d) => diags.extend(d.0),
         }
         schedules.push(lower::WorldSchedule::of(&p));
+    }
+    // Element types left to rustc: bind each free site's tensor, and compare what the verifier
+    // could not (a free site that is not a plain `&t` / `&mut t` call was refused above).
+    let checks = lower::dtype_checks(&shared, &dtype_links);
+    for (span, msg) in checks.errors {
+        shared.error(span, msg);
+    }
+    // On a copy: if anything fails, the function is re-emitted as written.
+    let mut bound_block = func.block.clone();
+    let bound = lower::bind_free_dtypes(&mut bound_block, &shared);
+    let unbound: Vec<u32> = shared.free_dtypes.difference(&bound).copied().collect();
+    for id in unbound {
+        let span = shared.sites[id as usize].span;
+        shared.error(span, "RW012: communication the macro cannot verify: a tensor whose dtype the macro cannot determine, in a call it cannot bind to a type for rustc to check\n= help: give the element type with a literal suffix (`1.0f32`), a turbofish (`zeros::<f32>`) or an annotation (`let t: Tensor<f32>`)".to_string());
     }
     let unverifiable = shared
         .take_errors()
@@ -170,18 +193,18 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
     // Lower: the function with its schedule and guard.
     let enter = lower::guard(&func.sig.ident.to_string(), &ctx, &shared.sites, &schedules);
     let asserts = lower::const_assertions(&shared, &func.sig.generics);
+    let dtypes = checks.prelude;
     let syn::ItemFn {
-        attrs,
-        vis,
-        sig,
-        mut block,
+        attrs, vis, sig, ..
     } = func;
+    let mut block = bound_block;
     lower::batch_adjacent(&mut block, &ctx, &shared.sites);
     let stmts = &block.stmts;
     quote! {
         #(#attrs)*
         #vis #sig {
             #asserts
+            #dtypes
             #enter
             #(#stmts)*
         }

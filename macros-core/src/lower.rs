@@ -294,3 +294,173 @@ mod tests {
         assert_eq!(flat, vec![3, 3, 3, 4]);
     }
 }
+
+/// Element types left to rustc (see `rankwise::__private::is`): per free call site a
+/// `PhantomData` its tensor argument is bound to, and the equalities the verifier needed.
+pub(crate) struct DtypeChecks {
+    /// Statements for the top of the function: the variables and the checks (rustc infers
+    /// types over the whole body, so the checks may come before the calls that bind them).
+    pub prelude: TokenStream,
+    /// Links whose two sites are both known and differ: definite RW008s, as (span, message).
+    pub errors: Vec<(proc_macro2::Span, String)>,
+}
+
+/// The variable of free site `id`: hygienic (user code cannot name it), reported at `at`.
+fn dtype_var_at(id: u32, at: proc_macro2::Span) -> syn::Ident {
+    syn::Ident::new(
+        &format!("__rankwise_dtype_{id}"),
+        proc_macro2::Span::mixed_site().located_at(at),
+    )
+}
+
+fn dtype_var(id: u32) -> syn::Ident {
+    dtype_var_at(id, proc_macro2::Span::mixed_site())
+}
+
+fn dtype_tokens(d: rankwise_core::DType) -> TokenStream {
+    use rankwise_core::DType as D;
+    match d {
+        D::F32 => quote!(f32),
+        D::F64 => quote!(f64),
+        D::F16 => quote!(::rankwise::f16),
+        D::BF16 => quote!(::rankwise::bf16),
+        D::I8 => quote!(i8),
+        D::U8 => quote!(u8),
+        D::I32 => quote!(i32),
+        D::U32 => quote!(u32),
+        D::I64 => quote!(i64),
+        D::U64 => quote!(u64),
+    }
+}
+
+/// The checks for `links` (pairs of sites that met, over every world size; see
+/// `Schedule::dtype_links`).
+pub(crate) fn dtype_checks(
+    shared: &crate::eval::Analysis,
+    links: &std::collections::BTreeSet<(u32, u32)>,
+) -> DtypeChecks {
+    let free = &shared.free_dtypes;
+    let span = |id: u32| shared.sites.get(id as usize).map(|s| s.span);
+    let seen = |id: u32| shared.seen_dtypes.get(&id).into_iter().flatten().copied();
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for &id in free {
+        let Some(at) = span(id) else { continue };
+        let v = dtype_var_at(id, at);
+        // Spanned at the call: rustc reports an unmet bound on the variable where it is made.
+        out.push(quote::quote_spanned!(at=> let #v = ::core::marker::PhantomData;));
+        // What the macro saw at this site on other ranks is its one static type.
+        for d in seen(id) {
+            let t = dtype_tokens(d);
+            out.push(quote::quote_spanned!(at=> ::rankwise::__private::is::<#t, _>(&#v);));
+        }
+    }
+    for &(a, b) in links {
+        let (Some(sa), Some(sb)) = (span(a), span(b)) else {
+            continue;
+        };
+        match (free.contains(&a), free.contains(&b)) {
+            (true, true) => {
+                let (va, vb) = (dtype_var_at(a, sa), dtype_var_at(b, sa));
+                out.push(quote::quote_spanned!(sa=> ::rankwise::__private::same(&#va, &#vb);));
+            }
+            (true, false) | (false, true) => {
+                let (f, k, at) = if free.contains(&a) {
+                    (a, b, sa)
+                } else {
+                    (b, a, sb)
+                };
+                let v = dtype_var_at(f, at);
+                for d in seen(k) {
+                    let t = dtype_tokens(d);
+                    out.push(quote::quote_spanned!(at=> ::rankwise::__private::is::<#t, _>(&#v);));
+                }
+            }
+            (false, false) => {
+                // Met at a step the verifier did not compare (another member's type was
+                // free): compare here.
+                for da in seen(a) {
+                    for db in seen(b).filter(|db| *db != da) {
+                        let line = shared.sites[b as usize].site.line;
+                        errors.push((
+                            sa,
+                            format!(
+                                "RW008: calls that meet move different element types: {da} here, \
+                                 {db} in the call at line {line}\n= help: give every call that \
+                                 meets this one the same element type"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    DtypeChecks {
+        prelude: quote!(#(#out)*),
+        errors,
+    }
+}
+
+/// Binds the tensor argument of every call at a free site to its variable (see
+/// [`dtype_checks`]); the ids of the sites it found.
+pub(crate) fn bind_free_dtypes(
+    block: &mut syn::Block,
+    shared: &crate::eval::Analysis,
+) -> std::collections::BTreeSet<u32> {
+    use syn::visit_mut::VisitMut;
+    struct Binder<'a> {
+        shared: &'a crate::eval::Analysis,
+        found: std::collections::BTreeSet<u32>,
+    }
+    impl VisitMut for Binder<'_> {
+        fn visit_expr_method_call_mut(&mut self, m: &mut syn::ExprMethodCall) {
+            syn::visit_mut::visit_expr_method_call_mut(self, m);
+            let at = location(m.method.span());
+            let Some(id) = self.shared.free_dtypes.iter().copied().find(|&id| {
+                self.shared
+                    .sites
+                    .get(id as usize)
+                    .is_some_and(|s| (s.site.line, s.site.column) == at)
+            }) else {
+                return;
+            };
+            let name = match m.method.to_string().as_str() {
+                "isend" => "send".to_string(),
+                "irecv" => "recv".to_string(),
+                n => n.to_string(),
+            };
+            let Some(pos) = rankwise_core::ops::Spelling::from_name(&name)
+                .and_then(|s| s.position(rankwise_core::ops::Role::Described))
+            else {
+                return;
+            };
+            let Some(arg) = m.args.iter_mut().nth(pos) else {
+                return;
+            };
+            let syn::Expr::Reference(r) = arg else { return };
+            let v = dtype_var(id);
+            // A bitwise reduction binds with the bound that its element type is an integer, so
+            // rustc reports a float at the user's argument.
+            let int = self.shared.integer_sites.contains(&id);
+            let f = match (r.mutability.is_some(), int) {
+                (true, false) => "bind_mut",
+                (true, true) => "bind_mut_integer",
+                (false, false) => "bind_ref",
+                (false, true) => "bind_ref_integer",
+            };
+            // Spanned at the argument: that is where rustc reports an unmet bound.
+            let at = syn::spanned::Spanned::span(&*r);
+            let f = syn::Ident::new(f, at);
+            *arg = syn::parse_quote_spanned!(at=> ::rankwise::__private::#f(&#v, #r));
+            self.found.insert(id);
+        }
+        fn visit_expr_closure_mut(&mut self, _: &mut syn::ExprClosure) {}
+        fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+    }
+    let mut b = Binder {
+        shared,
+        found: Default::default(),
+    };
+    b.visit_block_mut(block);
+    b.found
+}

@@ -32,6 +32,7 @@ mod fail;
 
 pub mod bootstrap;
 mod ctx;
+mod dtype_check;
 mod element;
 mod error;
 mod exec;
@@ -76,6 +77,9 @@ pub use tensor::{Device, Tensor};
 /// change in any release. Not part of the API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::dtype_check::{
+        bind_mut, bind_mut_integer, bind_ref, bind_ref_integer, is, same,
+    };
     pub use crate::guard::{Guard, RankTable, Run, Table};
 }
 /// Half-precision types (`half::f16`, `half::bf16`).

@@ -74,6 +74,11 @@ pub struct Program {
     pub groups: Vec<Vec<usize>>,
     /// Each rank's items, in order.
     pub ranks: Vec<Vec<Item>>,
+    /// Call sites whose element type the builder could not tell (a type variable rustc
+    /// resolves): their ops carry a placeholder dtype that is never compared, and every meeting
+    /// that involves one is listed in [`Schedule::dtype_links`](super::Schedule::dtype_links)
+    /// for the builder to have the types checked (the macro asks rustc).
+    pub free_dtypes: Vec<SiteId>,
     /// Builder ids by call site: one id per source location, shared by every rank.
     site_ids: Vec<CallSite>,
 }
@@ -85,6 +90,7 @@ impl Program {
             world,
             groups: vec![(0..world).collect()],
             ranks: vec![Vec::new(); world],
+            free_dtypes: Vec::new(),
             site_ids: Vec::new(),
         }
     }
@@ -109,6 +115,11 @@ impl Program {
             rank,
             batch: None,
         }
+    }
+
+    /// Whether `op`'s element type is a variable (see [`Program::free_dtypes`]).
+    pub fn dtype_is_free(&self, op: &VOp) -> bool {
+        !self.free_dtypes.is_empty() && self.free_dtypes.contains(&op.id)
     }
 
     /// Total number of ops over all ranks.

@@ -35,6 +35,10 @@ pub struct Schedule {
     starts: Vec<Vec<u32>>,
     /// Per rank: each op's match (`None` while unmatched; a verified schedule has none).
     matches: Vec<Vec<Option<Match>>>,
+    /// Pairs of call sites that met (a send and its receive, two members at one collective
+    /// step) where at least one has a free element type (see `Program::free_dtypes`): their
+    /// element types must be equal, which the verifier could not check. Sorted, no duplicates.
+    pub dtype_links: Vec<(super::SiteId, super::SiteId)>,
 }
 
 impl Schedule {
@@ -56,6 +60,7 @@ impl Schedule {
             world: p.world,
             starts,
             matches,
+            dtype_links: Vec::new(),
         }
     }
 

@@ -155,6 +155,8 @@ impl<'p> Sim<'p> {
             self.post(r);
         }
         self.explain_blocked();
+        self.schedule.dtype_links.sort_unstable();
+        self.schedule.dtype_links.dedup();
     }
 
     /// This rank's posts that are not matched yet, by item index.
@@ -315,7 +317,10 @@ impl<'p> Sim<'p> {
             self.chans[c].sends.pop_front();
             self.chans[c].recvs.pop_front();
             let (send, recv) = (self.op(s), self.op(d));
-            if send.desc.dtype != recv.desc.dtype || send.desc.numel() != recv.desc.numel() {
+            let free = self.link_dtypes(&[send, recv]);
+            if (!free && send.desc.dtype != recv.desc.dtype)
+                || send.desc.numel() != recv.desc.numel()
+            {
                 self.findings.push(p2p_mismatch(s, send, d, recv));
             }
             self.schedule.set(
@@ -369,9 +374,20 @@ impl<'p> Sim<'p> {
 
     /// Whether the members' ops for one step agree; if not, a finding naming both sides, and
     /// recognising the classic cause — a member skipping a collective behind a condition.
-    fn collective_mismatch(&self, gid: GroupId, step: u64, refs: &[OpRef]) -> Option<Finding> {
+    fn collective_mismatch(&mut self, gid: GroupId, step: u64, refs: &[OpRef]) -> Option<Finding> {
         let ops: Vec<&VOp> = refs.iter().map(|&r| self.op(r)).collect();
-        if ops.iter().all(|o| o.desc.agrees_with(&ops[0].desc)) {
+        let free = self.link_dtypes(&ops);
+        let agree = |a: &VOp, b: &VOp| {
+            if free {
+                // Element types are rustc's to compare: everything else must agree.
+                let mut b = b.desc.clone();
+                b.dtype = a.desc.dtype;
+                a.desc.agrees_with(&b)
+            } else {
+                a.desc.agrees_with(&b.desc)
+            }
+        };
+        if ops.iter().all(|o| agree(o, ops[0])) {
             return None;
         }
         // Split members into classes of agreeing calls; the largest is "the others".
@@ -506,6 +522,21 @@ impl<'p> Sim<'p> {
                 _ => "every member must pass a tensor of the same shape (and the same dim)".into(),
             },
         })
+    }
+
+    /// For ops that meet: if any has a free element type, records that each must have the
+    /// first one's (for the builder to check) and says so.
+    fn link_dtypes(&mut self, ops: &[&VOp]) -> bool {
+        if !ops.iter().any(|o| self.p.dtype_is_free(o)) {
+            return false;
+        }
+        for o in &ops[1..] {
+            let (a, b) = (ops[0].id.min(o.id), ops[0].id.max(o.id));
+            if a != b {
+                self.schedule.dtype_links.push((a, b));
+            }
+        }
+        true
     }
 
     /// The collective on `gid` that rank `at.rank` makes after the op `at`, in program order.

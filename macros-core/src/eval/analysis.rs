@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use proc_macro2::Span;
-use rankwise_core::CallSite;
 use rankwise_core::verify::SiteId;
+use rankwise_core::{CallSite, DType};
 use syn::Expr;
 
 use super::value::{Ratio, gcd};
@@ -93,6 +93,13 @@ pub(crate) struct Analysis {
     pub bases: Vec<Base>,
     /// Splits of symbolic dimensions, for rustc to check.
     pub assertions: Vec<Assertion>,
+    /// Call sites whose tensor's element type the macro could not follow on some rank, by
+    /// site id: a type variable rustc resolves (see `lower::dtype_checks`).
+    pub free_dtypes: std::collections::BTreeSet<u32>,
+    /// The element types the macro did see at each call site (rustc gives a site one type, so
+    /// at a free site these are it), and the sites whose reduce op needs an integer type.
+    pub seen_dtypes: std::collections::BTreeMap<u32, std::collections::BTreeSet<DType>>,
+    pub integer_sites: std::collections::BTreeSet<u32>,
     /// Work spent so far, over every world size and rank (see [`WORK_BUDGET`]).
     pub work: u64,
     /// Set when evaluation must stop (budget spent, code too deep): nothing further is run.

@@ -803,6 +803,7 @@ impl Eval<'_> {
         let desc = self.describe(span, kind, &group, &call);
         self.note_symbolic_split(span, &desc, &group);
         let vop = self.vop(m, &spelling, desc, call.other);
+        self.note_dtype(&vop, call.free);
         self.record(vop, batch)
     }
 
@@ -826,6 +827,7 @@ impl Eval<'_> {
         };
         let desc = self.describe(span, spelling.kind, &world, &call);
         let vop = self.vop(m, &spelling, desc, call.other);
+        self.note_dtype(&vop, call.free);
         let items = &mut self.program.ranks[self.rank];
         items.push(Item::Post(vop));
         Val::Request(items.len() - 1)
@@ -962,6 +964,7 @@ impl Eval<'_> {
             dtype,
             shape: stack(Role::Described, &described),
             other: other.map(|ts| stack(Role::Other, &ts)),
+            free: false,
         })
     }
 
@@ -993,6 +996,7 @@ impl Eval<'_> {
                 dtype: DType::U8,
                 shape: Vec::new(),
                 other: None,
+                free: false,
             });
         }
         let Some(t_at) = at(Role::Described) else {
@@ -1012,11 +1016,23 @@ impl Eval<'_> {
             self.unverifiable(arg_span(t_at), &why, &todo);
             return None;
         };
-        let (dtype, shape) = self.known(&described, arg_span(t_at))?;
+        // An element type the macro cannot follow is a variable for rustc (see
+        // `lower::dtype_checks`), when the tensor is passed as `&t` / `&mut t` so that the
+        // lowering can bind it; the verifier gets a placeholder it never compares.
+        let free = described.dtype.is_none()
+            && described.shape.is_some()
+            && matches!(m.args.iter().nth(t_at), Some(Expr::Reference(_)));
+        let (dtype, shape) = match (free, &described.shape) {
+            (true, Some(s)) => (DType::U8, s.clone()),
+            _ => self.known(&described, arg_span(t_at))?,
+        };
         let other = match at(Role::Other) {
             None => None,
             Some(o) => match tensor_arg(args.get(o)) {
                 Some(None) => None,
+                // rustc already holds the other buffer to the described one's element type
+                // (one `T` in the signature): only its shape matters here.
+                Some(Some(TVal { shape: Some(s), .. })) => Some(s),
                 Some(Some(t)) => Some(self.known(&t, arg_span(o))?.1),
                 None => {
                     self.unverifiable(arg_span(o), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape, or pass `None` / `Some(&mut t)` directly");
@@ -1031,7 +1047,25 @@ impl Eval<'_> {
             dtype,
             shape,
             other,
+            free,
         })
+    }
+
+    /// Notes what the macro knows of `vop`'s element type (see `Analysis::free_dtypes`).
+    fn note_dtype(&mut self, vop: &VOp, free: bool) {
+        let id = vop.id.0;
+        if free {
+            self.shared.free_dtypes.insert(id);
+            if vop.desc.op.is_some_and(|o| o.is_bitwise()) {
+                self.shared.integer_sites.insert(id);
+            }
+        } else {
+            self.shared
+                .seen_dtypes
+                .entry(id)
+                .or_default()
+                .insert(vop.desc.dtype);
+        }
     }
 
     /// An integer argument at position `at` (if the kind has one): `Some(None)` if it has none,
@@ -1214,6 +1248,8 @@ impl Eval<'_> {
 
 /// One call's arguments, read by role.
 struct CallArgs {
+    /// The described tensor's element type is a variable (`dtype` is a placeholder).
+    free: bool,
     peer: Option<usize>,
     dim: Option<usize>,
     op: Option<ReduceOp>,
