@@ -156,6 +156,16 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
             .iter()
             .map(|&i| verify::SiteId(i))
             .collect();
+        // A free site whose type the macro saw on another rank has that type (rustc gives a
+        // site one): messages then show it instead of the stand-in.
+        if !p.free_dtypes.is_empty() {
+            for op in p.ranks.iter_mut().flatten().flat_map(verify::Item::ops_mut) {
+                let seen = shared.seen_dtypes.get(&op.id.0);
+                if let Some(&d) = seen.filter(|s| s.len() == 1).and_then(|s| s.first()) {
+                    op.desc.dtype = d;
+                }
+            }
+        }
         match verify::verify(&p) {
             Ok(s) => dtype_links.extend(s.dtype_links.iter().map(|(a, b)| (a.0, b.0))),
             Err(d) => diags.extend(d.0),
@@ -167,14 +177,6 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
     let checks = lower::dtype_checks(&shared, &dtype_links);
     for (span, msg) in checks.errors {
         shared.error(span, msg);
-    }
-    // On a copy: if anything fails, the function is re-emitted as written.
-    let mut bound_block = func.block.clone();
-    let bound = lower::bind_free_dtypes(&mut bound_block, &shared);
-    let unbound: Vec<u32> = shared.free_dtypes.difference(&bound).copied().collect();
-    for id in unbound {
-        let span = shared.sites[id as usize].span;
-        shared.error(span, "RW012: communication the macro cannot verify: a tensor whose dtype the macro cannot determine, in a call it cannot bind to a type for rustc to check\n= help: give the element type with a literal suffix (`1.0f32`), a turbofish (`zeros::<f32>`) or an annotation (`let t: Tensor<f32>`)".to_string());
     }
     let unverifiable = shared
         .take_errors()
@@ -189,6 +191,27 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
     if let Some(e) = render::render(&diags, &shared, func.sig.ident.span()) {
         return fail(e, &func);
     }
+    // Only a checked function is walked again (never code the evaluator refused as too deep),
+    // and on a copy, so that a failure re-emits the function as written.
+    let mut block = func.block.clone();
+    if !shared.free_dtypes.is_empty() {
+        let bound = lower::bind_free_dtypes(&mut block, &shared);
+        let unbound = shared.free_dtypes.difference(&bound).map(|&id| {
+            syn::Error::new(
+                shared.sites[id as usize].span,
+                "RW012: communication the macro cannot verify: a tensor whose dtype the macro \
+                 cannot determine, in a call it cannot bind to a type for rustc to check\n= help: \
+                 give the element type with a literal suffix (`1.0f32`), a turbofish \
+                 (`zeros::<f32>`) or an annotation (`let t: Tensor<f32>`)",
+            )
+        });
+        if let Some(all) = unbound.reduce(|mut all, e| {
+            all.combine(e);
+            all
+        }) {
+            return fail(all, &func);
+        }
+    }
 
     // Lower: the function with its schedule and guard.
     let enter = lower::guard(&func.sig.ident.to_string(), &ctx, &shared.sites, &schedules);
@@ -197,7 +220,6 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
     let syn::ItemFn {
         attrs, vis, sig, ..
     } = func;
-    let mut block = bound_block;
     lower::batch_adjacent(&mut block, &ctx, &shared.sites);
     let stmts = &block.stmts;
     quote! {

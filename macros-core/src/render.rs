@@ -126,6 +126,31 @@ pub(crate) fn render(
         if !d.help.is_empty() {
             msg.push_str(&format!("\n= help: {}", d.help));
         }
+        // A site whose element type only rustc knows was checked with a stand-in type: say so
+        // rather than let the message claim it.
+        let unknown: Vec<u32> = std::iter::once(&d.primary)
+            .chain(d.secondary.iter().map(|(s, _)| s))
+            .map(|s| s.id.0)
+            .filter(|id| {
+                shared.free_dtypes.contains(id)
+                    && shared.seen_dtypes.get(id).is_none_or(|d| d.len() != 1)
+            })
+            .collect();
+        if !unknown.is_empty() {
+            let lines: Vec<String> = unknown
+                .iter()
+                .filter_map(|&id| sites.get(id as usize).map(|s| s.site.line.to_string()))
+                .collect();
+            let at = match lines.split_last() {
+                Some((last, [])) => format!("the call at line {last}"),
+                Some((last, rest)) => format!("the calls at lines {} and {last}", rest.join(", ")),
+                None => "a call".to_string(),
+            };
+            msg.push_str(&format!(
+                "\n= note: the element type of {at} is known only to rustc; `u8` stands for it \
+                 here"
+            ));
+        }
         push(syn::Error::new(span_of(d.primary.id.0), msg));
         // A secondary site equal to the primary adds nothing: the message already says it.
         for (s, label) in d.secondary.iter().filter(|(s, _)| s.id != d.primary.id) {

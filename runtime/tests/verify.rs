@@ -741,3 +741,62 @@ mod posts {
         assert_eq!(d.codes(), vec![Code::RW001], "{d}");
     }
 }
+
+/// Element types left to whoever built the program (`Program::free_dtypes`): never compared,
+/// and every meeting that involves one is listed for the builder to check.
+mod free_dtypes {
+    use super::*;
+    use rankwise_runtime::verify::{Item, SiteId};
+
+    fn first_id(p: &Program, rank: usize, item: usize) -> SiteId {
+        match &p.ranks[rank][item] {
+            Item::Op(op) | Item::Post(op) => op.id,
+            other => panic!("no op: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn free_sites_meet_anything_and_are_linked() {
+        let mut p = spmd(2, |r, b| {
+            if r == 0 {
+                b.send(DType::U8, &[4], 1); // a stand-in for an unknown type
+            } else {
+                b.recv(F32, &[4], 0);
+            }
+            b.all_reduce(W, if r == 0 { DType::U8 } else { F32 }, &[2], ReduceOp::Sum);
+        });
+        // Known dtypes only: two mismatches.
+        let d = rejected(&p);
+        assert_eq!(d.codes(), vec![Code::RW008], "{d}");
+        assert_eq!(d.0.len(), 2, "{d}");
+        let (send, reduce0) = (first_id(&p, 0, 0), first_id(&p, 0, 1));
+        let (recv, reduce1) = (first_id(&p, 1, 0), first_id(&p, 1, 1));
+        p.free_dtypes = vec![send, reduce0];
+        let s = verify(&p).expect("free element types are not compared");
+        // One source line is one static type: the all_reduce (one site on both ranks) needs no
+        // link, the send and its receive do.
+        assert_eq!(reduce0, reduce1);
+        assert_eq!(s.dtype_links, vec![(send.min(recv), send.max(recv))]);
+    }
+
+    #[test]
+    fn everything_but_the_element_type_is_still_checked() {
+        let mut p = spmd(2, |r, b| {
+            if r == 0 {
+                b.send(DType::U8, &[4], 1);
+            } else {
+                b.recv(F32, &[3], 0);
+            }
+        });
+        p.free_dtypes = vec![first_id(&p, 0, 0)];
+        let d = rejected(&p);
+        assert!(d.to_string().contains("element counts differ"), "{d}");
+        // And a collective whose members differ in shape, one of them free.
+        let mut p = spmd(2, |r, b| {
+            b.all_reduce(W, DType::U8, &[2 + r], ReduceOp::Sum);
+        });
+        p.free_dtypes = vec![first_id(&p, 0, 0), first_id(&p, 1, 0)];
+        let d = rejected(&p);
+        assert_eq!(d.codes(), vec![Code::RW006], "{d}");
+    }
+}

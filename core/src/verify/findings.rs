@@ -106,8 +106,9 @@ pub(super) fn violation_finding(v: &Violation, r: usize, op: &VOp) -> Finding {
     Finding::at(v.code(), Verdict::Misuse, r, op, v.to_string(), v.help())
 }
 
-pub(super) fn p2p_mismatch(s: OpRef, send: &VOp, d: OpRef, recv: &VOp) -> Finding {
-    let dtype_differs = send.desc.dtype != recv.desc.dtype;
+/// `free`: an element type is left to the builder (then only the counts are compared).
+pub(super) fn p2p_mismatch(s: OpRef, send: &VOp, d: OpRef, recv: &VOp, free: bool) -> Finding {
+    let dtype_differs = !free && send.desc.dtype != recv.desc.dtype;
     let what = |o: &VOp| format!("{}{}", o.desc.dtype, ShapeFmt(&o.desc.shape));
     Finding {
         code: if dtype_differs {

@@ -59,6 +59,15 @@ impl Item {
         }
     }
 
+    /// The item's ops, writable.
+    pub fn ops_mut(&mut self) -> &mut [VOp] {
+        match self {
+            Item::Op(op) | Item::Post(op) => std::slice::from_mut(op),
+            Item::Batch(ops) => ops,
+            Item::Wait { .. } => &mut [],
+        }
+    }
+
     /// Whether this is a batch.
     pub fn is_batch(&self) -> bool {
         matches!(self, Item::Batch(_))

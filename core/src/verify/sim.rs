@@ -321,7 +321,7 @@ impl<'p> Sim<'p> {
             if (!free && send.desc.dtype != recv.desc.dtype)
                 || send.desc.numel() != recv.desc.numel()
             {
-                self.findings.push(p2p_mismatch(s, send, d, recv));
+                self.findings.push(p2p_mismatch(s, send, d, recv, free));
             }
             self.schedule.set(
                 s,
