@@ -162,8 +162,9 @@ pub enum Error {
     /// A `#[rankwise::program]` function made a call its verified schedule did not expect.
     #[error(
         "{site}: rank {rank} of {world} in `{function}` makes a call the verified schedule does \
-         not expect here (it expects {expected}); code the macro could not see changed the order \
-         of communication"
+         not expect here (it expects {expected}): the run left the path the macro proved, e.g. \
+         after an error or panic that was caught and ignored; stopped here instead of risking a \
+         hang"
     )]
     Diverged {
         /// The program function.
