@@ -219,7 +219,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 10] = [
+    let cases: [(&str, &[&str]); 12] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (

@@ -274,27 +274,6 @@ fn batch_runs(stmts: Vec<syn::Stmt>, ctx: &syn::Ident, sites: &[Site]) -> Vec<sy
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::compress;
-
-    #[test]
-    fn repeated_patterns_compress() {
-        let ring: Vec<u32> = [0, 1].repeat(30);
-        assert_eq!(compress(&ring), vec![(vec![0, 1], 30)]);
-        assert_eq!(
-            compress(&[5, 0, 1, 0, 1, 7]),
-            vec![(vec![5], 1), (vec![0, 1], 2), (vec![7], 1)]
-        );
-        assert_eq!(compress(&[]), vec![]);
-        let flat: Vec<u32> = compress(&[3, 3, 3, 4])
-            .into_iter()
-            .flat_map(|(p, t)| p.repeat(t as usize))
-            .collect();
-        assert_eq!(flat, vec![3, 3, 3, 4]);
-    }
-}
-
 /// Element types left to rustc (see `rankwise::__private::is`): per free call site a
 /// `PhantomData` its tensor argument is bound to, and the equalities the verifier needed.
 pub(crate) struct DtypeChecks {
@@ -463,4 +442,25 @@ pub(crate) fn bind_free_dtypes(
     };
     b.visit_block_mut(block);
     b.found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compress;
+
+    #[test]
+    fn repeated_patterns_compress() {
+        let ring: Vec<u32> = [0, 1].repeat(30);
+        assert_eq!(compress(&ring), vec![(vec![0, 1], 30)]);
+        assert_eq!(
+            compress(&[5, 0, 1, 0, 1, 7]),
+            vec![(vec![5], 1), (vec![0, 1], 2), (vec![7], 1)]
+        );
+        assert_eq!(compress(&[]), vec![]);
+        let flat: Vec<u32> = compress(&[3, 3, 3, 4])
+            .into_iter()
+            .flat_map(|(p, t)| p.repeat(t as usize))
+            .collect();
+        assert_eq!(flat, vec![3, 3, 3, 4]);
+    }
 }
