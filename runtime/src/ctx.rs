@@ -689,16 +689,8 @@ impl Ctx {
         dst: usize,
     ) -> Result<Request<'t>> {
         let site = CallSite::caller();
-        crate::guard::Guard::check(site)?;
-        let op = self
-            .caller(&self.world_group, site, true)?
-            .send(tensor, dst)?;
-        let posted = PostedOp {
-            desc: op.desc,
-            data: tensor.bytes().to_vec(),
-        };
-        let ticket = engine(&self.backend)?.post(posted)?;
-        Ok(Request::new(Rc::clone(&self.backend), ticket, None, site))
+        let op = self.posting(site)?.send(tensor, dst)?;
+        self.post(site, op.desc, tensor.bytes().to_vec(), None)
     }
 
     /// Posts a receive into `tensor` from rank `src` and returns at once
@@ -711,22 +703,28 @@ impl Ctx {
         src: usize,
     ) -> Result<Request<'t>> {
         let site = CallSite::caller();
-        crate::guard::Guard::check(site)?;
-        let op = self
-            .caller(&self.world_group, site, true)?
-            .recv(tensor, src)?;
+        let op = self.posting(site)?.recv(tensor, src)?;
         let into = tensor.bytes_mut();
-        let posted = PostedOp {
-            desc: op.desc,
-            data: vec![0; into.len()],
-        };
-        let ticket = engine(&self.backend)?.post(posted)?;
-        Ok(Request::new(
-            Rc::clone(&self.backend),
-            ticket,
-            Some(into),
-            site,
-        ))
+        self.post(site, op.desc, vec![0; into.len()], Some(into))
+    }
+
+    /// The op builder for a posted message at `site`, once the guard agrees (posts may go to
+    /// the rank itself, as batched calls may).
+    fn posting(&self, site: CallSite) -> Result<Caller<'_>> {
+        crate::guard::Guard::check(site)?;
+        self.caller(&self.world_group, site, true)
+    }
+
+    /// Hands a validated message and the buffer it owns to the backend.
+    fn post<'t>(
+        &mut self,
+        site: CallSite,
+        desc: OpDesc,
+        data: Vec<u8>,
+        into: Option<&'t mut [u8]>,
+    ) -> Result<Request<'t>> {
+        let ticket = engine(&self.backend)?.post(PostedOp { desc, data })?;
+        Ok(Request::new(Rc::clone(&self.backend), ticket, into, site))
     }
 
     /// Runs a rank program, then waits for every request it left posted (their data is
