@@ -403,14 +403,7 @@ pub(crate) fn bind_free_dtypes(
             }) else {
                 return;
             };
-            let name = match m.method.to_string().as_str() {
-                "isend" => "send".to_string(),
-                "irecv" => "recv".to_string(),
-                n => n.to_string(),
-            };
-            let Some(pos) = rankwise_core::ops::Spelling::from_name(&name)
-                .and_then(|s| s.position(rankwise_core::ops::Role::Described))
-            else {
+            let Some(&pos) = self.shared.free_args.get(&id) else {
                 return;
             };
             let Some(arg) = m.args.iter_mut().nth(pos) else {

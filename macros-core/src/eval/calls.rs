@@ -803,7 +803,7 @@ impl Eval<'_> {
         let desc = self.describe(span, kind, &group, &call);
         self.note_symbolic_split(span, &desc, &group);
         let vop = self.vop(m, &spelling, desc, call.other);
-        self.note_dtype(&vop, call.free);
+        self.note_dtype(&vop, call.free_arg);
         self.record(vop, batch)
     }
 
@@ -827,7 +827,7 @@ impl Eval<'_> {
         };
         let desc = self.describe(span, spelling.kind, &world, &call);
         let vop = self.vop(m, &spelling, desc, call.other);
-        self.note_dtype(&vop, call.free);
+        self.note_dtype(&vop, call.free_arg);
         let items = &mut self.program.ranks[self.rank];
         items.push(Item::Post(vop));
         Val::Request(items.len() - 1)
@@ -905,8 +905,18 @@ impl Eval<'_> {
             return None;
         };
         // rustc gives every tensor of the call one element type: any one known is the dtype.
+        // If none is, a single tensor passed as `&t` / `&mut t` carries it for rustc (see
+        // `call_args`).
         let all = || described.iter().chain(other.iter().flatten());
-        let Some(dtype) = all().find_map(|t| t.dtype) else {
+        let bindable = [Role::Described, Role::Other].into_iter().find_map(|role| {
+            let at = spelling.position(role)?;
+            let single = !spelling.is_list(role)
+                && matches!(m.args.iter().nth(at), Some(Expr::Reference(_)));
+            single.then_some(at)
+        });
+        let known = all().find_map(|t| t.dtype);
+        let free_arg = if known.is_none() { bindable } else { None };
+        let Some(dtype) = known.or(free_arg.map(|_| DType::U8)) else {
             match all().next().cloned() {
                 Some(first) => {
                     let _ = self.known(&first, span);
@@ -964,7 +974,7 @@ impl Eval<'_> {
             dtype,
             shape: stack(Role::Described, &described),
             other: other.map(|ts| stack(Role::Other, &ts)),
-            free: false,
+            free_arg,
         })
     }
 
@@ -996,7 +1006,7 @@ impl Eval<'_> {
                 dtype: DType::U8,
                 shape: Vec::new(),
                 other: None,
-                free: false,
+                free_arg: None,
             });
         }
         let Some(t_at) = at(Role::Described) else {
@@ -1026,6 +1036,7 @@ impl Eval<'_> {
             (true, Some(s)) => (DType::U8, s.clone()),
             _ => self.known(&described, arg_span(t_at))?,
         };
+        let free_arg = free.then_some(t_at);
         let other = match at(Role::Other) {
             None => None,
             Some(o) => match tensor_arg(args.get(o)) {
@@ -1047,15 +1058,17 @@ impl Eval<'_> {
             dtype,
             shape,
             other,
-            free,
+            free_arg,
         })
     }
 
-    /// Notes what the macro knows of `vop`'s element type (see `Analysis::free_dtypes`).
-    fn note_dtype(&mut self, vop: &VOp, free: bool) {
+    /// Notes what the macro knows of `vop`'s element type (see `Analysis::free_dtypes`);
+    /// `free_arg`: the argument that carries a free one.
+    fn note_dtype(&mut self, vop: &VOp, free_arg: Option<usize>) {
         let id = vop.id.0;
-        if free {
+        if let Some(at) = free_arg {
             self.shared.free_dtypes.insert(id);
+            self.shared.free_args.insert(id, at);
             if vop.desc.op.is_some_and(|o| o.is_bitwise()) {
                 self.shared.integer_sites.insert(id);
             }
@@ -1248,8 +1261,9 @@ impl Eval<'_> {
 
 /// One call's arguments, read by role.
 struct CallArgs {
-    /// The described tensor's element type is a variable (`dtype` is a placeholder).
-    free: bool,
+    /// The argument whose tensor's element type is a variable, if the call's is (`dtype` is
+    /// then a placeholder).
+    free_arg: Option<usize>,
     peer: Option<usize>,
     dim: Option<usize>,
     op: Option<ReduceOp>,

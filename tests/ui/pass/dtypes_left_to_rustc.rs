@@ -22,8 +22,14 @@ fn exchange(ctx: &mut Ctx) -> Result<Vec<f32>> {
     } else if r == 1 {
         ctx.recv(&mut known, 0)?;
     }
+    // Lists of tensors of that type: the single tensor of the call carries it.
+    let mut parts = vec![ctx.zeros_like(&t)?; w];
+    ctx.all_gather_list(&t, &mut parts)?;
+    let mut mine = ctx.zeros_like(&t)?;
+    ctx.reduce_scatter_list(&parts, &mut mine, ReduceOp::Max)?;
     let mut out = from_prev.to_vec();
     out.extend(known.to_vec());
+    out.extend(mine.to_vec());
     Ok(out)
 }
 
@@ -33,7 +39,7 @@ fn main() {
         let sum = (0..w).sum::<usize>() as f32;
         for (r, v) in got.iter().enumerate() {
             let k = if r == 1 { sum } else { 0.0 };
-            assert_eq!(*v, [[sum; 4], [k; 4]].concat(), "world {w}, rank {r}");
+            assert_eq!(*v, [[sum; 4], [k; 4], [sum; 4]].concat(), "world {w}, rank {r}");
         }
     }
 }
