@@ -403,18 +403,19 @@ pub(crate) fn bind_free_dtypes(
             }) else {
                 return;
             };
-            let Some(&pos) = self.shared.free_args.get(&id) else {
+            let Some(&(pos, written)) = self.shared.free_args.get(&id) else {
                 return;
             };
             let Some(arg) = m.args.iter_mut().nth(pos) else {
                 return;
             };
-            let syn::Expr::Reference(r) = arg else { return };
             let v = dtype_var(id);
             // A bitwise reduction binds with the bound that its element type is an integer, so
-            // rustc reports a float at the user's argument.
+            // rustc reports a float at the user's argument. Any expression binds (`&t`, a
+            // reference held in a variable): the wrapper takes what the method takes.
             let int = self.shared.integer_sites.contains(&id);
-            let f = match (r.mutability.is_some(), int) {
+            let r = &*arg;
+            let f = match (written, int) {
                 (true, false) => "bind_mut",
                 (true, true) => "bind_mut_integer",
                 (false, false) => "bind_ref",

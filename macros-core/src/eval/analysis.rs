@@ -96,8 +96,9 @@ pub(crate) struct Analysis {
     /// Call sites whose tensor's element type the macro could not follow on some rank, by
     /// site id: a type variable rustc resolves (see `lower::dtype_checks`).
     pub free_dtypes: std::collections::BTreeSet<u32>,
-    /// The argument position that carries each free site's element type.
-    pub free_args: HashMap<u32, usize>,
+    /// The argument that carries each free site's element type: its position, and whether the
+    /// call takes it as `&mut`.
+    pub free_args: HashMap<u32, (usize, bool)>,
     /// The element types the macro did see at each call site (rustc gives a site one type, so
     /// at a free site these are it), and the sites whose reduce op needs an integer type.
     pub seen_dtypes: std::collections::BTreeMap<u32, std::collections::BTreeSet<DType>>,

@@ -908,11 +908,10 @@ impl Eval<'_> {
         // If none is, a single tensor passed as `&t` / `&mut t` carries it for rustc (see
         // `call_args`).
         let all = || described.iter().chain(other.iter().flatten());
+        // The single tensor is the output (written) when it is the other buffer.
         let bindable = [Role::Described, Role::Other].into_iter().find_map(|role| {
             let at = spelling.position(role)?;
-            let single = !spelling.is_list(role)
-                && matches!(m.args.iter().nth(at), Some(Expr::Reference(_)));
-            single.then_some(at)
+            (!spelling.is_list(role)).then_some((at, role == Role::Other))
         });
         let known = all().find_map(|t| t.dtype);
         let free_arg = if known.is_none() { bindable } else { None };
@@ -1029,14 +1028,17 @@ impl Eval<'_> {
         // An element type the macro cannot follow is a variable for rustc (see
         // `lower::dtype_checks`), when the tensor is passed as `&t` / `&mut t` so that the
         // lowering can bind it; the verifier gets a placeholder it never compares.
-        let free = described.dtype.is_none()
-            && described.shape.is_some()
-            && matches!(m.args.iter().nth(t_at), Some(Expr::Reference(_)));
+        let free = described.dtype.is_none() && described.shape.is_some();
         let (dtype, shape) = match (free, &described.shape) {
             (true, Some(s)) => (DType::U8, s.clone()),
             _ => self.known(&described, arg_span(t_at))?,
         };
-        let free_arg = free.then_some(t_at);
+        // Calls that write their described tensor take it as `&mut`.
+        let written = matches!(
+            kind,
+            OpKind::Recv | OpKind::Broadcast | OpKind::Reduce | OpKind::AllReduce | OpKind::Scatter
+        );
+        let free_arg = free.then_some((t_at, written));
         let other = match at(Role::Other) {
             None => None,
             Some(o) => match tensor_arg(args.get(o)) {
@@ -1064,7 +1066,7 @@ impl Eval<'_> {
 
     /// Notes what the macro knows of `vop`'s element type (see `Analysis::free_dtypes`);
     /// `free_arg`: the argument that carries a free one.
-    fn note_dtype(&mut self, vop: &VOp, free_arg: Option<usize>) {
+    fn note_dtype(&mut self, vop: &VOp, free_arg: Option<(usize, bool)>) {
         let id = vop.id.0;
         if let Some(at) = free_arg {
             self.shared.free_dtypes.insert(id);
@@ -1262,8 +1264,8 @@ impl Eval<'_> {
 /// One call's arguments, read by role.
 struct CallArgs {
     /// The argument whose tensor's element type is a variable, if the call's is (`dtype` is
-    /// then a placeholder).
-    free_arg: Option<usize>,
+    /// then a placeholder), and whether the call writes it (takes it as `&mut`).
+    free_arg: Option<(usize, bool)>,
     peer: Option<usize>,
     dim: Option<usize>,
     op: Option<ReduceOp>,

@@ -22,6 +22,10 @@ fn exchange(ctx: &mut Ctx) -> Result<Vec<f32>> {
     } else if r == 1 {
         ctx.recv(&mut known, 0)?;
     }
+    // Through a reference held in a variable.
+    let mut again = ctx.tensor([4], load(r))?;
+    let held = &mut again;
+    ctx.broadcast(held, 0)?;
     // Lists of tensors of that type: the single tensor of the call carries it.
     let mut parts = vec![ctx.zeros_like(&t)?; w];
     ctx.all_gather_list(&t, &mut parts)?;
@@ -30,6 +34,7 @@ fn exchange(ctx: &mut Ctx) -> Result<Vec<f32>> {
     let mut out = from_prev.to_vec();
     out.extend(known.to_vec());
     out.extend(mine.to_vec());
+    assert_eq!(again.to_vec(), vec![0.0; 4]);
     Ok(out)
 }
 
