@@ -422,7 +422,7 @@ pub(crate) fn bind_free_dtypes(
                 (false, true) => "bind_ref_integer",
             };
             // Spanned at the argument: that is where rustc reports an unmet bound.
-            let at = syn::spanned::Spanned::span(&*r);
+            let at = syn::spanned::Spanned::span(r);
             let f = syn::Ident::new(f, at);
             *arg = syn::parse_quote_spanned!(at=> ::rankwise::__private::#f(&#v, #r));
             self.found.insert(id);
