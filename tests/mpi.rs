@@ -275,7 +275,7 @@ fn failures_end_the_job_promptly_and_say_why() {
             "wait",
             &[
                 "deadlock: every unfinished rank is blocked",
-                "rank 0 waits in recv(from 1, f32[4]) at examples/failures.rs",
+                "rank 0 waits in wait() for recv(from 1, f32[4]) posted at examples/failures.rs",
                 "rank 1 waits in recv(from 0, f32[4])",
             ],
         ),

@@ -635,9 +635,37 @@ impl MpiBackend {
     }
 
     /// Blocks until the posted messages `until` selects have completed (everything else that
-    /// is posted progresses and is recorded meanwhile), telling the monitor what it waits for.
-    fn wait_posted(&mut self, until: impl Fn(&[MpiPosted]) -> bool) -> Result<()> {
-        let waits: Arc<[Waiting]> = self.posted.iter().map(|p| p.wait.clone()).collect();
+    /// is posted progresses and is recorded meanwhile), telling the monitor what it waits for:
+    /// posted message `waited.0` at the `wait()` on `waited.1`, or (none) at the rank's return.
+    fn wait_posted(
+        &mut self,
+        waited: Option<(usize, CallSite)>,
+        until: impl Fn(&[MpiPosted]) -> bool,
+    ) -> Result<()> {
+        // Reported as the threads backend reports it: the wait and the message it waits for.
+        let waits: Arc<[Waiting]> = self
+            .posted
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                let what = p.desc.summary();
+                let call = match waited {
+                    Some((k, site)) if k == j => Call::Remote {
+                        what: format!("wait() for {what} posted at {}", p.desc.site),
+                        site: site.to_string(),
+                    },
+                    Some(_) => p.wait.call.clone(),
+                    None => Call::Remote {
+                        what: format!("the rank's return, which waits for {what} posted here"),
+                        site: p.desc.site.to_string(),
+                    },
+                };
+                Waiting {
+                    call,
+                    ..p.wait.clone()
+                }
+            })
+            .collect();
         self.board.update(|s| {
             s.phase = Phase::Blocked;
             s.waiting = Arc::clone(&waits);
@@ -779,21 +807,21 @@ unsafe impl Backend for MpiBackend {
         Ok(ticket)
     }
 
-    fn wait(&mut self, ticket: Ticket, _site: CallSite) -> Result<Vec<u8>> {
+    fn wait(&mut self, ticket: Ticket, site: CallSite) -> Result<Vec<u8>> {
         let Some(j) = self.posted.iter().position(|p| p.ticket == ticket) else {
             return Err(Error::Internal(format!(
                 "wait on request {} that this rank never posted or already waited for",
                 ticket.0
             )));
         };
-        if let Err(e) = self.wait_posted(|p| p[j].done) {
+        if let Err(e) = self.wait_posted(Some((j, site)), |p| p[j].done) {
             abort_job(self.rank, &e);
         }
         Ok(self.posted.remove(j).data)
     }
 
     fn drain(&mut self) -> Result<()> {
-        if let Err(e) = self.wait_posted(|p| p.iter().all(|p| p.done)) {
+        if let Err(e) = self.wait_posted(None, |p| p.iter().all(|p| p.done)) {
             abort_job(self.rank, &e);
         }
         self.posted.clear();
