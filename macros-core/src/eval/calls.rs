@@ -101,6 +101,17 @@ impl Eval<'_> {
     }
 
     pub(super) fn call(&mut self, c: &syn::ExprCall) -> Flow {
+        // `drop(request)`: the message still completes, by the rank's return at the latest —
+        // which is what the model of a request that is never waited for already says.
+        if let (Expr::Path(p), [arg]) = (&*c.func, &c.args.iter().collect::<Vec<_>>()[..])
+            && p.path.segments.last().is_some_and(|s| s.ident == "drop")
+            && matches!(p.path.segments.len(), 1 | 3)
+            && let Expr::Path(v) = arg
+            && let Some(name) = v.path.get_ident()
+            && matches!(self.lookup(&name.to_string()), Some(Val::Request(_)))
+        {
+            return Flow::Normal(Val::Unit);
+        }
         let mut args = match self.eval_args(&c.args, "another function") {
             Ok(args) => args,
             Err(flow) => return flow,
