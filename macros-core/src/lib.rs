@@ -172,8 +172,8 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
         }
         schedules.push(lower::WorldSchedule::of(&p));
     }
-    // Element types left to rustc: bind each free site's tensor, and compare what the verifier
-    // could not (a free site that is not a plain `&t` / `&mut t` call was refused above).
+    // Element types left to rustc: the equalities the verifier could not check, as code for
+    // rustc (and as errors here where both sides are known).
     let checks = lower::dtype_checks(&shared, &dtype_links);
     for (span, msg) in checks.errors {
         shared.error(span, msg);

@@ -916,7 +916,7 @@ impl Eval<'_> {
             return None;
         };
         // rustc gives every tensor of the call one element type: any one known is the dtype.
-        // If none is, a single tensor passed as `&t` / `&mut t` carries it for rustc (see
+        // If none is, the call's single (non-list) tensor carries it for rustc (see
         // `call_args`).
         let all = || described.iter().chain(other.iter().flatten());
         // The single tensor is the output (written) when it is the other buffer.
@@ -1037,8 +1037,8 @@ impl Eval<'_> {
             return None;
         };
         // An element type the macro cannot follow is a variable for rustc (see
-        // `lower::dtype_checks`), when the tensor is passed as `&t` / `&mut t` so that the
-        // lowering can bind it; the verifier gets a placeholder it never compares.
+        // `lower::dtype_checks`): the lowering binds the argument, whatever its expression; the
+        // verifier gets a placeholder it never compares.
         let free = described.dtype.is_none() && described.shape.is_some();
         let (dtype, shape) = match (free, &described.shape) {
             (true, Some(s)) => (DType::U8, s.clone()),
