@@ -389,18 +389,14 @@ pub(crate) fn bind_free_dtypes(
     use syn::visit_mut::VisitMut;
     struct Binder<'a> {
         shared: &'a crate::eval::Analysis,
+        /// Free sites by (line, column), looked up once per method call.
+        at: std::collections::HashMap<(u32, u32), u32>,
         found: std::collections::BTreeSet<u32>,
     }
     impl VisitMut for Binder<'_> {
         fn visit_expr_method_call_mut(&mut self, m: &mut syn::ExprMethodCall) {
             syn::visit_mut::visit_expr_method_call_mut(self, m);
-            let at = location(m.method.span());
-            let Some(id) = self.shared.free_dtypes.iter().copied().find(|&id| {
-                self.shared
-                    .sites
-                    .get(id as usize)
-                    .is_some_and(|s| (s.site.line, s.site.column) == at)
-            }) else {
+            let Some(&id) = self.at.get(&location(m.method.span())) else {
                 return;
             };
             let Some(&(pos, written)) = self.shared.free_args.get(&id) else {
@@ -430,8 +426,17 @@ pub(crate) fn bind_free_dtypes(
         fn visit_expr_closure_mut(&mut self, _: &mut syn::ExprClosure) {}
         fn visit_item_mut(&mut self, _: &mut syn::Item) {}
     }
+    let at = shared
+        .free_dtypes
+        .iter()
+        .filter_map(|&id| {
+            let s = shared.sites.get(id as usize)?;
+            Some(((s.site.line, s.site.column), id))
+        })
+        .collect();
     let mut b = Binder {
         shared,
+        at,
         found: Default::default(),
     };
     b.visit_block_mut(block);

@@ -104,6 +104,13 @@ fn op_at<'a>(ops: &'a [Op], posted: &'a [PostedReq], i: usize) -> &'a Op {
     }
 }
 
+/// The call site of the first unfinished run, for an abort's report.
+fn open_site(runs: &[TargetRun], ops: &[Op]) -> Option<CallSite> {
+    runs.iter()
+        .find(|r| !r.complete)
+        .map(|r| ops[r.start].desc.site)
+}
+
 /// Where the rank is blocked and in what, for reports: a posted op is waited for at its
 /// `wait()`, or by the rank's return.
 fn blocked_call(ops: &[Op], posted: &[PostedReq], i: usize, until: Until) -> (CallSite, String) {
@@ -293,11 +300,7 @@ impl LocalBackend {
         until: Until,
     ) -> Result<Pass> {
         let Some(_busy) = self.shared.enter(self.rank) else {
-            let site = runs
-                .iter()
-                .find(|r| !r.complete)
-                .map(|r| ops[r.start].desc.site);
-            return Err(self.shared.abort_error(self.rank, site));
+            return Err(self.shared.abort_error(self.rank, open_site(runs, ops)));
         };
         fail_point!("pass");
         self.pass_inner(runs, ops, posted, until)
@@ -618,11 +621,7 @@ impl LocalBackend {
                 if announced {
                     self.shared.withdraw(self.rank);
                 }
-                let site = runs
-                    .iter()
-                    .find(|r| !r.complete)
-                    .map(|r| ops[r.start].desc.site);
-                return Err(self.shared.abort_error(self.rank, site));
+                return Err(self.shared.abort_error(self.rank, open_site(runs, ops)));
             }
             let pass = self.pass(runs, ops, posted, until)?;
             if pass.complete || pass.progressed {

@@ -356,13 +356,9 @@ impl MpiBackend {
     fn run_batch(&mut self, ops: &mut [Op], pending: &mut usize) -> Result<()> {
         // The posted messages still open are waited for too, as far as the monitor can tell
         // (after the batch's own ops, so their board indices are `ops.len() + j`).
-        let waits: Arc<[Waiting]> = ops
-            .iter()
-            .map(|o| self.waiting(&o.desc))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .chain(self.posted.iter().map(|p| p.wait.clone()))
-            .collect();
+        let mut waits: Vec<Waiting> = ops.iter().map(|o| self.waiting(&o.desc)).collect();
+        waits.extend(self.posted.iter().map(|p| p.wait.clone()));
+        let waits: Arc<[Waiting]> = waits.into();
         self.board.update(|s| {
             s.phase = Phase::Blocked;
             s.waiting = Arc::clone(&waits);
