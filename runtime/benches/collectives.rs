@@ -2,7 +2,8 @@
 //! the same run with the same threads.
 //!
 //! Run: `cargo bench -p rankwise-runtime --bench collectives` (set `RANKWISE_BENCH_QUICK=1`
-//! for a fast smoke run with small sizes only).
+//! for a fast smoke run with small sizes only; `RANKWISE_BENCH_ONLY=sizes` or `=batch` runs one
+//! of the two tables).
 //!
 //! *Size* is the larger per-rank buffer, as in nccl-tests: the buffer of all_reduce and
 //! broadcast, the output of all_gather, the input of reduce_scatter, both buffers of
@@ -206,6 +207,7 @@ fn batched_vs_single(ctx: &mut Ctx, samples: usize) -> Result<(f64, f64)> {
 
 fn main() -> Result<()> {
     let quick = std::env::var_os("RANKWISE_BENCH_QUICK").is_some();
+    let only = std::env::var("RANKWISE_BENCH_ONLY").unwrap_or_default();
     let sizes: Vec<usize> = if quick {
         vec![8, KIB, 64 * KIB]
     } else {
@@ -217,7 +219,7 @@ fn main() -> Result<()> {
     println!("# rankwise local backend, {cores} core(s)\n");
     println!("| op | world | size | median | copy floor | ratio | in-place floor | ratio |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for world in [2, 4, 8] {
+    for world in [2, 4, 8].into_iter().filter(|_| only != "batch") {
         let per_size = spawn(world, |ctx| {
             sizes
                 .iter()
@@ -247,7 +249,7 @@ fn main() -> Result<()> {
     println!("\n## 1000 all_reduces of 1 KiB: one by one vs one batch\n");
     println!("| world | one by one | batched | speed-up |");
     println!("|---:|---:|---:|---:|");
-    for world in [2, 4, 8] {
+    for world in [2, 4, 8].into_iter().filter(|_| only != "sizes") {
         let times = spawn(world, |ctx| {
             batched_vs_single(ctx, if quick { 3 } else { 9 })
         })?;

@@ -35,6 +35,9 @@ pub struct Ctx {
     ordinals: HashMap<Vec<usize>, u32>,
     /// The record of every call, when tracing is on (see `trace`).
     trace: Option<Recorder>,
+    /// The last batch's op list, emptied: batches reuse its memory, so a program that runs a
+    /// bucket of calls every step does not grow (and page in) a fresh list each time.
+    spare_ops: Vec<Op>,
 }
 
 /// Builds validated [`Op`]s for one call site on one group.
@@ -571,6 +574,7 @@ impl Ctx {
             backend: Rc::new(RefCell::new(backend)),
             ordinals: HashMap::new(),
             trace: None,
+            spare_ops: Vec::new(),
         }
     }
 
@@ -753,9 +757,10 @@ impl Ctx {
     /// together (≈ `batch_isend_irecv`, `ncclGroupStart/End`). Same-kind collectives in a batch
     /// are fused into one synchronisation.
     pub fn batch<'a>(&mut self) -> Batch<'_, 'a> {
+        let ops = std::mem::take(&mut self.spare_ops);
         Batch {
             ctx: self,
-            ops: Vec::new(),
+            ops,
             staged: Vec::new(),
             members: Vec::new(),
             error: None,
@@ -931,6 +936,16 @@ impl<'c, 'a> Batch<'c, 'a> {
         done?;
         self.staged.drain(..).for_each(Staged::finish);
         Ok(())
+    }
+}
+
+impl Drop for Batch<'_, '_> {
+    /// Hands the op list back to the context for the next batch; the ops, and the borrows of
+    /// tensors they stand for, end here.
+    fn drop(&mut self) {
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
+        self.ctx.spare_ops = ops;
     }
 }
 

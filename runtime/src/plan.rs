@@ -37,7 +37,9 @@ pub(crate) fn target(op: &Op) -> Target {
 /// Sorts `ops` by target, keeping the user's order within each target, and returns the runs:
 /// each target once, with the range of `ops` it covers, in target order.
 pub(crate) fn plan(ops: &mut [Op]) -> SmallVec<[(Target, Range<usize>); 4]> {
-    if ops.len() > 1 {
+    // Most batches are already in target order (one communicator, or one peer); sorting
+    // would still move every op.
+    if !ops.is_sorted_by_key(target) {
         ops.sort_by_key(target); // stable
     }
     let mut runs = SmallVec::new();

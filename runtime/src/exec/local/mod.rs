@@ -33,6 +33,7 @@
 //! timeouts stop the world with an error instead of a hang.
 
 mod kernels;
+mod pack;
 mod world;
 
 use std::ops::Range;
@@ -48,6 +49,7 @@ use crate::model::{CallSite, GroupId};
 use crate::plan::Target;
 
 use kernels::{Step, copy_rows};
+use pack::{NO_KEY, PackEntry};
 use world::GroupState;
 pub(crate) use world::{Abort, WorldState};
 
@@ -146,6 +148,9 @@ struct TargetRun {
     /// message; other runs count as published from the start).
     published: bool,
     complete: bool,
+    /// The run's pack table (collectives; see `pack`), empty when nothing packs. Peers read it
+    /// while the run is posted; its heap block does not move when the run does.
+    packs: Vec<PackEntry>,
 }
 
 impl TargetRun {
@@ -236,6 +241,7 @@ impl LocalBackend {
                 group,
                 published: !matches!(t, Target::Send(_)),
                 complete: false,
+                packs: Vec::new(),
             });
         }
         Ok(runs)
@@ -251,6 +257,12 @@ impl LocalBackend {
             let entries = ops[run.start..].as_ptr().cast_mut();
             match run.target {
                 Target::Coll(_) => {
+                    run.packs = pack::table(&ops[run.start..run.start + run.len]);
+                    let packs = if run.packs.is_empty() {
+                        std::ptr::null_mut()
+                    } else {
+                        run.packs.as_mut_ptr()
+                    };
                     let g = run
                         .group
                         .as_ref()
@@ -258,6 +270,7 @@ impl LocalBackend {
                     let slot = &g.slots[run.me];
                     slot.base.store(run.base, Ordering::Relaxed);
                     slot.entries.store(entries, Ordering::Relaxed);
+                    slot.packs.store(packs, Ordering::Relaxed);
                     slot.posted.store(run.end(), Ordering::Release);
                     woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
                 }
@@ -423,9 +436,24 @@ impl LocalBackend {
     ) -> Result<Option<Waiting>> {
         let n = g.members.len();
         while run.next < run.end() {
+            if self.step_packed(run, g, ops)? {
+                continue;
+            }
             let k = run.next;
             let idx = run.start + (k - run.base) as usize;
-            if !kernels::participates(&ops[idx].desc, n, run.me, k) {
+            let desc = &ops[idx].desc;
+            let takes_part = if kernels::participates(desc, n, run.me, k) {
+                true
+            } else if kernels::is_small_reduction(desc) {
+                // Its reducer is chosen by member 0's input (`kernels::reducer`).
+                let Some(first) = self.first_input(run, g, ops, idx, k) else {
+                    return Ok(Some((idx, SmallVec::from_slice(&g.members[..1]))));
+                };
+                kernels::reducer(first, n) == run.me
+            } else {
+                false
+            };
+            if !takes_part {
                 // Nothing to move or check for us in this step: the step's owner checks that
                 // everyone agrees and does the work, and nobody completes the step before the
                 // owner's `done` says so. Marking ours now saves a round trip.
@@ -461,13 +489,7 @@ impl LocalBackend {
             }
             self.check_agreement(&entries, &g.members, k)?;
             if !kernels::buffers_fit(&entries, &g.members) {
-                let err = Error::Internal(format!(
-                    "{}: the buffers of collective step {k} on group {:?} do not have the sizes \
-                     the call needs",
-                    ops[idx].desc.site, g.members
-                ));
-                self.shared.abort(Abort::Error(err.clone()));
-                return Err(err);
+                return Err(self.unfit(&ops[idx], &g.members, k));
             }
             fail_point!("step");
             // SAFETY: all members posted agreeing, validated ops for step k and stay in it until
@@ -476,7 +498,6 @@ impl LocalBackend {
                 kernels::run_share(
                     &Step {
                         me: run.me,
-                        seq: k,
                         ops: &entries,
                     },
                     &g.members,
@@ -486,6 +507,152 @@ impl LocalBackend {
             run.next += 1;
         }
         Ok(None)
+    }
+
+    /// Does a stretch of small reductions starting at the run's next step in one pass, if every
+    /// member has posted at least two of them (see `pack`): one look at the members' progress,
+    /// the owned steps checked and reduced back to back, one `done` store at the end. Whether
+    /// it did.
+    ///
+    /// The work is what the step-by-step path would do — each step's checker and reducer
+    /// (`kernels::checker`, `kernels::reducer`) check that every member agrees on it, the
+    /// reducer reduces it whole, the others have nothing to do — so members that batch the
+    /// same calls differently still meet step by step.
+    fn step_packed(&self, run: &mut TargetRun, g: &GroupState, ops: &[Op]) -> Result<bool> {
+        let k = run.next;
+        let at = (k - run.base) as usize;
+        let Some(mine) = run.packs.get(at) else {
+            return Ok(false);
+        };
+        // Steps k.. that every member has posted, within our stretch.
+        let ready = g
+            .slots
+            .iter()
+            .map(|s| s.posted.load(Ordering::Acquire).saturating_sub(k))
+            .min()
+            .unwrap_or(0)
+            .min(u64::from(mine.rest));
+        if ready < 2 {
+            return Ok(false);
+        }
+        let n = g.members.len();
+        // Each member's op and pack entry for step k. SAFETY: member j has posted steps
+        // k..k + ready (Acquire above), all in the run its slot holds (it cannot move on before
+        // we are done with them), and cannot complete any of them before our `done` passes
+        // them, so its ops, its table and their buffers are live and contiguous from here.
+        let mut firsts: SmallVec<[*const Op; 8]> = SmallVec::with_capacity(n);
+        let mut tables: SmallVec<[*const PackEntry; 8]> = SmallVec::with_capacity(n);
+        for (j, slot) in g.slots.iter().enumerate() {
+            if j == run.me {
+                firsts.push(&ops[run.start + at]);
+                tables.push(mine);
+                continue;
+            }
+            let table = slot.packs.load(Ordering::Relaxed);
+            if table.is_null() {
+                return Ok(false);
+            }
+            let off = (k - slot.base.load(Ordering::Relaxed)) as usize;
+            // SAFETY: see above; step k is within member j's posted run and its table.
+            unsafe {
+                firsts.push(slot.entries.load(Ordering::Relaxed).add(off).cast_const());
+                tables.push(table.add(off).cast_const());
+            }
+        }
+        // The stretch: as long as every member's own stretch from step k.
+        let len = tables
+            .iter()
+            // SAFETY: step k's entry of every table (above).
+            .map(|&t| u64::from(unsafe { (*t).rest }))
+            .fold(ready, u64::min);
+        if len < 2 {
+            return Ok(false);
+        }
+        // Each member's stretch shares its op k's kind, root, reduction and element type, so
+        // one full comparison of a step proves those for all; after it, equal shape keys make
+        // a step agree. A step without a key, or with differing ones, is compared in full (and
+        // reported from there).
+        let mut checked = false;
+        let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(n);
+        for step in k..k + len {
+            let i = (step - k) as usize;
+            // SAFETY: step i of the stretch is posted by every member (above).
+            let first = unsafe { (*tables[0].add(i)).input };
+            if kernels::checker(step, n) != run.me && kernels::reducer(first, n) != run.me {
+                continue;
+            }
+            // SAFETY: step i of the stretch is posted by every member (above).
+            let key = unsafe { (*tables[run.me].add(i)).key };
+            let same = key != NO_KEY
+                && tables
+                    .iter()
+                    // SAFETY: as above, for every member's table.
+                    .all(|&t| unsafe { (*t.add(i)).key } == key);
+            if checked && same {
+                continue;
+            }
+            entries.clear();
+            // SAFETY: as above.
+            entries.extend(firsts.iter().map(|&p| unsafe { &*p.add(i) }));
+            self.check_agreement(&entries, &g.members, step)?;
+            if !kernels::buffers_fit(&entries, &g.members) {
+                return Err(self.unfit(entries[run.me], &g.members, step));
+            }
+            checked = true;
+        }
+        let desc = &ops[run.start + at].desc;
+        let root = desc
+            .peer
+            .and_then(|r| g.members.binary_search(&r).ok())
+            .unwrap_or(0);
+        fail_point!("step");
+        // SAFETY: every owned step was checked above (equal shapes, hence equal element
+        // counts, which every member's table holds only for buffers of that size); the
+        // stretch is posted by every member, who stays in it until we mark it done.
+        unsafe { kernels::reduce_pack(desc, root, &tables, len, run.me) };
+        g.slots[run.me].done.0.store(k + len, Ordering::Release);
+        run.next = k + len;
+        Ok(true)
+    }
+
+    /// Stops the world on buffers that do not fit their step (a bug caught before any access).
+    fn unfit(&self, op: &Op, members: &[usize], step: u64) -> Error {
+        let err = Error::Internal(format!(
+            "{}: the buffers of collective step {step} on group {members:?} do not have the \
+             sizes the call needs",
+            op.desc.site
+        ));
+        self.shared.abort(Abort::Error(err.clone()));
+        err
+    }
+
+    /// Member 0's input buffer for step `k`, once member 0 has posted it. Read before this
+    /// member marks step `k` done, so member 0 is still in it and the op is live.
+    fn first_input(
+        &self,
+        run: &TargetRun,
+        g: &GroupState,
+        ops: &[Op],
+        idx: usize,
+        k: u64,
+    ) -> Option<*const u8> {
+        if run.me == 0 {
+            return Some(ops[idx].input.ptr.cast_const());
+        }
+        let slot = &g.slots[0];
+        if slot.posted.load(Ordering::Acquire) <= k {
+            return None;
+        }
+        let base = slot.base.load(Ordering::Relaxed);
+        // SAFETY: member 0 posted step k (Acquire above) and cannot complete it before we mark
+        // it done, so its op for step k is live.
+        let op = unsafe {
+            &*slot
+                .entries
+                .load(Ordering::Relaxed)
+                .add((k - base) as usize)
+        };
+        Some(op.input.ptr.cast_const())
     }
 
     /// Whether every member is done with the run's steps; if not, whom we wait for.

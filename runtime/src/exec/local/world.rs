@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{DeadlockReport, Error, PeerFailure, RankWait};
 use crate::exec::Op;
+
+use super::pack::PackEntry;
 use crate::model::{CallSite, GroupId, WorldId};
 
 /// A rank's published run of collective ops on one communicator.
@@ -25,6 +27,8 @@ pub(crate) struct CollSlot {
     pub base: AtomicU64,
     /// The member's ops for steps `base..posted`, in its own stack/heap frame.
     pub entries: AtomicPtr<Op>,
+    /// The pack table of those steps (see `pack`), or null.
+    pub packs: AtomicPtr<PackEntry>,
     /// Number of steps whose share this member has finished (Release; readers Acquire). On
     /// its own cache line: it changes every step, the fields above once per batch.
     pub done: PaddedU64,
