@@ -167,3 +167,55 @@ fn posted_messages_own_their_buffers() {
     .unwrap();
     assert!(failed[0].is_err() && failed[1].is_err(), "{failed:?}");
 }
+
+#[test]
+fn packed_stretches_of_small_reductions_touch_peers_buffers_soundly() {
+    // Two stretches (all_reduce, then reduce to the last rank) with shapes that get keys and
+    // one that does not.
+    for world in [2, 3] {
+        let out = spawn(world, |ctx| {
+            let r = ctx.rank();
+            let shapes: [&[usize]; 5] = [&[3], &[2, 2], &[1, 1, 1, 1, 2], &[0], &[5]];
+            let mut ts: Vec<Tensor<f32>> = shapes
+                .iter()
+                .map(|s| Tensor::full(s, r as f32 + 1.0))
+                .collect::<Result<_>>()?;
+            let mut rs: Vec<Tensor<i32>> = (0..3)
+                .map(|i| Tensor::full([i + 1], r as i32))
+                .collect::<Result<_>>()?;
+            // Every rank batches the all_reduces (they run packed); rank 0 calls the reduces
+            // one by one, meeting the others' stretch step by step.
+            let mut b = ctx.batch();
+            for t in ts.iter_mut() {
+                b.all_reduce(t, ReduceOp::Sum);
+            }
+            b.run()?;
+            if r == 0 {
+                for t in rs.iter_mut() {
+                    ctx.reduce(t, world - 1, ReduceOp::Max)?;
+                }
+            } else {
+                let mut b = ctx.batch();
+                for t in rs.iter_mut() {
+                    b.reduce(t, world - 1, ReduceOp::Max);
+                }
+                b.run()?;
+            }
+            Ok((
+                ts.iter().flat_map(|t| t.to_vec()).collect::<Vec<_>>(),
+                rs.iter().flat_map(|t| t.to_vec()).collect::<Vec<_>>(),
+            ))
+        })
+        .unwrap();
+        let total: f32 = (1..=world).map(|r| r as f32).sum();
+        for (r, (sums, maxes)) in out.into_iter().enumerate() {
+            assert_eq!(sums, vec![total; 3 + 4 + 2 + 5]);
+            let want = if r == world - 1 {
+                world as i32 - 1
+            } else {
+                r as i32
+            };
+            assert_eq!(maxes, vec![want; 6]);
+        }
+    }
+}

@@ -544,8 +544,11 @@ impl LocalBackend {
         let mut tables: SmallVec<[*const PackEntry; 8]> = SmallVec::with_capacity(n);
         for (j, slot) in g.slots.iter().enumerate() {
             if j == run.me {
-                firsts.push(&ops[run.start + at]);
-                tables.push(mine);
+                // Pointers into the whole slices (not to one element): the loops below step
+                // through the stretch from them. `run.start + at` is in `ops` and `at` in the
+                // table (`mine` exists).
+                firsts.push(ops[run.start + at..].as_ptr());
+                tables.push(run.packs[at..].as_ptr());
                 continue;
             }
             let table = slot.packs.load(Ordering::Relaxed);
