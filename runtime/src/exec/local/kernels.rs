@@ -17,7 +17,7 @@ use crate::rules::rows;
 
 use super::pack::PackEntry;
 
-/// Entries below this many bytes are reduced whole by one member (chosen round-robin by step)
+/// Entries below this many bytes are reduced whole by one member (their [`reducer`])
 /// rather than sliced: slicing tiny tensors costs more in bookkeeping than it saves.
 const SLICE_MIN_BYTES: usize = 8 * 1024;
 

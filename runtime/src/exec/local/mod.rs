@@ -12,8 +12,10 @@
 //!    is checked for agreement (every member compares every member's description, so nobody
 //!    touches a buffer sized by a disagreeing peer) and this member does its share
 //!    (`kernels::run_share`), reading peers' buffers in place and writing a region only it
-//!    writes, then bumps its `done`. A receive whose send is posted copies straight from the
-//!    sender's tensor and bumps the channel's `copied`.
+//!    writes, then bumps its `done`. A stretch of small reductions that every member has
+//!    posted is checked and reduced in one pass over compact per-step tables (`pack`). A
+//!    receive whose send is posted copies straight from the sender's tensor and bumps the
+//!    channel's `copied`.
 //! 3. **Complete.** The batch is done when every member's `done` covers its steps and every
 //!    send has been copied. Only then may the rank return, so its buffers outlive every peer's
 //!    access: a peer reads a posted op only while the step it belongs to is unfinished, and the
