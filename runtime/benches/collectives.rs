@@ -15,8 +15,15 @@
 //! Every number is a median over samples; a sample is the mean time per call over `k` calls
 //! started together on every rank, as seen by the slowest rank. Samples of the floors and of the
 //! collectives are interleaved, so that noise on this shared machine hits them alike.
+//!
+//! When Open MPI is installed (`mpicc` and `mpirun` on the `PATH`), the same run also builds
+//! `openmpi_ref.c` and runs it at each world size with the same sizes and conventions, and the
+//! table gets Open MPI's figure and rankwise's ratio to it.
 
+use std::collections::HashMap;
 use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::Instant;
 
 use rankwise_runtime::{Ctx, ReduceOp, Result, Tensor, spawn};
@@ -205,6 +212,74 @@ fn batched_vs_single(ctx: &mut Ctx, samples: usize) -> Result<(f64, f64)> {
     Ok((median(single[1..].to_vec()), median(batched[1..].to_vec())))
 }
 
+/// Open MPI's figures for the benchmark's ops and sizes: the reference program built with
+/// `mpicc` and run under `mpirun`, per world size. `None` (with the reason printed) when Open
+/// MPI is not installed or the run fails: the rest of the benchmark does not depend on it.
+struct OpenMpi {
+    exe: PathBuf,
+}
+
+impl OpenMpi {
+    fn build() -> Option<OpenMpi> {
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/openmpi_ref.c");
+        let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("openmpi_ref");
+        match Command::new("mpicc")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(src)
+            .output()
+        {
+            Ok(out) if out.status.success() => Some(OpenMpi { exe }),
+            Ok(out) => {
+                println!(
+                    "(Open MPI's reference did not build; no side-by-side figures: {})\n",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                println!("(no mpicc here ({e}); no side-by-side figures with Open MPI)\n");
+                None
+            }
+        }
+    }
+
+    /// Seconds per call by (op name, size) at `world` ranks.
+    fn measure(&self, world: usize, sizes: &[usize]) -> HashMap<(String, usize), f64> {
+        let out = Command::new("mpirun")
+            .args(["--oversubscribe", "-np", &world.to_string()])
+            .arg(&self.exe)
+            .args(sizes.iter().map(|s| s.to_string()))
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output();
+        let out = match out {
+            Ok(out) if out.status.success() => out,
+            Ok(out) => {
+                println!(
+                    "(Open MPI's reference failed at world {world}: {})",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                return HashMap::new();
+            }
+            Err(e) => {
+                println!("(cannot run mpirun: {e})");
+                return HashMap::new();
+            }
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| {
+                let mut f = line.split_whitespace();
+                let op = f.next()?.to_string();
+                let size = f.next()?.parse().ok()?;
+                let secs = f.next()?.parse().ok()?;
+                Some(((op, size), secs))
+            })
+            .collect()
+    }
+}
+
 fn main() -> Result<()> {
     let quick = std::env::var_os("RANKWISE_BENCH_QUICK").is_some();
     let only = std::env::var("RANKWISE_BENCH_ONLY").unwrap_or_default();
@@ -217,8 +292,16 @@ fn main() -> Result<()> {
         .map(|n| n.get())
         .unwrap_or(1);
     println!("# rankwise local backend, {cores} core(s)\n");
-    println!("| op | world | size | median | copy floor | ratio | in-place floor | ratio |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let openmpi = if only == "batch" {
+        None
+    } else {
+        OpenMpi::build()
+    };
+    println!(
+        "| op | world | size | median | copy floor | ratio | in-place floor | ratio | Open MPI \
+         | rankwise / Open MPI |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for world in [2, 4, 8].into_iter().filter(|_| only != "batch") {
         let per_size = spawn(world, |ctx| {
             sizes
@@ -227,6 +310,10 @@ fn main() -> Result<()> {
                 .collect::<Result<Vec<_>>>()
         })?;
         let results = &per_size[0];
+        let theirs = openmpi
+            .as_ref()
+            .map(|o| o.measure(world, &sizes))
+            .unwrap_or_default();
         for (i, op) in OPS.into_iter().enumerate() {
             for (&size, r) in sizes.iter().zip(results) {
                 let t = r.ops[i];
@@ -235,8 +322,12 @@ fn main() -> Result<()> {
                 } else {
                     "– | –".to_string()
                 };
+                let peer = match theirs.get(&(format!("{op:?}"), size)) {
+                    Some(&m) => format!("{} | {:.2}×", fmt_time(m), t / m),
+                    None => "– | –".to_string(),
+                };
                 println!(
-                    "| {op:?} | {world} | {} | {} | {} | {:.2}× | {strict} |",
+                    "| {op:?} | {world} | {} | {} | {} | {:.2}× | {strict} | {peer} |",
                     fmt_size(size),
                     fmt_time(t),
                     fmt_time(r.copy),
