@@ -459,19 +459,18 @@ mod tests {
 
     #[test]
     fn reducers_follow_blocks_and_spread_over_members() {
+        // Addresses only: never dereferenced.
+        let at = std::ptr::without_provenance::<u8>;
         let base = 1usize << 20;
         for n in 1..=8 {
             let picks: Vec<usize> = (0..4 * n)
-                .map(|block| reducer((base + (block << REDUCER_BLOCK_SHIFT) + 8) as *const u8, n))
+                .map(|block| reducer(at(base + (block << REDUCER_BLOCK_SHIFT) + 8), n))
                 .collect();
             for me in 0..n {
                 assert_eq!(picks.iter().filter(|&&p| p == me).count(), 4, "n={n}");
             }
             // Within a block, one reducer.
-            assert_eq!(
-                reducer((base + 100) as *const u8, n),
-                reducer((base + 65000) as *const u8, n)
-            );
+            assert_eq!(reducer(at(base + 100), n), reducer(at(base + 65000), n));
         }
     }
 
