@@ -145,7 +145,8 @@ struct TargetRun {
     next: u64,
     /// Member index of this rank (collectives).
     me: usize,
-    group: Option<Arc<GroupState>>,
+    /// Index of its communicator in the backend's `groups` (collectives).
+    group: Option<usize>,
     /// Visible to peers (a send run waits until its channel has delivered every earlier
     /// message; other runs count as published from the start).
     published: bool,
@@ -188,7 +189,10 @@ impl LocalBackend {
         }
     }
 
-    fn group_state(&mut self, id: GroupId) -> Result<Arc<GroupState>> {
+    /// Caches communicator `id`'s state and returns its index in `groups`. Runs hold the index,
+    /// not a clone of the `Arc`: every rank cloning and dropping the same `Arc` at every call
+    /// would pass its reference count's cache line between cores each time.
+    fn group_state(&mut self, id: GroupId) -> Result<usize> {
         let i = id.0 as usize;
         if self.groups.len() <= i {
             self.groups.resize(i + 1, None);
@@ -198,9 +202,20 @@ impl LocalBackend {
             self.groups[i] = self.shared.group(id);
         }
         // `Ctx` checks group handles against the world before any call reaches here.
-        self.groups[i].clone().ok_or_else(|| {
-            Error::Internal(format!("group id {} was not created in this world", id.0))
-        })
+        match self.groups[i] {
+            Some(_) => Ok(i),
+            None => Err(Error::Internal(format!(
+                "group id {} was not created in this world",
+                id.0
+            ))),
+        }
+    }
+
+    /// The communicator of a collective run (cached by `group_state` when it was numbered).
+    fn group_of(&self, run: &TargetRun) -> &GroupState {
+        run.group
+            .and_then(|i| self.groups.get(i)?.as_deref())
+            .expect("collective runs carry their group")
     }
 
     /// Turns the (sorted) batch's plan into runs, numbering their steps and messages; nothing
@@ -211,7 +226,10 @@ impl LocalBackend {
             let (t, i, len) = (*t, range.start, range.len());
             let (base, me, group) = match t {
                 Target::Coll(id) => {
-                    let g = self.group_state(id)?;
+                    let gi = self.group_state(id)?;
+                    let g = self.groups[gi].as_deref().ok_or_else(|| {
+                        Error::Internal(format!("group id {} is not cached", id.0))
+                    })?;
                     let me = g.members.binary_search(&self.rank).map_err(|_| {
                         Error::Internal(format!(
                             "rank {} posted to a group it is not in",
@@ -220,7 +238,7 @@ impl LocalBackend {
                     })?;
                     let base = self.steps[id.0 as usize];
                     self.steps[id.0 as usize] += len as u64;
-                    (base, me, Some(g))
+                    (base, me, Some(gi))
                 }
                 Target::Send(dst) => {
                     let base = self.sent[dst];
@@ -265,10 +283,7 @@ impl LocalBackend {
                     } else {
                         run.packs.as_mut_ptr()
                     };
-                    let g = run
-                        .group
-                        .as_ref()
-                        .expect("collective runs carry their group");
+                    let g = self.group_of(run);
                     let slot = &g.slots[run.me];
                     slot.base.store(run.base, Ordering::Relaxed);
                     slot.entries.store(entries, Ordering::Relaxed);
@@ -411,13 +426,9 @@ impl LocalBackend {
         pass: &mut Pass,
         woken: &mut SmallVec<[usize; 8]>,
     ) -> Result<Option<Waiting>> {
-        let g = Arc::clone(
-            run.group
-                .as_ref()
-                .expect("collective runs carry their group"),
-        );
+        let g = self.group_of(run);
         let before = run.next;
-        let blocked = self.step_coll(run, &g, ops);
+        let blocked = self.step_coll(run, g, ops);
         if run.next > before {
             pass.progressed = true;
             woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
@@ -425,7 +436,7 @@ impl LocalBackend {
         if let Some(waiting) = blocked? {
             return Ok(Some(waiting));
         }
-        Ok(self.complete_coll(run, &g))
+        Ok(self.complete_coll(run, g))
     }
 
     /// Processes the run's steps that can go ahead; `Some` names whom the first blocked step
@@ -777,9 +788,10 @@ impl LocalBackend {
         posted: &mut [PostedReq],
         until: Until,
     ) -> Result<()> {
-        let started = Instant::now();
-        // A timeout too long to represent as an instant (`Duration::MAX`) is no timeout.
-        let deadline = self.shared.timeout.and_then(|t| started.checked_add(t));
+        // When this call started waiting for longer than a spin, and its deadline: the clock is
+        // read only then (most calls never wait that long, and reading it costs as much as a
+        // pass). A timeout too long to represent as an instant (`Duration::MAX`) is none.
+        let mut clock: Option<(Instant, Option<Instant>)> = None;
         let spins = if self.shared.oversubscribed {
             SPINS_OVERSUBSCRIBED
         } else {
@@ -829,16 +841,20 @@ impl LocalBackend {
                 }
                 continue;
             }
+            idle = idle.saturating_add(1);
+            if idle < spins {
+                std::hint::spin_loop();
+                continue;
+            }
+            let (started, deadline) = *clock.get_or_insert_with(|| {
+                let now = Instant::now();
+                (now, self.shared.timeout.and_then(|t| now.checked_add(t)))
+            });
             if let Some(d) = deadline
                 && Instant::now() >= d
             {
                 let call = blocked_call(ops, posted, op_idx, until);
                 return Err(self.timed_out(call, waiting_for.to_vec(), started, announced));
-            }
-            idle = idle.saturating_add(1);
-            if idle < spins {
-                std::hint::spin_loop();
-                continue;
             }
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() < YIELD_FOR {
