@@ -219,3 +219,27 @@ fn packed_stretches_of_small_reductions_touch_peers_buffers_soundly() {
         }
     }
 }
+
+/// A disagreement in the middle of packed stretches: the rank that finds it stops the world
+/// and leaves while peers may still be reading its pack table, which must outlive their reads
+/// (it once was freed before the world was quiesced).
+#[test]
+fn a_mismatch_inside_a_stretch_frees_nothing_a_peer_still_reads() {
+    for round in 0..3 {
+        let each = spawn_each(3, Options::default(), move |ctx| {
+            let odd = ctx.rank() == 1 + round % 2;
+            let mut ts: Vec<Tensor<f32>> = (0..6)
+                .map(|i| Tensor::full([if odd && i == 3 { 400 } else { 300 }], 1.0))
+                .collect::<Result<_>>()?;
+            let mut batch = ctx.batch();
+            for t in ts.iter_mut() {
+                batch.all_reduce(t, ReduceOp::Sum);
+            }
+            batch.run()
+        })
+        .unwrap();
+        for res in each {
+            assert!(matches!(res, Err(Error::CollectiveMismatch(_))), "{res:?}");
+        }
+    }
+}

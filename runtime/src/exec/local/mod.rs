@@ -953,12 +953,17 @@ unsafe impl Backend for LocalBackend {
         let plan = crate::plan::plan(ops);
         let numbered = self.number(&plan);
         let mut reqs = std::mem::take(&mut self.posted);
+        // Declared before the guard: the runs own their pack tables, which peers read, so on
+        // the way out through an error they must outlive the guard's quiescing (dropped inside
+        // the closure they were freed while a peer could still be reading them).
+        let mut runs: SmallVec<[TargetRun; 4]> = SmallVec::new();
         let result = self.guarded(|me| {
-            let mut runs = numbered?;
+            runs = numbered?;
             me.publish(ops, &mut runs);
             me.drive(&mut runs, ops, &mut reqs, Until::Runs)
         });
         self.posted = reqs;
+        drop(runs);
         result
     }
 
