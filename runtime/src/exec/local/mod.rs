@@ -40,7 +40,7 @@ mod world;
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
@@ -131,6 +131,18 @@ fn blocked_call(ops: &[Op], posted: &[PostedReq], i: usize, until: Until) -> (Ca
             format!("the rank's return, which waits for {what} posted here"),
         ),
     }
+}
+
+/// The op for sequence number `k` of a run a peer published (`entries` points at the op of
+/// sequence number `base`).
+///
+/// # Safety
+/// The caller has seen (with `Acquire`) that the run holds `k`, and the peer cannot finish `k`
+/// — nor publish another run — until the caller lets it, for as long as the reference lives.
+unsafe fn published_op<'a>(entries: &AtomicPtr<Op>, base: &AtomicU64, k: u64) -> &'a Op {
+    let base = base.load(Ordering::Relaxed);
+    // SAFETY: the caller's contract: the run holds `k`, so `k - base` is within its ops.
+    unsafe { &*entries.load(Ordering::Relaxed).add((k - base) as usize) }
 }
 
 /// A maximal run of a batch's ops with one target, and this rank's progress through it.
@@ -659,15 +671,9 @@ impl LocalBackend {
         if slot.posted.load(Ordering::Acquire) <= k {
             return None;
         }
-        let base = slot.base.load(Ordering::Relaxed);
         // SAFETY: member 0 posted step k (Acquire above) and cannot complete it before we mark
         // it done, so its op for step k is live.
-        let op = unsafe {
-            &*slot
-                .entries
-                .load(Ordering::Relaxed)
-                .add((k - base) as usize)
-        };
+        let op = unsafe { published_op(&slot.entries, &slot.base, k) };
         Some(op.input.ptr.cast_const())
     }
 
@@ -740,15 +746,9 @@ impl LocalBackend {
             {
                 return Ok(Some((idx, SmallVec::from_slice(&[src]))));
             }
-            let base = chan.base.load(Ordering::Relaxed);
             // SAFETY: the sender posted message k (Acquire above) and its send cannot complete
             // before we bump `copied` past k, so the op and its tensor are live.
-            let send = unsafe {
-                &*chan
-                    .entries
-                    .load(Ordering::Relaxed)
-                    .add((k - base) as usize)
-            };
+            let send = unsafe { published_op(&chan.entries, &chan.base, k) };
             let recv = &ops[idx];
             if send.desc.dtype != recv.desc.dtype || send.input.len != recv.output.len {
                 let err = Error::P2pMismatch(Box::new(P2pMismatch {
