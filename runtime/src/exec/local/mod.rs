@@ -201,10 +201,10 @@ impl LocalBackend {
         }
     }
 
-    /// Caches communicator `id`'s state and returns its index in `groups`. Runs hold the index,
-    /// not a clone of the `Arc`: every rank cloning and dropping the same `Arc` at every call
-    /// would pass its reference count's cache line between cores each time.
-    fn group_state(&mut self, id: GroupId) -> Result<usize> {
+    /// Caches communicator `id`'s state; its index in `groups` and this rank's member index in
+    /// it. Runs hold the index, not a clone of the `Arc`: every rank cloning and dropping the
+    /// same `Arc` at every call would pass its reference count's cache line between cores.
+    fn group_state(&mut self, id: GroupId) -> Result<(usize, usize)> {
         let i = id.0 as usize;
         if self.groups.len() <= i {
             self.groups.resize(i + 1, None);
@@ -214,13 +214,13 @@ impl LocalBackend {
             self.groups[i] = self.shared.group(id);
         }
         // `Ctx` checks group handles against the world before any call reaches here.
-        match self.groups[i] {
-            Some(_) => Ok(i),
-            None => Err(Error::Internal(format!(
-                "group id {} was not created in this world",
-                id.0
-            ))),
-        }
+        let g = self.groups[i].as_deref().ok_or_else(|| {
+            Error::Internal(format!("group id {} was not created in this world", id.0))
+        })?;
+        let me = g.members.binary_search(&self.rank).map_err(|_| {
+            Error::Internal(format!("rank {} posted to a group it is not in", self.rank))
+        })?;
+        Ok((i, me))
     }
 
     /// The communicator of a collective run (cached by `group_state` when it was numbered).
@@ -238,16 +238,7 @@ impl LocalBackend {
             let (t, i, len) = (*t, range.start, range.len());
             let (base, me, group) = match t {
                 Target::Coll(id) => {
-                    let gi = self.group_state(id)?;
-                    let g = self.groups[gi].as_deref().ok_or_else(|| {
-                        Error::Internal(format!("group id {} is not cached", id.0))
-                    })?;
-                    let me = g.members.binary_search(&self.rank).map_err(|_| {
-                        Error::Internal(format!(
-                            "rank {} posted to a group it is not in",
-                            self.rank
-                        ))
-                    })?;
+                    let (gi, me) = self.group_state(id)?;
                     let base = self.steps[id.0 as usize];
                     self.steps[id.0 as usize] += len as u64;
                     (base, me, Some(gi))
@@ -505,12 +496,9 @@ impl LocalBackend {
                     entries.push(&ops[idx]);
                     continue;
                 }
-                let base = slot.base.load(Ordering::Relaxed);
-                let ptr = slot.entries.load(Ordering::Relaxed);
                 // SAFETY: member j has posted step k (Acquire above) and cannot complete it —
-                // nor repost its slot — before we bump our `done` past k, so `ptr` points to
-                // its live ops for steps base.. and step k is among them.
-                entries.push(unsafe { &*ptr.add((k - base) as usize) });
+                // nor repost its slot — before we bump our `done` past k.
+                entries.push(unsafe { published_op(&slot.entries, &slot.base, k) });
             }
             self.check_agreement(&entries, &g.members, k)?;
             if !kernels::buffers_fit(&entries, &g.members) {
