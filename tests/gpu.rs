@@ -5,8 +5,9 @@
 //! RANKWISE_GPU_TESTS=1 cargo test --features nccl --test gpu
 //! ```
 //!
-//! The processes are started the way `torchrun` would (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-//! `MASTER_ADDR`, `MASTER_PORT`), one per GPU. NCCL orders floating-point reductions by its own
+//! Two ways of starting: processes the way `torchrun` would (`RANK`, `WORLD_SIZE`,
+//! `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), one per GPU; and one process running every rank,
+//! a thread per GPU (`RANKWISE_BACKEND=nccl` without a launcher). NCCL orders floating-point reductions by its own
 //! ring or tree, so lines of float `Avg` and `PreMulSum` results may differ from the threads
 //! engine's in the last bit and are not compared; everything else must be the same bits.
 
@@ -95,6 +96,28 @@ fn nccl(n: usize, name: &str, args: &[&str]) -> BTreeSet<String> {
     lines
 }
 
+/// Runs `name args` as `n` ranks of one process, a thread per GPU; its lines, or its stderr
+/// if it failed.
+fn one_process(n: usize, name: &str, args: &[&str]) -> Result<BTreeSet<String>, String> {
+    let started = Instant::now();
+    let out = Command::new(example(name))
+        .args(args)
+        .env("RANKWISE_BACKEND", "nccl")
+        .env("RANKWISE_WORLD", n.to_string())
+        .env_remove("RANK")
+        .env("RANKWISE_NCCL_TIMEOUT", "60")
+        .output()
+        .expect("example runs");
+    assert!(started.elapsed() < Duration::from_secs(300));
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
 fn threads(n: usize, name: &str, args: &[&str]) -> BTreeSet<String> {
     let out = Command::new(example(name))
         .args(args)
@@ -148,4 +171,52 @@ fn every_example_on_every_gpu_count_matches_threads() {
             assert!(want.contains(l), "{l}");
         }
     }
+}
+
+#[test]
+fn one_process_with_a_thread_per_gpu_matches_threads() {
+    if !enabled() {
+        return;
+    }
+    for n in 1..=gpus().min(8) {
+        let world = n.to_string();
+        let got: BTreeSet<String> = one_process(n, "every_op", &[&world])
+            .unwrap_or_else(|e| panic!("every_op on {n} GPUs in one process: {e}"))
+            .into_iter()
+            .filter(|l| comparable(l))
+            .collect();
+        let want: BTreeSet<String> = threads(n, "every_op", &[&world])
+            .into_iter()
+            .filter(|l| comparable(l))
+            .collect();
+        assert_eq!(got, want, "every_op on {n} GPUs in one process");
+    }
+}
+
+#[test]
+fn in_one_process_a_failing_rank_ends_every_rank_with_its_cause() {
+    if !enabled() {
+        return;
+    }
+    let n = gpus().min(4);
+    if n < 2 {
+        eprintln!("needs two GPUs");
+        return;
+    }
+    // Peers blocked in NCCL hear of the failure through the world's stop, not a timeout.
+    for (case, says) in [("panic", "rank 2 panicked"), ("error", "rank 1: disk full")] {
+        if case == "panic" && n < 3 {
+            continue;
+        }
+        let started = Instant::now();
+        let err = one_process(n, "failures", &[case]).expect_err("fails");
+        assert!(err.contains(says), "{case}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{case} took {:?}",
+            started.elapsed()
+        );
+    }
+    let err = one_process(gpus() + 1, "quickstart", &[]).expect_err("too many ranks");
+    assert!(err.contains("GPUs, one per rank"), "{err}");
 }

@@ -121,6 +121,9 @@ nccl_api! {
     fn ncclGetUniqueId(id: *mut ncclUniqueId) -> ncclResult_t, since 20300;
     /// `ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int)`.
     fn ncclCommInitRank(comm: *mut ncclComm_t, nranks: c_int, id: ncclUniqueId, rank: c_int) -> ncclResult_t, since 20300;
+    /// `ncclCommInitAll(ncclComm_t*, int, const int*)`: one communicator per listed device,
+    /// all made by the calling thread (one process driving several GPUs).
+    fn ncclCommInitAll(comm: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t, since 20300;
     /// `ncclCommSplit(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)`.
     fn ncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, newcomm: *mut ncclComm_t, config: *mut ncclConfig_t) -> ncclResult_t, since 21800;
     /// `ncclCommFinalize(ncclComm_t)`.

@@ -1,15 +1,16 @@
 //! How the processes of a job started by `torchrun` (or any launcher that sets `RANK`,
 //! `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`) meet: rank 0 listens on the master address,
-//! every other rank connects and says who it is, and rank 0 hands every rank the same bytes —
-//! NCCL's unique id, which every rank needs to create the communicator.
+//! every other rank connects and says who it is (with a few bytes of its own: its GPU), and
+//! rank 0 checks what everyone sent and hands every rank the same bytes — NCCL's unique id,
+//! which every rank needs to create the communicator — or the problem it found.
 //!
 //! Every failure is an `Err` naming what to fix, within the timeout, on every rank that can be
 //! told: a wrong address (nobody listens), a rank that never arrives (rank 0 names the missing
 //! ranks, and tells the others), world sizes that disagree, two processes claiming one rank.
 //!
-//! The wire format is rankwise's own and fixed: a hello of 16 bytes (`RWBOOT01`, the world size
-//! and the rank, little-endian u32s) and a reply (a status byte, a u32 length, then the payload
-//! or the error's text).
+//! The wire format is rankwise's own and fixed: a hello of 16 bytes (`RWBOOT02`, the world size
+//! and the rank, little-endian u32s) followed by the rank's contribution (a u32 length and at
+//! most 4 KiB), and a reply (a status byte, a u32 length, then the payload or the error's text).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -17,9 +18,11 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-const MAGIC: &[u8; 8] = b"RWBOOT01";
+const MAGIC: &[u8; 8] = b"RWBOOT02";
 /// The most bytes a reply carries (an id is 128; error texts are short).
 const MAX_PAYLOAD: usize = 1 << 16;
+/// The most bytes a rank contributes (a GPU's identity is 16).
+const MAX_CONTRIBUTION: usize = 4096;
 /// How long to wait between attempts to reach rank 0.
 const RETRY: Duration = Duration::from_millis(50);
 
@@ -62,11 +65,17 @@ impl Rendezvous {
         let world = number("WORLD_SIZE", need("WORLD_SIZE")?)?;
         let addr = format!("{}:{}", need("MASTER_ADDR")?, need("MASTER_PORT")?);
         let timeout = match var("RANKWISE_BOOTSTRAP_TIMEOUT") {
-            Some(v) => Duration::from_secs_f64(v.trim().parse::<f64>().map_err(|_| {
-                bad(format!(
-                    "RANKWISE_BOOTSTRAP_TIMEOUT={v:?} is not a number of seconds"
-                ))
-            })?),
+            // `try_from_secs_f64`: a negative, NaN or huge value is an error, not a panic.
+            Some(v) => v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "RANKWISE_BOOTSTRAP_TIMEOUT={v:?} is not a number of seconds"
+                    ))
+                })?,
             None => Duration::from_secs(60),
         };
         let r = Rendezvous {
@@ -95,17 +104,41 @@ impl Rendezvous {
     /// Shares `payload` (given on rank 0, `None` elsewhere) with every rank: each returns rank
     /// 0's bytes once every rank has arrived.
     pub fn share(&self, payload: Option<&[u8]>) -> Result<Vec<u8>> {
-        self.validate()?;
         match (self.rank, payload) {
-            (0, Some(p)) if p.len() <= MAX_PAYLOAD => self.serve(p),
-            (0, Some(p)) => Err(bad(format!("{} bytes is too much to share", p.len()))),
             (0, None) => Err(bad("rank 0 must provide the bytes to share".into())),
-            (_, _) => self.join(),
+            (_, p) => self.exchange(&[], |_| Ok(p.unwrap_or_default().to_vec())),
+        }
+    }
+
+    /// Every rank sends `mine` (at most 4 KiB) to rank 0; once all have arrived, rank 0 calls
+    /// `decide` with every rank's bytes in rank order and hands what it returns to every rank —
+    /// or, if it returns `Err(text)`, fails on every rank with that text. `decide` runs on rank
+    /// 0 only.
+    pub fn exchange(
+        &self,
+        mine: &[u8],
+        decide: impl FnOnce(&[Vec<u8>]) -> std::result::Result<Vec<u8>, String>,
+    ) -> Result<Vec<u8>> {
+        self.validate()?;
+        if mine.len() > MAX_CONTRIBUTION {
+            return Err(bad(format!(
+                "{} bytes is more than a rank may contribute ({MAX_CONTRIBUTION})",
+                mine.len()
+            )));
+        }
+        if self.rank == 0 {
+            self.serve(mine, decide)
+        } else {
+            self.join(mine)
         }
     }
 
     /// Rank 0: waits for every other rank, checks them, answers all.
-    fn serve(&self, payload: &[u8]) -> Result<Vec<u8>> {
+    fn serve(
+        &self,
+        mine: &[u8],
+        decide: impl FnOnce(&[Vec<u8>]) -> std::result::Result<Vec<u8>, String>,
+    ) -> Result<Vec<u8>> {
         let listener = TcpListener::bind(self.listen_addr()?).map_err(|e| {
             bad(format!(
                 "rank 0 cannot listen on {}: {e} (is MASTER_ADDR this host, and MASTER_PORT free?)",
@@ -117,16 +150,21 @@ impl Rendezvous {
             .map_err(|e| bad(format!("cannot poll the listening socket: {e}")))?;
         let deadline = Instant::now() + self.timeout;
         let mut peers: Vec<Option<TcpStream>> = (0..self.world).map(|_| None).collect();
+        let mut sent: Vec<Vec<u8>> = vec![Vec::new(); self.world];
+        sent[0] = mine.to_vec();
         let mut problem: Option<String> = None;
         while peers.iter().skip(1).any(Option::is_none) && problem.is_none() {
             match listener.accept() {
                 Ok((mut s, from)) => match self.hello(&mut s, deadline) {
-                    Ok(rank) if peers[rank].is_some() => {
+                    Ok((rank, _)) if peers[rank].is_some() => {
                         problem =
                             Some(format!("two processes claim rank {rank} (one from {from})"));
                         peers.push(Some(s)); // told below, with the others
                     }
-                    Ok(rank) => peers[rank] = Some(s),
+                    Ok((rank, bytes)) => {
+                        peers[rank] = Some(s);
+                        sent[rank] = bytes;
+                    }
                     Err(Hello::Mismatch(text)) => {
                         problem = Some(text);
                         peers.push(Some(s));
@@ -151,8 +189,22 @@ impl Rendezvous {
                 Err(e) => problem = Some(format!("accepting a connection failed: {e}")),
             }
         }
+        let payload = match problem {
+            Some(_) => Vec::new(),
+            None => match decide(&sent) {
+                Ok(p) if p.len() <= MAX_PAYLOAD => p,
+                Ok(p) => {
+                    problem = Some(format!("{} bytes is too much to share", p.len()));
+                    Vec::new()
+                }
+                Err(text) => {
+                    problem = Some(text);
+                    Vec::new()
+                }
+            },
+        };
         let reply = match &problem {
-            None => (0u8, payload.to_vec()),
+            None => (0u8, payload.clone()),
             Some(text) => (1u8, text.clone().into_bytes()),
         };
         for s in peers.iter_mut().flatten() {
@@ -160,25 +212,34 @@ impl Rendezvous {
             let _ = send_reply(s, reply.0, &reply.1);
         }
         match problem {
-            None => Ok(payload.to_vec()),
+            None => Ok(payload),
             Some(text) => Err(bad(format!("rank 0: {text}"))),
         }
     }
 
-    /// Reads and checks a hello; the sender's rank.
-    fn hello(&self, s: &mut TcpStream, deadline: Instant) -> std::result::Result<usize, Hello> {
+    /// Reads and checks a hello; the sender's rank and contribution.
+    fn hello(
+        &self,
+        s: &mut TcpStream,
+        deadline: Instant,
+    ) -> std::result::Result<(usize, Vec<u8>), Hello> {
         let _ = s.set_nonblocking(false);
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(RETRY);
         let _ = s.set_read_timeout(Some(left));
-        let mut h = [0u8; 16];
+        let mut h = [0u8; 20];
         s.read_exact(&mut h).map_err(|_| Hello::Garbage)?;
         if &h[..8] != MAGIC {
             return Err(Hello::Garbage);
         }
-        let world = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
-        let rank = u32::from_le_bytes([h[12], h[13], h[14], h[15]]) as usize;
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]) as usize;
+        let (world, rank, len) = (word(8), word(12), word(16));
+        if len > MAX_CONTRIBUTION {
+            return Err(Hello::Garbage);
+        }
+        let mut bytes = vec![0u8; len];
+        s.read_exact(&mut bytes).map_err(|_| Hello::Garbage)?;
         if world != self.world {
             return Err(Hello::Mismatch(format!(
                 "rank {rank} was started with WORLD_SIZE={world}, rank 0 with {}",
@@ -190,12 +251,12 @@ impl Rendezvous {
                 "a process claims rank {rank} in a world of {world}"
             )));
         }
-        Ok(rank)
+        Ok((rank, bytes))
     }
 
     /// Every other rank: reaches rank 0 (retrying until the timeout: it may start later),
     /// says who it is, and reads the answer.
-    fn join(&self) -> Result<Vec<u8>> {
+    fn join(&self, mine: &[u8]) -> Result<Vec<u8>> {
         let deadline = Instant::now() + self.timeout;
         let mut s = loop {
             let last = match self.connect_once() {
@@ -211,10 +272,12 @@ impl Rendezvous {
             }
             std::thread::sleep(RETRY);
         };
-        let mut h = [0u8; 16];
-        h[..8].copy_from_slice(MAGIC);
-        h[8..12].copy_from_slice(&(self.world as u32).to_le_bytes());
-        h[12..16].copy_from_slice(&(self.rank as u32).to_le_bytes());
+        let mut h = Vec::with_capacity(20 + mine.len());
+        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(&(self.world as u32).to_le_bytes());
+        h.extend_from_slice(&(self.rank as u32).to_le_bytes());
+        h.extend_from_slice(&(mine.len() as u32).to_le_bytes());
+        h.extend_from_slice(mine);
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(RETRY);
@@ -459,7 +522,74 @@ mod tests {
     }
 
     #[test]
+    fn rank_zero_decides_from_every_ranks_contribution() {
+        let p = port();
+        let handles: Vec<_> = (0..4)
+            .map(|rank| {
+                let r = at(p, rank, 4, 10.0);
+                std::thread::spawn(move || {
+                    r.exchange(&[rank as u8; 3], |all| {
+                        // Runs on rank 0 only, with every rank's bytes in rank order.
+                        assert_eq!(all.len(), 4);
+                        Ok(all.iter().map(|b| b[0] * 10 + b.len() as u8).collect())
+                    })
+                })
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(
+                h.join().expect("no panic").expect("ok"),
+                vec![3, 13, 23, 33]
+            );
+        }
+    }
+
+    #[test]
+    fn a_refusal_by_rank_zero_reaches_every_rank() {
+        let p = port();
+        let handles: Vec<_> = (0..3)
+            .map(|rank| {
+                let r = at(p, rank, 3, 10.0);
+                std::thread::spawn(move || {
+                    r.exchange(b"same gpu", |_| Err("ranks 1 and 2 share a GPU".into()))
+                })
+            })
+            .collect();
+        for h in handles {
+            let e = h
+                .join()
+                .expect("no panic")
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains("ranks 1 and 2 share a GPU"), "{e}");
+        }
+        let big = at(port(), 1, 2, 0.2).exchange(&[0; MAX_CONTRIBUTION + 1], |_| Ok(vec![]));
+        let e = big.expect_err("too much").to_string();
+        assert!(e.contains("more than a rank may contribute"), "{e}");
+    }
+
+    #[test]
     fn bad_variables_are_errors_not_panics() {
+        for t in ["-1", "NaN", "1e300", "soon"] {
+            let e = Rendezvous::from_vars(|k| {
+                Some(
+                    match k {
+                        "RANK" => "0",
+                        "WORLD_SIZE" => "2",
+                        "MASTER_ADDR" => "h",
+                        "MASTER_PORT" => "1",
+                        "RANKWISE_BOOTSTRAP_TIMEOUT" => t,
+                        _ => return None,
+                    }
+                    .to_string(),
+                )
+            })
+            .expect_err("a bad timeout");
+            assert!(
+                e.to_string().contains("is not a number of seconds"),
+                "{t}: {e}"
+            );
+        }
         let r = at(1, 3, 2, 1.0);
         assert!(r.share(None).is_err());
         let r0 = at(1, 0, 2, 1.0);

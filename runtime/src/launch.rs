@@ -15,8 +15,10 @@ pub enum Engine {
     /// ([`Emulation::Nccl`](crate::Emulation::Nccl)): `RANKWISE_BACKEND=nccl-host`, with
     /// `RANKWISE_NCCL_VERSION` (e.g. `2.27.3`) choosing the NCCL version to lower for.
     NcclHost,
-    /// This process is one rank of an NCCL job on GPUs (the `nccl` backend):
-    /// `RANKWISE_BACKEND=nccl`, or a process started by `torchrun`.
+    /// The NCCL backend on GPUs: `RANKWISE_BACKEND=nccl`, or a process started by `torchrun`.
+    /// Started by torchrun (`RANK` set) or by `mpirun` (with the `mpi` feature too), this
+    /// process is one rank, on the GPU `LOCAL_RANK` names (under mpirun, by default, its index
+    /// among its node's processes); otherwise this process runs every rank, a thread per GPU.
     Nccl,
 }
 
@@ -42,17 +44,20 @@ impl Engine {
             },
             // torchrun marks its processes; they are GPU ranks unless told otherwise.
             Err(_) if std::env::var_os("TORCHELASTIC_RUN_ID").is_some() => Ok(Engine::Nccl),
-            Err(_) => {
-                const LAUNCHERS: [&str; 4] =
-                    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
-                Ok(if LAUNCHERS.iter().any(|v| std::env::var_os(v).is_some()) {
-                    Engine::Mpi
-                } else {
-                    Engine::Threads
-                })
-            }
+            Err(_) => Ok(if started_by_mpi() {
+                Engine::Mpi
+            } else {
+                Engine::Threads
+            }),
         }
     }
+}
+
+/// Whether an MPI launcher (`mpirun`/`mpiexec` of Open MPI, MPICH or any PMI/PMIx launcher)
+/// started this process: they set these variables.
+fn started_by_mpi() -> bool {
+    const LAUNCHERS: [&str; 4] = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"];
+    LAUNCHERS.iter().any(|v| std::env::var_os(v).is_some())
 }
 
 /// The values of the ranks this process ran, with their ranks.
@@ -130,7 +135,7 @@ where
         Engine::Threads => threads(threads_world(world)?, f, Default::default()),
         Engine::NcclHost => threads(threads_world(world)?, f, nccl_host()?),
         Engine::Mpi => mpi(f),
-        Engine::Nccl => nccl(f),
+        Engine::Nccl => nccl(world, f),
     }
 }
 
@@ -228,12 +233,21 @@ where
     })
 }
 
+/// The NCCL engine: one rank per process under torchrun or mpirun, else a thread per GPU.
 #[cfg(feature = "nccl")]
-fn nccl<T, F>(f: F) -> Result<Ranks<T>>
+fn nccl<T, F>(world: usize, f: F) -> Result<Ranks<T>>
 where
-    F: Fn(&mut Ctx) -> Result<T>,
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
-    let (rank, world, value) = crate::exec::nccl::gpu::run(&f)?;
+    use crate::exec::nccl::gpu;
+    let (rank, world, value) = if crate::bootstrap::Rendezvous::from_env()?.is_some() {
+        gpu::run(&f)?
+    } else if started_by_mpi() {
+        nccl_under_mpi(&f)?
+    } else {
+        return nccl_threads(threads_world(world)?, f);
+    };
     Ok(Ranks {
         world,
         first: rank,
@@ -241,8 +255,53 @@ where
     })
 }
 
+#[cfg(all(feature = "nccl", feature = "mpi"))]
+fn nccl_under_mpi<T, F>(f: &F) -> Result<(usize, usize, T)>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    crate::exec::nccl::gpu::run_mpi(f)
+}
+
+#[cfg(all(feature = "nccl", not(feature = "mpi")))]
+fn nccl_under_mpi<T, F>(_f: &F) -> Result<(usize, usize, T)> {
+    Err(Error::Backend {
+        backend: "nccl",
+        detail: "this process was started by an MPI launcher with RANKWISE_BACKEND=nccl, but \
+                 the program was built without rankwise's `mpi` feature, which carries the \
+                 NCCL ids under mpirun; rebuild with `--features mpi,nccl`, or start the job \
+                 with torchrun"
+            .into(),
+    })
+}
+
+#[cfg(all(feature = "nccl", feature = "local"))]
+fn nccl_threads<T, F>(world: usize, f: F) -> Result<Ranks<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    let values = crate::exec::nccl::gpu::run_threads(world, f)?;
+    Ok(Ranks {
+        world,
+        first: 0,
+        values,
+    })
+}
+
+#[cfg(all(feature = "nccl", not(feature = "local")))]
+fn nccl_threads<T, F>(_world: usize, _f: F) -> Result<Ranks<T>> {
+    Err(Error::Backend {
+        backend: "nccl",
+        detail: "RANKWISE_BACKEND=nccl without a launcher runs a thread per GPU, which needs \
+                 rankwise's `local` feature; rebuild with it, or start one process per GPU \
+                 with torchrun"
+            .into(),
+    })
+}
+
 #[cfg(not(feature = "nccl"))]
-fn nccl<T, F>(_f: F) -> Result<Ranks<T>> {
+fn nccl<T, F>(_world: usize, _f: F) -> Result<Ranks<T>> {
     Err(Error::Backend {
         backend: "nccl",
         detail: "this process was started by torchrun (or RANKWISE_BACKEND=nccl), but the \

@@ -162,18 +162,71 @@ where
             Some(HostNccl::new(Arc::clone(&shared), version, pack))
         }
     };
-    let trace_path = options.trace.clone().or_else(crate::trace::path_from_env);
+    let backends = (0..world)
+        .map(|rank| -> Box<dyn Backend> {
+            match &nccl {
+                None => Box::new(LocalBackend::new(Arc::clone(&shared), rank)),
+                Some(n) => Box::new(HostBackend::new(Arc::clone(n), rank)),
+            }
+        })
+        .collect();
+    run_on(shared, backends, options.trace.clone(), f)
+}
+
+/// Runs `f` on `world` threads over backends that `make` builds, one per rank in rank order,
+/// with the threads engine's failure handling. `make` gets a function that tells rank `r`,
+/// once another rank has failed, the error to report (backends that wait outside rankwise's
+/// own world state — NCCL on GPUs — poll it).
+#[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+pub(crate) fn spawn_prepared<T, F>(
+    world: usize,
+    f: F,
+    make: impl FnOnce(Arc<dyn Fn(usize) -> Option<Error> + Send + Sync>) -> Vec<Box<dyn Backend>>,
+) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    let shared = WorldState::new(world, None);
+    let watched = Arc::clone(&shared);
+    let backends = make(Arc::new(move |rank| {
+        watched
+            .is_aborted()
+            .then(|| watched.abort_error(rank, None))
+    }));
+    if backends.len() != world {
+        return Err(Error::Internal(format!(
+            "{} backends for a world of {world}",
+            backends.len()
+        )));
+    }
+    let (results, shared) = run_on(shared, backends, None, &f)?;
+    if results.iter().all(Result::is_ok) {
+        return Ok(results.into_iter().filter_map(Result::ok).collect());
+    }
+    Err(root_cause(results, shared.abort_cause()))
+}
+
+/// Runs rank `r` of `f` on a thread of its own over `backends[r]`.
+fn run_on<T, F>(
+    shared: Arc<WorldState>,
+    backends: Vec<Box<dyn Backend>>,
+    trace: Option<String>,
+    f: &F,
+) -> Result<RankResults<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    let world = backends.len();
+    let trace_path = trace.or_else(crate::trace::path_from_env);
     let traces: Option<Traces> = trace_path
         .is_some()
         .then(|| (Instant::now(), Mutex::new(Vec::new())));
     let results = std::thread::scope(|scope| -> Result<Vec<Result<T>>> {
         let mut handles = Vec::with_capacity(world);
-        for rank in 0..world {
+        for (rank, backend) in backends.into_iter().enumerate() {
             let rank_shared = Arc::clone(&shared);
-            let backend: Box<dyn Backend> = match &nccl {
-                None => Box::new(LocalBackend::new(Arc::clone(&shared), rank)),
-                Some(n) => Box::new(HostBackend::new(Arc::clone(n), rank)),
-            };
             let traces = traces.as_ref();
             let handle = std::thread::Builder::new()
                 .name(format!("rank-{rank}"))
@@ -283,5 +336,103 @@ fn root_cause<T>(results: Vec<Result<T>>, cause: Option<&Abort>) -> Error {
             rank,
             error: Box::new(err),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Op;
+    use crate::model::{GroupId, WorldId};
+
+    /// A backend that, like NCCL on a GPU, waits for its peers outside rankwise's world state:
+    /// every batch spins until all members have reached it or the world is stopped.
+    struct External {
+        rank: usize,
+        world: WorldId,
+        arrived: Arc<std::sync::atomic::AtomicUsize>,
+        members: usize,
+        stop: Arc<dyn Fn(usize) -> Option<Error> + Send + Sync>,
+    }
+
+    // SAFETY: touches no buffer at all.
+    unsafe impl Backend for External {
+        fn name(&self) -> &'static str {
+            "external"
+        }
+        fn world_id(&self) -> WorldId {
+            self.world
+        }
+        fn create_group(&mut self, _: &[usize], _: u32) -> Result<GroupId> {
+            Ok(GroupId::WORLD)
+        }
+        fn execute(&mut self, _: &mut [Op]) -> Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.arrived.fetch_add(1, SeqCst);
+            let started = Instant::now();
+            while self.arrived.load(SeqCst) < self.members {
+                if let Some(e) = (self.stop)(self.rank) {
+                    return Err(e);
+                }
+                assert!(started.elapsed() < Duration::from_secs(20), "never stopped");
+                std::thread::yield_now();
+            }
+            Ok(())
+        }
+    }
+
+    fn external(world: usize, f: impl Fn(&mut Ctx) -> Result<usize> + Sync) -> Result<Vec<usize>> {
+        let arrived = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let id = WorldId::fresh();
+        spawn_prepared(world, f, |stop| {
+            (0..world)
+                .map(|rank| -> Box<dyn Backend> {
+                    Box::new(External {
+                        rank,
+                        world: id,
+                        arrived: Arc::clone(&arrived),
+                        members: world,
+                        stop: Arc::clone(&stop),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn prepared_backends_run_every_rank() {
+        let got = external(3, |ctx| {
+            ctx.barrier()?;
+            Ok(ctx.rank() * 10)
+        });
+        assert_eq!(got.expect("runs"), vec![0, 10, 20]);
+    }
+
+    #[test]
+    fn a_failing_rank_stops_peers_waiting_outside_rankwise() {
+        // Rank 1 fails before the barrier; ranks 0 and 2 wait in the backend, which hears of
+        // it only through the stop function — and the root cause is rank 1's error.
+        let err = external(3, |ctx| {
+            if ctx.rank() == 1 {
+                return Err(Error::Tensor("rank 1 could not load its shard".into()));
+            }
+            ctx.barrier()?;
+            Ok(0)
+        })
+        .expect_err("rank 1 fails");
+        let text = err.to_string();
+        assert!(
+            text.contains("rank 1") && text.contains("could not load its shard"),
+            "{text}"
+        );
+        let err = external(2, |ctx| {
+            if ctx.rank() == 0 {
+                panic!("rank 0 trips");
+            }
+            ctx.barrier()?;
+            Ok(0)
+        })
+        .expect_err("rank 0 panics");
+        assert!(matches!(err, Error::Panicked { rank: 0, .. }), "{err}");
     }
 }

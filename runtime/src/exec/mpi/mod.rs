@@ -33,7 +33,7 @@
 
 mod drive;
 mod eager;
-mod launch;
+pub(crate) mod launch;
 mod monitor;
 mod raw;
 mod steps;

@@ -1,5 +1,12 @@
-//! The NCCL backend on GPUs (feature `nccl`): one process per GPU, started by `torchrun` or any
-//! launcher that sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`.
+//! The NCCL backend on GPUs (feature `nccl`). Three ways to start the ranks, one backend:
+//!
+//! * one process per GPU started by `torchrun` (or any launcher that sets `RANK`, `WORLD_SIZE`,
+//!   `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`): rank 0 hands out the NCCL ids over TCP
+//!   ([`run`]);
+//! * one process per GPU started by `mpirun` (with the `mpi` feature too): the ids travel over
+//!   MPI ([`run_mpi`]);
+//! * one process driving every GPU, a thread per rank ([`run_threads`]), like the threads
+//!   engine: `ncclCommInitAll` makes the communicators.
 //!
 //! Layers: `nccl-sys` (the raw API, loaded at run time) → [`check`] (result codes → errors)
 //! → this module (communicators, devices, one batch = the lowering's copies and one NCCL
@@ -85,9 +92,23 @@ struct Device {
     stream: Arc<CudaStream>,
 }
 
+/// Runs a CUDA driver call through cudarc, turning the panic cudarc raises for a driver too
+/// old to have a function into an error.
+fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, String>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(why)) => Err(nccl_err(format!("{what}: {why}"))),
+        Err(p) => Err(nccl_err(format!(
+            "{what}: the CUDA driver is missing a function ({})",
+            crate::error::panic_message(&*p)
+        ))),
+    }
+}
+
 impl Device {
-    /// Opens GPU `ordinal`, or says why not: no driver library, no GPU, no such ordinal.
-    fn open(ordinal: usize) -> Result<Device> {
+    /// How many GPUs the CUDA driver shows this process (at least one), or why it cannot:
+    /// no driver library, no GPU.
+    fn count() -> Result<usize> {
         // SAFETY: only tries to dlopen the driver library.
         if !unsafe { sys::is_culib_present() } {
             return Err(nccl_err(
@@ -95,18 +116,20 @@ impl Device {
                  driver. Run on GPUs, or use RANKWISE_BACKEND=threads, mpi or nccl-host",
             ));
         }
-        // cudarc panics on a driver too old for a function it resolves: make that an error.
-        let opened = catch_unwind(AssertUnwindSafe(|| -> std::result::Result<_, String> {
-            let count = CudaContext::device_count().map_err(|e| format!("{e:?}"))?;
-            if count <= 0 {
-                return Err("the CUDA driver sees no GPU".into());
-            }
-            if ordinal >= count as usize {
-                return Err(format!(
-                    "LOCAL_RANK asks for GPU {ordinal}, but the CUDA driver sees {count} \
-                     (CUDA_VISIBLE_DEVICES may hide the others)"
-                ));
-            }
+        let count = driver("cannot count the GPUs", || {
+            CudaContext::device_count().map_err(|e| format!("{e:?}"))
+        })?;
+        if count <= 0 {
+            return Err(nccl_err(
+                "the CUDA driver sees no GPU (CUDA_VISIBLE_DEVICES may hide them)",
+            ));
+        }
+        Ok(count as usize)
+    }
+
+    /// Opens GPU `ordinal` (below [`Device::count`]).
+    fn open(ordinal: usize) -> Result<Device> {
+        driver(&format!("cannot use GPU {ordinal}"), || {
             let ctx = CudaContext::new(ordinal).map_err(|e| format!("{e:?}"))?;
             // One stream per rank, and buffers used only on it: cudarc's cross-stream events
             // would only cost time.
@@ -114,15 +137,15 @@ impl Device {
             unsafe { ctx.disable_event_tracking() };
             let stream = ctx.new_stream().map_err(|e| format!("{e:?}"))?;
             Ok(Device { ctx, stream })
-        }));
-        match opened {
-            Ok(Ok(d)) => Ok(d),
-            Ok(Err(why)) => Err(nccl_err(format!("cannot use GPU {ordinal}: {why}"))),
-            Err(p) => Err(nccl_err(format!(
-                "cannot use GPU {ordinal}: the CUDA driver is missing a function ({})",
-                crate::error::panic_message(&*p)
-            ))),
-        }
+        })
+    }
+
+    /// The GPU's UUID: what tells two ranks that they were given the same GPU.
+    fn uuid(&self) -> Result<[u8; 16]> {
+        let u = driver("cannot read the GPU's UUID", || {
+            self.ctx.uuid().map_err(|e| format!("{e:?}"))
+        })?;
+        Ok(u.bytes.map(|b| b as u8))
     }
 
     /// Makes this rank's context current on the calling thread: NCCL's calls use the current
@@ -251,6 +274,8 @@ pub(crate) struct GpuBackend {
     control: NcclComm,
     timeout: Duration,
     pack: bool,
+    /// Under one process driving every GPU: whether another rank has failed.
+    stop: Option<Stop>,
 }
 
 impl GpuBackend {
@@ -406,6 +431,11 @@ impl GpuBackend {
                     .unwrap_or_default();
                     return Err(self.failed(format!("{why} (a peer may have failed)")));
                 }
+            }
+            if let Some(e) = self.stop.as_ref().and_then(|stop| stop()) {
+                // Another rank of this process failed: its peers' collectives cannot finish.
+                self.failed(String::new());
+                return Err(e);
             }
             if started.elapsed() > self.timeout {
                 return Err(self.failed(format!(
@@ -867,102 +897,203 @@ fn scalar_bytes(s: f64, dtype: DType) -> Vec<u8> {
     })
 }
 
-/// The GPU this process uses: `LOCAL_RANK` (torchrun), else the rank modulo the visible GPUs
-/// is not guessed — an explicit `LOCAL_RANK` is required when several ranks share a node.
-fn local_rank(rank: usize) -> Result<usize> {
+/// The GPU of a process-per-GPU rank: `LOCAL_RANK` (torchrun sets it), else `fallback` (the
+/// rank's index among its node's processes under mpirun, the rank under other launchers).
+fn local_rank(fallback: usize) -> Result<usize> {
     match std::env::var("LOCAL_RANK") {
         Ok(v) => v
             .trim()
             .parse()
             .map_err(|_| nccl_err(format!("LOCAL_RANK={v:?} is not a number"))),
-        Err(_) => Ok(rank),
+        Err(_) => Ok(fallback),
     }
 }
 
-fn timeout() -> Result<Duration> {
-    match std::env::var("RANKWISE_NCCL_TIMEOUT") {
-        Err(_) => Ok(Duration::from_secs(600)),
+/// Opens the GPU a process-per-GPU rank was given.
+fn open_local(ordinal: usize) -> Result<Device> {
+    let count = Device::count()?;
+    if ordinal >= count {
+        return Err(nccl_err(format!(
+            "this rank's LOCAL_RANK asks for GPU {ordinal}, but the CUDA driver sees {count} \
+             (CUDA_VISIBLE_DEVICES may hide the others; start at most {count} ranks on this node)"
+        )));
+    }
+    Device::open(ordinal)
+}
+
+/// What every way of starting reads from the environment.
+struct Settings {
+    timeout: Duration,
+    pack: bool,
+}
+
+fn settings() -> Result<Settings> {
+    let timeout = match std::env::var("RANKWISE_NCCL_TIMEOUT") {
+        Err(_) => Duration::from_secs(600),
         Ok(v) => v
             .trim()
             .parse::<f64>()
             .ok()
-            .filter(|s| s.is_finite() && *s > 0.0)
-            .map(Duration::from_secs_f64)
+            .filter(|s| *s > 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
             .ok_or_else(|| {
                 nccl_err(format!(
                     "RANKWISE_NCCL_TIMEOUT={v:?} is not a number of seconds"
                 ))
-            }),
-    }
+            })?,
+    };
+    let pack = std::env::var("RANKWISE_NCCL_PACK").is_ok_and(|v| v.trim() == "1");
+    Ok(Settings { timeout, pack })
 }
 
-/// Runs `f` as this process's rank of an NCCL job; returns (rank, world, value).
-pub(crate) fn run<T, F>(f: &F) -> Result<(usize, usize, T)>
-where
-    F: Fn(&mut Ctx) -> Result<T>,
-{
-    let rv = Rendezvous::from_env()?.ok_or_else(|| {
-        nccl_err(
-            "RANKWISE_BACKEND=nccl needs the launcher's RANK, WORLD_SIZE, MASTER_ADDR and \
-             MASTER_PORT (torchrun sets them); none are set",
-        )
-    })?;
-    let (rank, world) = (rv.rank, rv.world);
-    let nccl = Nccl::load().map_err(|e| nccl_err(e.to_string()))?;
-    let dev = Device::open(local_rank(rank)?)?;
-    let timeout = timeout()?;
-    let pack = std::env::var("RANKWISE_NCCL_PACK").is_ok_and(|v| v.trim() == "1");
-    // Three communicators of every rank: collectives, the user's messages, group creation;
-    // rank 0 makes their ids and hands them out in one exchange.
-    let ids = if rank == 0 {
-        let mut b = Vec::with_capacity(3 * ffi::NCCL_UNIQUE_ID_BYTES);
-        for _ in 0..3 {
-            b.extend(id_bytes(&unique_id(nccl)?));
-        }
-        Some(b)
-    } else {
-        None
-    };
-    let ids = rv.share(ids.as_deref())?;
-    dev.bind()?;
-    if ids.len() != 3 * ffi::NCCL_UNIQUE_ID_BYTES {
+/// Every rank has three communicators: collectives, the user's messages, group creation.
+const COMMS: usize = 3;
+
+/// Rank 0's ids for the three communicators, as the bytes it hands out.
+fn new_ids(nccl: &Nccl) -> Result<Vec<u8>> {
+    let mut b = Vec::with_capacity(COMMS * ffi::NCCL_UNIQUE_ID_BYTES);
+    for _ in 0..COMMS {
+        b.extend(id_bytes(&unique_id(nccl)?));
+    }
+    Ok(b)
+}
+
+/// This rank's three communicators from the ids rank 0 handed out (its device current).
+fn comms_from_ids(
+    nccl: &'static Nccl,
+    world: usize,
+    rank: usize,
+    ids: &[u8],
+) -> Result<[NcclComm; COMMS]> {
+    if ids.len() != COMMS * ffi::NCCL_UNIQUE_ID_BYTES {
         return Err(nccl_err(format!(
             "rank 0 sent {} bytes of NCCL ids, not {}",
             ids.len(),
-            3 * ffi::NCCL_UNIQUE_ID_BYTES
+            COMMS * ffi::NCCL_UNIQUE_ID_BYTES
         )));
     }
-    let mut comms = ids
+    let mut made = ids
         .chunks(ffi::NCCL_UNIQUE_ID_BYTES)
-        .map(|c| init_comm(nccl, world, id_from(c)?, rank))
-        .collect::<Result<Vec<_>>>()?;
-    let control = comms
-        .pop()
-        .ok_or_else(|| Error::Internal("three communicators".into()))?;
-    let p2p = comms
-        .pop()
-        .ok_or_else(|| Error::Internal("three communicators".into()))?;
-    let world_comm = comms
-        .pop()
-        .ok_or_else(|| Error::Internal("three communicators".into()))?;
-    let everyone: Box<[usize]> = (0..world).collect();
-    let backend = GpuBackend {
-        nccl,
-        dev,
-        rank,
-        id: WorldId::fresh(),
-        groups: vec![GroupEntry {
-            members: everyone.clone(),
-            ordinal: u32::MAX,
-            comm: None,
-        }],
-        members: vec![everyone],
-        world: world_comm,
-        p2p,
-        control,
-        timeout,
-        pack,
+        .map(|c| init_comm(nccl, world, id_from(c)?, rank));
+    let mut next = || {
+        made.next()
+            .unwrap_or_else(|| Err(Error::Internal("three NCCL ids".into())))
     };
+    Ok([next()?, next()?, next()?])
+}
+
+/// The three communicators of every rank of a one-process world, one per device of `devs`
+/// (`ncclCommInitAll`); `comms[i][r]` is rank r's i-th communicator.
+fn comms_for_all(nccl: &'static Nccl, devs: &[Device]) -> Result<Vec<Vec<NcclComm>>> {
+    let f = need(nccl.api.ncclCommInitAll, "ncclCommInitAll", nccl)?;
+    let ordinals: Vec<c_int> = devs.iter().map(|d| d.ctx.ordinal() as c_int).collect();
+    (0..COMMS)
+        .map(|_| {
+            let mut raw: Vec<ffi::ncclComm_t> = vec![std::ptr::null_mut(); devs.len()];
+            // SAFETY: `raw` has room for one handle per device of `ordinals`, which are
+            // distinct GPUs this process has opened.
+            let code = unsafe { f(raw.as_mut_ptr(), ordinals.len() as c_int, ordinals.as_ptr()) };
+            check(nccl, code, "ncclCommInitAll")?;
+            Ok(raw
+                .into_iter()
+                .map(|raw| NcclComm {
+                    nccl,
+                    raw,
+                    abort: false,
+                })
+                .collect())
+        })
+        .collect()
+}
+
+/// NVIDIA's way of writing a GPU's UUID (as `nvidia-smi -L` shows it).
+fn uuid_text(u: &[u8]) -> String {
+    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    if hex.len() != 32 {
+        return format!("GPU-{hex}");
+    }
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// Refuses a job in which two ranks were given one GPU (`uuids[r]` is rank r's): NCCL needs a
+/// GPU per rank and would fail later with a less helpful message, or hang.
+pub(crate) fn one_gpu_per_rank(uuids: &[Vec<u8>]) -> std::result::Result<(), String> {
+    let mut shared: Vec<(String, Vec<usize>)> = Vec::new();
+    for (rank, u) in uuids.iter().enumerate() {
+        if u.len() != 16 {
+            return Err(format!(
+                "rank {rank} described its GPU in {} bytes, not 16: are all ranks the same \
+                 build of the program?",
+                u.len()
+            ));
+        }
+        match uuids[..rank].iter().position(|v| v == u) {
+            None => {}
+            Some(first) => match shared.iter_mut().find(|(_, r)| r[0] == first) {
+                Some((_, ranks)) => ranks.push(rank),
+                None => shared.push((uuid_text(u), vec![first, rank])),
+            },
+        }
+    }
+    if shared.is_empty() {
+        return Ok(());
+    }
+    let each: Vec<String> = shared
+        .iter()
+        .map(|(gpu, ranks)| format!("ranks {ranks:?} were all given {gpu}"))
+        .collect();
+    Err(format!(
+        "{}. NCCL needs a GPU of its own for every rank: start at most as many ranks per node as \
+         it has GPUs (torchrun --nproc-per-node), give each its own LOCAL_RANK, and check \
+         CUDA_VISIBLE_DEVICES",
+        each.join("; ")
+    ))
+}
+
+impl GpuBackend {
+    fn new(
+        nccl: &'static Nccl,
+        dev: Device,
+        (rank, world): (usize, usize),
+        [world_comm, p2p, control]: [NcclComm; COMMS],
+        settings: &Settings,
+        stop: Option<Stop>,
+    ) -> GpuBackend {
+        let everyone: Box<[usize]> = (0..world).collect();
+        GpuBackend {
+            nccl,
+            dev,
+            rank,
+            id: WorldId::fresh(),
+            groups: vec![GroupEntry {
+                members: everyone.clone(),
+                ordinal: u32::MAX,
+                comm: None,
+            }],
+            members: vec![everyone],
+            world: world_comm,
+            p2p,
+            control,
+            timeout: settings.timeout,
+            pack: settings.pack,
+            stop,
+        }
+    }
+}
+
+/// Runs `f` on one rank's backend, with a trace if `RANKWISE_TRACE` asks for one.
+fn run_rank<T, F>(backend: GpuBackend, world: usize, f: &F) -> Result<T>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    let rank = backend.rank;
     let mut ctx = Ctx::new(rank, world, Box::new(backend));
     let trace = crate::trace::path_from_env();
     if trace.is_some() {
@@ -970,5 +1101,202 @@ where
     }
     let value = ctx.run(f);
     crate::trace::write_process(&mut ctx, trace.as_deref(), rank)?;
-    Ok((rank, world, value?))
+    value
+}
+
+/// Runs `f` as this process's rank of a job started by torchrun; returns (rank, world, value).
+/// Rank 0 checks that every rank has a GPU of its own and hands out the NCCL ids over TCP.
+pub(crate) fn run<T, F>(f: &F) -> Result<(usize, usize, T)>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    let rv = Rendezvous::from_env()?.ok_or_else(|| {
+        nccl_err(
+            "RANKWISE_BACKEND=nccl as one process per GPU needs the launcher's RANK, \
+             WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun sets them); none are set",
+        )
+    })?;
+    let (rank, world) = (rv.rank, rv.world);
+    let nccl = Nccl::load().map_err(|e| nccl_err(e.to_string()))?;
+    let dev = open_local(local_rank(rank)?)?;
+    let settings = settings()?;
+    let uuid = dev.uuid()?;
+    let ids = if rank == 0 {
+        new_ids(nccl)?
+    } else {
+        Vec::new()
+    };
+    let ids = rv.exchange(&uuid, |uuids| {
+        one_gpu_per_rank(uuids)?;
+        Ok(ids)
+    })?;
+    dev.bind()?;
+    let comms = comms_from_ids(nccl, world, rank, &ids)?;
+    let backend = GpuBackend::new(nccl, dev, (rank, world), comms, &settings, None);
+    Ok((rank, world, run_rank(backend, world, f)?))
+}
+
+/// Runs `f` as this process's rank of a job started by `mpirun` (feature `mpi` too): the GPU
+/// is `LOCAL_RANK` if set, else the rank's index among the processes of its node; the GPUs'
+/// UUIDs are all-gathered and checked, and rank 0's NCCL ids are broadcast over MPI. A rank
+/// that fails ends the job (`MPI_Abort`), like the MPI backend: peers blocked in NCCL cannot be
+/// told otherwise. Returns (rank, world, value).
+#[cfg(feature = "mpi")]
+pub(crate) fn run_mpi<T, F>(f: &F) -> Result<(usize, usize, T)>
+where
+    F: Fn(&mut Ctx) -> Result<T>,
+{
+    use crate::exec::mpi::launch::abort_job;
+    use mpi::collective::{CommunicatorCollectives, Root};
+    use mpi::topology::Communicator;
+
+    let universe = mpi::initialize().ok_or_else(|| {
+        nccl_err(
+            "MPI was already initialised (or finalised) in this process: under mpirun, \
+             `launch` runs once per process",
+        )
+    })?;
+    let comm = universe.world();
+    let (rank, world) = (comm.rank() as usize, comm.size() as usize);
+    let node = comm.split_shared(comm.rank());
+    let started = (|| -> Result<GpuBackend> {
+        let nccl = Nccl::load().map_err(|e| nccl_err(e.to_string()))?;
+        let dev = open_local(local_rank(node.rank() as usize)?)?;
+        let settings = settings()?;
+        let uuid = dev.uuid()?;
+        let mut uuids = vec![0u8; 16 * world];
+        comm.all_gather_into(&uuid[..], &mut uuids[..]);
+        let uuids: Vec<Vec<u8>> = uuids.chunks(16).map(<[u8]>::to_vec).collect();
+        // Every rank reaches the same verdict from the same bytes.
+        one_gpu_per_rank(&uuids).map_err(nccl_err)?;
+        let mut ids = if rank == 0 {
+            new_ids(nccl)?
+        } else {
+            vec![0u8; COMMS * ffi::NCCL_UNIQUE_ID_BYTES]
+        };
+        comm.process_at_rank(0).broadcast_into(&mut ids[..]);
+        dev.bind()?;
+        let comms = comms_from_ids(nccl, world, rank, &ids)?;
+        Ok(GpuBackend::new(
+            nccl,
+            dev,
+            (rank, world),
+            comms,
+            &settings,
+            None,
+        ))
+    })();
+    let value = match started.and_then(|b| run_rank(b, world, f)) {
+        Ok(v) => v,
+        Err(e) => abort_job(rank, &e),
+    };
+    drop(node);
+    drop(comm);
+    drop(universe);
+    Ok((rank, world, value))
+}
+
+/// Runs `f` on `world` threads of this process, one per GPU (rank r on GPU r of those
+/// `CUDA_VISIBLE_DEVICES` shows), with the threads engine's failure handling: a rank that fails
+/// stops the others' waits, which abort their communicators. Each rank's value in rank order.
+#[cfg(feature = "local")]
+pub(crate) fn run_threads<T, F>(world: usize, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    if world == 0 {
+        return Err(Error::InvalidWorld { world });
+    }
+    let start = || -> Result<_> {
+        let nccl = Nccl::load().map_err(|e| nccl_err(e.to_string()))?;
+        let count = Device::count()?;
+        if world > count {
+            return Err(nccl_err(format!(
+                "a world of {world} needs {world} GPUs, one per rank, but the CUDA driver sees \
+                 {count} (CUDA_VISIBLE_DEVICES may hide some). Run a world of at most {count}, \
+                 or one process per GPU on several nodes (torchrun, mpirun)"
+            )));
+        }
+        let settings = settings()?;
+        let devs = (0..world).map(Device::open).collect::<Result<Vec<_>>>()?;
+        let comms = comms_for_all(nccl, &devs)?;
+        Ok((nccl, settings, devs, comms))
+    };
+    // Say which way the ranks were started: the fix differs (a launcher, fewer ranks).
+    let (nccl, settings, devs, mut comms) = start().map_err(|e| match e {
+        Error::Backend { backend, detail } => Error::Backend {
+            backend,
+            detail: format!(
+                "{detail} [RANKWISE_BACKEND=nccl without torchrun or mpirun: this process runs \
+                 every rank, one thread per GPU]"
+            ),
+        },
+        e => e,
+    })?;
+    crate::spawn::spawn_prepared(world, f, |stop| {
+        let mut ranks: Vec<Box<dyn Backend>> = Vec::with_capacity(world);
+        let mut next = |i: usize| comms[i].remove(0);
+        for (rank, dev) in devs.into_iter().enumerate() {
+            let mine = [next(0), next(1), next(2)];
+            let stop = Arc::clone(&stop);
+            let stop: Stop = Arc::new(move || stop(rank));
+            ranks.push(Box::new(GpuBackend::new(
+                nccl,
+                dev,
+                (rank, world),
+                mine,
+                &settings,
+                Some(stop),
+            )));
+        }
+        ranks
+    })
+}
+
+/// Tells a rank run as a thread that the world was stopped (another rank failed): the error
+/// to report, once there is one.
+pub(crate) type Stop = Arc<dyn Fn() -> Option<Error> + Send + Sync>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(n: u8) -> Vec<u8> {
+        let mut u = vec![0u8; 16];
+        u[0] = n;
+        u[15] = 0xab;
+        u
+    }
+
+    #[test]
+    fn distinct_gpus_pass() {
+        assert_eq!(one_gpu_per_rank(&[gpu(1), gpu(2), gpu(3)]), Ok(()));
+        assert_eq!(one_gpu_per_rank(&[]), Ok(()));
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_are_named_with_the_gpu() {
+        let e = one_gpu_per_rank(&[gpu(1), gpu(2), gpu(1), gpu(2), gpu(1)]).expect_err("shared");
+        assert!(
+            e.starts_with(
+                "ranks [0, 2, 4] were all given GPU-01000000-0000-0000-0000-0000000000ab; \
+                 ranks [1, 3] were all given GPU-02000000-0000-0000-0000-0000000000ab."
+            ),
+            "{e}"
+        );
+        assert!(e.contains("torchrun --nproc-per-node"), "{e}");
+    }
+
+    #[test]
+    fn a_malformed_identity_is_refused_not_misread() {
+        let e = one_gpu_per_rank(&[gpu(1), vec![1, 2]]).expect_err("short");
+        assert!(e.starts_with("rank 1 described its GPU in 2 bytes"), "{e}");
+    }
+
+    #[test]
+    fn uuids_read_as_nvidia_writes_them() {
+        let u: Vec<u8> = (0..16).collect();
+        assert_eq!(uuid_text(&u), "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f");
+    }
 }
