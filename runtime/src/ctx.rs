@@ -14,7 +14,7 @@ use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::request::{Request, SharedBackend, engine};
 use crate::rules::{self, Aux};
-use crate::tensor::Tensor;
+use crate::tensor::{Device, DeviceMemory, Tensor};
 use crate::trace::{Event, Recorder};
 use crate::{DType, ReduceOp};
 use rankwise_core::ops::{self as table, Spelling, stacked};
@@ -31,6 +31,8 @@ pub struct Ctx {
     /// Shared with the requests `isend`/`irecv` return, whose `wait` drives it.
     backend: SharedBackend,
     backend_name: &'static str,
+    /// Where the tensors this context makes live (the backend's device).
+    device: Device,
     /// How many groups with each member list this rank has created (see `Backend::create_group`).
     ordinals: HashMap<Vec<usize>, u32>,
     /// The record of every call, when tracing is on (see `trace`).
@@ -47,22 +49,8 @@ struct Caller<'g> {
     group: &'g Group,
     site: CallSite,
     batched: bool,
-}
-
-fn host_in<T: Element>(t: &Tensor<T>) -> Buf {
-    let (ptr, len) = t.raw();
-    Buf {
-        ptr: ptr as *mut u8,
-        len,
-    }
-}
-
-fn host_out<T: Element>(t: &mut Tensor<T>) -> Buf {
-    let (ptr, len) = t.raw_mut();
-    Buf {
-        ptr: ptr as *mut u8,
-        len,
-    }
+    /// The backend's device: tensors live there or on the host.
+    device: Device,
 }
 
 /// A validated op and, for a list form, the staging it goes through.
@@ -80,12 +68,19 @@ impl From<Op> for Built {
 /// The contiguous buffer a list form's op reads or writes in place of its list (backends move
 /// one buffer per op), and the copies into the list's tensors once the op has completed. Inputs
 /// are copied in when the call is made: their tensors stay borrowed, so they cannot change
-/// before the op runs.
+/// before the op runs. The buffer is host memory; tensors of the list on a device are copied
+/// to and from it through their device.
 struct Staged {
     /// Owns the contiguous buffer (a `Vec<T>`); its heap storage does not move with the box.
     _keep: Box<dyn std::any::Any + Send>,
     /// `(from, to, bytes)`: from the buffer into an output tensor of the list.
-    after: Vec<(*const u8, *mut u8, usize)>,
+    after: Vec<(*const u8, To, usize)>,
+}
+
+/// Where a list's output tensor keeps its elements.
+enum To {
+    Host(*mut u8),
+    Device(*mut dyn DeviceMemory),
 }
 
 // SAFETY: the pointers are addresses in `_keep` (owned here) and in tensors borrowed mutably by
@@ -98,12 +93,12 @@ impl Staged {
     fn input<T: Element>(list: &[Tensor<T>]) -> Result<(Buf, Staged)> {
         let mut data: Vec<T> = Vec::with_capacity(list.iter().map(Tensor::numel).sum());
         for t in list {
-            data.extend_from_slice(t.as_slice()?);
+            match t.as_slice() {
+                Ok(host) => data.extend_from_slice(host),
+                Err(_) => data.extend(t.try_to_vec()?),
+            }
         }
-        let buf = Buf {
-            ptr: data.as_mut_ptr().cast(),
-            len: data.len(),
-        };
+        let buf = Buf::host(data.as_mut_ptr().cast(), data.len());
         let staged = Staged {
             _keep: Box::new(data),
             after: Vec::new(),
@@ -118,19 +113,16 @@ impl Staged {
         let mut after = Vec::with_capacity(list.len());
         let mut at = 0;
         for t in list.iter_mut() {
-            let (to, len) = t.raw_mut();
+            let len = t.numel();
+            let to = match t.device_memory() {
+                Some(m) => To::Device(m),
+                None => To::Host(t.raw_mut().0.cast::<u8>()),
+            };
             // `at + len` stays within `data`, which holds every tensor's elements in turn.
-            after.push((
-                data[at..].as_ptr().cast::<u8>(),
-                to.cast::<u8>(),
-                len * size,
-            ));
+            after.push((data[at..].as_ptr().cast::<u8>(), to, len * size));
             at += len;
         }
-        let buf = Buf {
-            ptr: data.as_mut_ptr().cast(),
-            len: data.len(),
-        };
+        let buf = Buf::host(data.as_mut_ptr().cast(), data.len());
         let staged = Staged {
             _keep: Box::new(data),
             after,
@@ -139,13 +131,22 @@ impl Staged {
     }
 
     /// Copies the op's result into the list; call only after the op has completed.
-    fn finish(self) {
-        for &(from, to, bytes) in &self.after {
-            // SAFETY: `from` is within `_keep`, alive until the end of this function; `to` is a
-            // tensor of the list, still mutably borrowed by the holder (see `Send`), with room
-            // for `bytes`; the two are different allocations.
-            unsafe { std::ptr::copy_nonoverlapping(from, to, bytes) };
+    fn finish(self) -> Result<()> {
+        for (from, to, bytes) in &self.after {
+            // SAFETY: `from` is within `_keep`, alive until the end of this function, with
+            // `bytes` bytes after it; `to` belongs to a tensor of the list, still mutably
+            // borrowed by the holder (see `Send`), with room for `bytes`; the two are different
+            // allocations.
+            unsafe {
+                match *to {
+                    To::Host(to) => std::ptr::copy_nonoverlapping(*from, to, *bytes),
+                    To::Device(m) => {
+                        (*m).write(std::slice::from_raw_parts(*from, *bytes))?;
+                    }
+                }
+            }
         }
+        Ok(())
     }
 }
 
@@ -156,6 +157,43 @@ enum ListOrOne<'t, T: Element> {
 }
 
 impl Caller<'_> {
+    /// The buffer an op reads from `t`: host memory, or the backend's own device's.
+    fn buf_in<T: Element>(&self, t: &Tensor<T>) -> Result<Buf> {
+        let (ptr, len) = t.raw();
+        Ok(Buf {
+            ptr: ptr.cast_mut().cast(),
+            len,
+            on_device: self.on_device(t.device())?,
+        })
+    }
+
+    /// The buffer an op writes into `t`.
+    fn buf_out<T: Element>(&self, t: &mut Tensor<T>) -> Result<Buf> {
+        let on_device = self.on_device(t.device())?;
+        let (ptr, len) = t.raw_mut();
+        Ok(Buf {
+            ptr: ptr.cast(),
+            len,
+            on_device,
+        })
+    }
+
+    /// Whether a tensor on `d` is on the backend's device (rather than the host); an `Err` for
+    /// any other device, which the backend could not address.
+    fn on_device(&self, d: Device) -> Result<bool> {
+        if d == Device::Host {
+            return Ok(false);
+        }
+        if d == self.device {
+            return Ok(true);
+        }
+        Err(Error::Tensor(format!(
+            "{}: rank {} passed a tensor on {d}, but this rank's tensors live on {}: copy it \
+             with `to_host()` (or `ctx.to_device(&t)`) first",
+            self.site, self.rank, self.device
+        )))
+    }
+
     fn desc<T: Element>(
         &self,
         kind: OpKind,
@@ -203,12 +241,12 @@ impl Caller<'_> {
 
     fn send<T: Element>(&self, t: &Tensor<T>, dst: usize) -> Result<Op> {
         let d = self.desc::<T>(OpKind::Send, Some(dst), None, t.shape(), 0);
-        self.finish(d, host_in(t), Buf::NONE, Aux::default())
+        self.finish(d, self.buf_in(t)?, Buf::NONE, Aux::default())
     }
 
     fn recv<T: Element>(&self, t: &mut Tensor<T>, src: usize) -> Result<Op> {
         let d = self.desc::<T>(OpKind::Recv, Some(src), None, t.shape(), 0);
-        self.finish(d, Buf::NONE, host_out(t), Aux::default())
+        self.finish(d, Buf::NONE, self.buf_out(t)?, Aux::default())
     }
 
     fn in_place<T: Element>(
@@ -219,7 +257,7 @@ impl Caller<'_> {
         op: Option<ReduceOp>,
     ) -> Result<Op> {
         let d = self.desc::<T>(kind, root, op, t.shape(), 0);
-        let buf = host_out(t);
+        let buf = self.buf_out(t)?;
         self.finish(d, buf, buf, Aux::default())
     }
 
@@ -232,12 +270,15 @@ impl Caller<'_> {
     ) -> Result<Op> {
         let d = self.desc::<T>(OpKind::Gather, Some(root), None, x.shape(), dim);
         let out_shape: Option<Shape> = out.as_ref().map(|o| Shape::from_slice(o.shape()));
-        let output = out.map(host_out).unwrap_or(Buf::NONE);
+        let output = match out {
+            Some(out) => self.buf_out(out)?,
+            None => Buf::NONE,
+        };
         let aux = Aux {
             output: out_shape.as_deref(),
             root_input: None,
         };
-        self.finish(d, host_in(x), output, aux)
+        self.finish(d, self.buf_in(x)?, output, aux)
     }
 
     fn scatter<T: Element>(
@@ -252,8 +293,11 @@ impl Caller<'_> {
             output: None,
             root_input: x.map(|x| x.shape()),
         };
-        let input = x.map(host_in).unwrap_or(Buf::NONE);
-        self.finish(d, input, host_out(out), aux)
+        let input = match x {
+            Some(x) => self.buf_in(x)?,
+            None => Buf::NONE,
+        };
+        self.finish(d, input, self.buf_out(out)?, aux)
     }
 
     /// `all_gather`, `reduce_scatter`, `all_to_all`: one input, one output, same on every member.
@@ -271,7 +315,7 @@ impl Caller<'_> {
             output: Some(&out_shape),
             root_input: None,
         };
-        self.finish(d, host_in(x), host_out(out), aux)
+        self.finish(d, self.buf_in(x)?, self.buf_out(out)?, aux)
     }
 
     /// Checks a list argument against the rule of list forms. A non-member skips it: its call
@@ -320,7 +364,7 @@ impl Caller<'_> {
             output: out_shape.as_deref(),
             root_input: None,
         };
-        let op = self.finish(d, host_in(x), output, aux)?;
+        let op = self.finish(d, self.buf_in(x)?, output, aux)?;
         Ok(Built { op, staged })
     }
 
@@ -346,7 +390,7 @@ impl Caller<'_> {
             output: None,
             root_input: in_shape.as_deref(),
         };
-        let op = self.finish(d, input, host_out(out), aux)?;
+        let op = self.finish(d, input, self.buf_out(out)?, aux)?;
         Ok(Built { op, staged })
     }
 
@@ -365,7 +409,7 @@ impl Caller<'_> {
         self.check_list(&form, "inputs", inputs, &element)?;
         let (input, mut staged) = Staged::input(inputs)?;
         let (output, out_shape) = match out {
-            ListOrOne::One(t) => (host_out(t), stacked(1, &element)),
+            ListOrOne::One(t) => (self.buf_out(t)?, stacked(1, &element)),
             ListOrOne::List(outs) => {
                 self.check_list(&form, "outputs", outs, &element)?;
                 let shape = stacked(outs.len(), &element);
@@ -571,6 +615,7 @@ impl Ctx {
             world,
             world_group,
             backend_name: backend.name(),
+            device: backend.device(),
             backend: Rc::new(RefCell::new(backend)),
             ordinals: HashMap::new(),
             trace: None,
@@ -615,20 +660,26 @@ impl Ctx {
         op.supports(dtype) && self.backend.try_borrow().is_ok_and(|b| b.supports(op))
     }
 
+    /// Where the tensors this context makes live: the host, or under NCCL the rank's GPU
+    /// (`cuda:r`).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
     /// A tensor of `shape` filled with `value`, on this rank's device.
     pub fn full<T: Element>(&self, shape: impl AsRef<[usize]>, value: T) -> Result<Tensor<T>> {
-        Tensor::full(shape, value)
+        self.to_device_owned(Tensor::full(shape, value)?)
     }
 
     /// A tensor of `shape` filled with zeros, on this rank's device.
     pub fn zeros<T: Element>(&self, shape: impl AsRef<[usize]>) -> Result<Tensor<T>> {
-        Tensor::zeros(shape)
+        self.to_device_owned(Tensor::zeros(shape)?)
     }
 
     /// A tensor of zeros with `like`'s shape and element type, on this rank's device
     /// (`torch.zeros_like`): the natural way to size a receive buffer from what is sent.
     pub fn zeros_like<T: Element>(&self, like: &Tensor<T>) -> Result<Tensor<T>> {
-        Tensor::zeros_like(like)
+        self.zeros(like.shape())
     }
 
     /// A tensor of `shape` holding `data` (row-major), on this rank's device.
@@ -637,7 +688,29 @@ impl Ctx {
         shape: impl AsRef<[usize]>,
         data: Vec<T>,
     ) -> Result<Tensor<T>> {
-        Tensor::from_vec(shape, data)
+        self.to_device_owned(Tensor::from_vec(shape, data)?)
+    }
+
+    /// A copy of `t` on this rank's device (`t.cuda()` under NCCL; a plain copy where tensors
+    /// live on the host).
+    pub fn to_device<T: Element>(&self, t: &Tensor<T>) -> Result<Tensor<T>> {
+        if t.device() == self.device {
+            return t.try_clone();
+        }
+        self.to_device_owned(t.to_host()?)
+    }
+
+    /// `host` moved to this rank's device (returned as it is where tensors live on the host).
+    fn to_device_owned<T: Element>(&self, host: Tensor<T>) -> Result<Tensor<T>> {
+        if self.device == Device::Host {
+            return Ok(host);
+        }
+        let bytes = host.numel() * std::mem::size_of::<T>();
+        let mem = match engine(&self.backend)?.alloc_device(bytes) {
+            Some(mem) => mem?,
+            None => return Ok(host),
+        };
+        Tensor::on_device(host, mem)
     }
 
     /// Creates a communicator of the given global ranks (any order; duplicates are an error).
@@ -694,7 +767,11 @@ impl Ctx {
     ) -> Result<Request<'t>> {
         let site = CallSite::caller();
         let op = self.posting(site)?.send(tensor, dst)?;
-        self.post(site, op.desc, tensor.bytes().to_vec(), None)
+        let data = match tensor.bytes() {
+            Ok(host) => host.to_vec(),
+            Err(_) => tensor.to_host()?.bytes()?.to_vec(),
+        };
+        self.post(site, op.desc, data, None)
     }
 
     /// Posts a receive into `tensor` from rank `src` and returns at once
@@ -708,8 +785,8 @@ impl Ctx {
     ) -> Result<Request<'t>> {
         let site = CallSite::caller();
         let op = self.posting(site)?.recv(tensor, src)?;
-        let into = tensor.bytes_mut();
-        self.post(site, op.desc, vec![0; into.len()], Some(into))
+        let bytes = tensor.numel() * std::mem::size_of::<T>();
+        self.post(site, op.desc, vec![0; bytes], Some(tensor.landing()))
     }
 
     /// The op builder for a posted message at `site`, once the guard agrees (posts may go to
@@ -725,7 +802,7 @@ impl Ctx {
         site: CallSite,
         desc: OpDesc,
         data: Vec<u8>,
-        into: Option<&'t mut [u8]>,
+        into: Option<crate::request::Landing<'t>>,
     ) -> Result<Request<'t>> {
         let ticket = engine(&self.backend)?.post(PostedOp { desc, data })?;
         Ok(Request::new(Rc::clone(&self.backend), ticket, into, site))
@@ -784,6 +861,7 @@ impl Ctx {
             group,
             site,
             batched,
+            device: self.device,
         })
     }
 
@@ -807,10 +885,10 @@ impl Ctx {
             );
         }
         done?;
-        if let Some(staged) = staged {
-            staged.finish();
+        match staged {
+            Some(staged) => staged.finish(),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn sink<B: Into<Built>>(
@@ -934,8 +1012,7 @@ impl<'c, 'a> Batch<'c, 'a> {
             t.record(calls, true, start, done.is_ok());
         }
         done?;
-        self.staged.drain(..).for_each(Staged::finish);
-        Ok(())
+        self.staged.drain(..).try_for_each(Staged::finish)
     }
 }
 

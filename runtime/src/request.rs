@@ -14,6 +14,7 @@ use std::rc::Rc;
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Ticket};
 use crate::model::CallSite;
+use crate::tensor::DeviceMemory;
 
 /// A rank's backend, shared by its [`Ctx`](crate::Ctx) and the requests it posted.
 pub(crate) type SharedBackend = Rc<RefCell<Box<dyn Backend>>>;
@@ -36,8 +37,8 @@ pub(crate) fn engine(backend: &SharedBackend) -> Result<RefMut<'_, Box<dyn Backe
 pub struct Request<'t> {
     backend: SharedBackend,
     ticket: Ticket,
-    /// A receive's tensor, as bytes: written at `wait`.
-    into: Option<&'t mut [u8]>,
+    /// A receive's tensor: written at `wait`.
+    into: Option<Landing<'t>>,
     site: CallSite,
 }
 
@@ -56,7 +57,7 @@ impl<'t> Request<'t> {
     pub(crate) fn new(
         backend: SharedBackend,
         ticket: Ticket,
-        into: Option<&'t mut [u8]>,
+        into: Option<Landing<'t>>,
         site: CallSite,
     ) -> Self {
         Request {
@@ -75,22 +76,39 @@ impl<'t> Request<'t> {
         let site = CallSite::caller();
         crate::guard::Guard::check(site)?;
         let data = engine(&self.backend)?.wait(self.ticket, site)?;
-        if let Some(into) = self.into {
-            if into.len() != data.len() {
-                return Err(Error::Internal(format!(
-                    "{}: irecv received {} bytes into a tensor of {}",
-                    self.site,
-                    data.len(),
-                    into.len()
-                )));
+        match self.into {
+            Some(into) if into.len() != data.len() => Err(Error::Internal(format!(
+                "{}: irecv received {} bytes into a tensor of {}",
+                self.site,
+                data.len(),
+                into.len()
+            ))),
+            Some(Landing::Host(into)) => {
+                into.copy_from_slice(&data);
+                Ok(())
             }
-            into.copy_from_slice(&data);
+            Some(Landing::Device(into)) => into.write(&data),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Where the message was posted.
     pub fn site(&self) -> CallSite {
         self.site
+    }
+}
+
+/// Where a receive's data lands at `wait`: a host tensor's bytes, or a device tensor's memory.
+pub(crate) enum Landing<'t> {
+    Host(&'t mut [u8]),
+    Device(&'t mut dyn DeviceMemory),
+}
+
+impl Landing<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Landing::Host(b) => b.len(),
+            Landing::Device(m) => m.len(),
+        }
     }
 }

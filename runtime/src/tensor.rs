@@ -1,7 +1,8 @@
-//! `Tensor<T>`: a shape and contiguous row-major storage.
+//! `Tensor<T>`: a shape and contiguous row-major storage, on the host or on a rank's device.
 //!
-//! Storage is an enum so that device memory (for the NCCL backend) is one more variant, not a
-//! second tensor type: communication code asks for raw buffers and the [`Device`] they live on.
+//! Storage is an enum, so device memory (the NCCL backend's) is one more variant, not a second
+//! tensor type: communication code asks for raw buffers and the [`Device`] they live on, and
+//! host access to a device tensor is a copy (`to_vec`, `to_host`), never a pointer.
 
 use std::fmt;
 
@@ -29,16 +30,68 @@ impl fmt::Display for Device {
     }
 }
 
-#[derive(Clone, PartialEq)]
-enum Storage<T> {
-    Host(Vec<T>),
+/// Memory on a device, provided by the backend that owns the device (`Backend::alloc_device`).
+/// Its address is meaningful only to that backend; everyone else copies through `read` and
+/// `write`, which also order themselves after the backend's pending work on the memory.
+pub(crate) trait DeviceMemory: Send + Sync {
+    /// Where it is.
+    fn device(&self) -> Device;
+    /// Its size in bytes.
+    fn len(&self) -> usize;
+    /// The address the owning backend passes to its device calls.
+    fn addr(&self) -> *mut u8;
+    /// Copies all of it into `into` (`into.len() == self.len()`).
+    fn read(&self, into: &mut [u8]) -> Result<()>;
+    /// Overwrites all of it with `from` (`from.len() == self.len()`).
+    fn write(&mut self, from: &[u8]) -> Result<()>;
+    /// A new allocation on the same device holding the same bytes.
+    fn duplicate(&self) -> Result<Box<dyn DeviceMemory>>;
 }
 
-/// A dense, row-major tensor of `T`.
-#[derive(Clone, PartialEq)]
+enum Storage<T> {
+    Host(Vec<T>),
+    Device(Box<dyn DeviceMemory>),
+}
+
+/// A dense, row-major tensor of `T`, on the host or on a device.
+///
+/// Tensors made by [`Tensor`]'s constructors live on the host. Tensors made by a `Ctx`
+/// (`ctx.full`, `ctx.zeros`, `ctx.tensor`, `ctx.to_device`) live on the rank's device: the host
+/// under the threads and MPI backends, the rank's GPU under NCCL (`cuda:r`; emulated under
+/// `nccl-host`). A device tensor's elements are read by copying them (`to_vec`, `to_host`,
+/// printing); `as_slice`/`as_mut_slice` are for host tensors.
 pub struct Tensor<T: Element> {
     shape: Shape,
     storage: Storage<T>,
+}
+
+impl<T: Element> Clone for Tensor<T> {
+    /// A copy on the same device.
+    ///
+    /// # Panics
+    ///
+    /// Only if the device fails while copying (a lost GPU); [`Tensor::try_clone`] returns that
+    /// as an `Err`.
+    fn clone(&self) -> Self {
+        self.try_clone().unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+impl<T: Element> PartialEq for Tensor<T> {
+    /// Same shape, device and elements (a device tensor's elements are copied to compare; an
+    /// unreadable one equals nothing).
+    fn eq(&self, other: &Self) -> bool {
+        if self.shape != other.shape || self.device() != other.device() {
+            return false;
+        }
+        match (&self.storage, &other.storage) {
+            (Storage::Host(a), Storage::Host(b)) => a == b,
+            _ => match (self.try_to_vec(), other.try_to_vec()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => false,
+            },
+        }
+    }
 }
 
 /// Number of elements of `shape` holding `T`s, or an error if the tensor could not exist: more
@@ -141,6 +194,7 @@ impl<T: Element> Tensor<T> {
     pub fn numel(&self) -> usize {
         match &self.storage {
             Storage::Host(v) => v.len(),
+            Storage::Device(m) => m.len() / std::mem::size_of::<T>(),
         }
     }
 
@@ -153,42 +207,129 @@ impl<T: Element> Tensor<T> {
     pub fn device(&self) -> Device {
         match &self.storage {
             Storage::Host(_) => Device::Host,
+            Storage::Device(m) => m.device(),
         }
     }
 
-    /// The elements in row-major order (host tensors only).
+    /// The error for host access to a device tensor.
+    fn not_on_host(&self, what: &str) -> Error {
+        Error::Tensor(format!(
+            "{what} needs a host tensor, but this {} tensor of shape {} lives on {} (tensors a \
+             `Ctx` makes live on the rank's device): read it with `to_vec()`, or copy it with \
+             `to_host()`",
+            T::DTYPE,
+            ShapeFmt(&self.shape),
+            self.device()
+        ))
+    }
+
+    /// The elements in row-major order (host tensors only: a device tensor is an `Err`).
     pub fn as_slice(&self) -> Result<&[T]> {
         match &self.storage {
             Storage::Host(v) => Ok(v),
+            Storage::Device(_) => Err(self.not_on_host("as_slice")),
         }
     }
 
-    /// The elements in row-major order, mutably (host tensors only).
+    /// The elements in row-major order, mutably (host tensors only: a device tensor is an
+    /// `Err`).
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        if matches!(self.storage, Storage::Device(_)) {
+            return Err(self.not_on_host("as_mut_slice"));
+        }
         match &mut self.storage {
             Storage::Host(v) => Ok(v),
+            Storage::Device(_) => Err(Error::Internal("checked above".into())),
         }
     }
 
     /// A copy of the elements in row-major order, wherever they live.
+    ///
+    /// # Panics
+    ///
+    /// Only if the device fails while copying (a lost GPU); [`Tensor::try_to_vec`] returns
+    /// that as an `Err`.
     pub fn to_vec(&self) -> Vec<T> {
+        self.try_to_vec().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A copy of the elements in row-major order, wherever they live; a device that fails
+    /// while copying is an `Err`.
+    pub fn try_to_vec(&self) -> Result<Vec<T>> {
         match &self.storage {
-            Storage::Host(v) => v.clone(),
+            Storage::Host(v) => Ok(v.clone()),
+            Storage::Device(m) => {
+                let mut v = allocate(&self.shape, self.numel())?;
+                v.resize(self.numel(), T::default());
+                m.read(as_bytes_mut(&mut v))?;
+                Ok(v)
+            }
         }
     }
 
     /// The elements in row-major order, wherever they live.
+    ///
+    /// # Panics
+    ///
+    /// As [`Tensor::to_vec`].
     pub fn into_vec(self) -> Vec<T> {
         match self.storage {
             Storage::Host(v) => v,
+            Storage::Device(_) => self.to_vec(),
         }
     }
 
+    /// The same tensor on the host (a copy).
+    pub fn to_host(&self) -> Result<Tensor<T>> {
+        Ok(Tensor {
+            shape: self.shape.clone(),
+            storage: Storage::Host(self.try_to_vec()?),
+        })
+    }
+
+    /// A copy on the same device; a device that fails while copying is an `Err`.
+    pub fn try_clone(&self) -> Result<Tensor<T>> {
+        Ok(Tensor {
+            shape: self.shape.clone(),
+            storage: match &self.storage {
+                Storage::Host(v) => Storage::Host(v.clone()),
+                Storage::Device(m) => Storage::Device(m.duplicate()?),
+            },
+        })
+    }
+
     /// Sets every element to `value`.
+    ///
+    /// # Panics
+    ///
+    /// Only if the device fails while writing (a lost GPU); [`Tensor::try_fill`] returns that
+    /// as an `Err`.
     pub fn fill(&mut self, value: T) {
+        self.try_fill(value).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Sets every element to `value`; a device that fails while writing is an `Err`.
+    pub fn try_fill(&mut self, value: T) -> Result<()> {
         match &mut self.storage {
-            Storage::Host(v) => v.fill(value),
+            Storage::Host(v) => {
+                v.fill(value);
+                Ok(())
+            }
+            Storage::Device(_) => {
+                let mut v = allocate(&self.shape, self.numel())?;
+                v.resize(self.numel(), value);
+                self.write_bytes(as_bytes(&v))
+            }
         }
+    }
+
+    /// `host` moved onto the device memory `mem` (which holds exactly its bytes).
+    pub(crate) fn on_device(host: Tensor<T>, mut mem: Box<dyn DeviceMemory>) -> Result<Self> {
+        mem.write(as_bytes(host.as_slice()?))?;
+        Ok(Tensor {
+            shape: host.shape,
+            storage: Storage::Device(mem),
+        })
     }
 
     /// The same data with another shape of the same element count.
@@ -206,35 +347,73 @@ impl<T: Element> Tensor<T> {
         Ok(self)
     }
 
-    /// The buffer the backends move data through: base pointer, element count and device.
+    /// The buffer the backends move data through: its address (a device address for a device
+    /// tensor) and element count.
     pub(crate) fn raw(&self) -> (*const T, usize) {
         match &self.storage {
             Storage::Host(v) => (v.as_ptr(), v.len()),
+            Storage::Device(m) => (m.addr().cast_const().cast(), self.numel()),
         }
-    }
-
-    /// The elements' bytes, in memory order.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        let (ptr, len) = self.raw();
-        // SAFETY: the storage holds `len` initialised elements; every element type is plain
-        // data without padding (the sealed set of `Element`), so each byte is initialised.
-        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len * std::mem::size_of::<T>()) }
-    }
-
-    /// The elements' bytes, writable.
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        let (ptr, len) = self.raw_mut();
-        // SAFETY: as in `bytes`; in addition every bit pattern is a valid value of every
-        // element type (integers, IEEE floats), so any bytes written leave valid elements.
-        unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u8>(), len * std::mem::size_of::<T>()) }
     }
 
     /// Mutable counterpart of [`Tensor::raw`].
     pub(crate) fn raw_mut(&mut self) -> (*mut T, usize) {
+        let numel = self.numel();
         match &mut self.storage {
             Storage::Host(v) => (v.as_mut_ptr(), v.len()),
+            Storage::Device(m) => (m.addr().cast(), numel),
         }
     }
+
+    /// The elements' bytes, in memory order (host tensors only).
+    pub(crate) fn bytes(&self) -> Result<&[u8]> {
+        match &self.storage {
+            Storage::Host(v) => Ok(as_bytes(v)),
+            Storage::Device(_) => Err(self.not_on_host("this call")),
+        }
+    }
+
+    /// Where a posted receive's data lands (see `Request::wait`).
+    pub(crate) fn landing(&mut self) -> crate::request::Landing<'_> {
+        match &mut self.storage {
+            Storage::Host(v) => crate::request::Landing::Host(as_bytes_mut(v)),
+            Storage::Device(m) => crate::request::Landing::Device(&mut **m),
+        }
+    }
+
+    /// The device memory of a device tensor, for copies into it after an op has completed.
+    pub(crate) fn device_memory(&mut self) -> Option<*mut dyn DeviceMemory> {
+        match &mut self.storage {
+            Storage::Host(_) => None,
+            Storage::Device(m) => Some(&mut **m as *mut dyn DeviceMemory),
+        }
+    }
+
+    /// Overwrites every element with `from`'s bytes (exactly the tensor's size), wherever the
+    /// tensor lives.
+    pub(crate) fn write_bytes(&mut self, from: &[u8]) -> Result<()> {
+        match &mut self.storage {
+            Storage::Host(v) => {
+                as_bytes_mut(v).copy_from_slice(from);
+                Ok(())
+            }
+            Storage::Device(m) => m.write(from),
+        }
+    }
+}
+
+/// The bytes of `v`'s elements, in memory order.
+fn as_bytes<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: `v` holds `v.len()` initialised elements; every element type is plain data
+    // without padding (the sealed set of `Element`), so each byte is initialised.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// The bytes of `v`'s elements, writable.
+fn as_bytes_mut<T: Element>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; in addition every bit pattern is a valid value of every element
+    // type (integers, IEEE floats), so any bytes written leave valid elements.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
 impl<T: Element> From<Vec<T>> for Tensor<T> {
@@ -302,7 +481,10 @@ impl<T: Element> fmt::Display for Tensor<T> {
     /// Prints like NumPy's `repr` of the array: nested brackets, right-aligned columns, and
     /// integral floats as `3.`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let data = self.to_vec();
+        let data = match self.try_to_vec() {
+            Ok(d) => d,
+            Err(e) => return write!(f, "<unreadable: {e}>"),
+        };
         let cells = align_cells(data.iter().map(|&x| format_element(x)).collect());
         let width = cells.iter().map(|c| c.chars().count()).max().unwrap_or(0);
         write_nested(f, &self.shape, &cells, width, 0)

@@ -243,3 +243,33 @@ fn a_mismatch_inside_a_stretch_frees_nothing_a_peer_still_reads() {
         }
     }
 }
+
+#[test]
+fn device_tensors_of_the_nccl_emulation_are_reached_only_soundly() {
+    // Emulated device memory: written through its own pointer by the engine, copied in and out
+    // by the tensor, and by a list form's staging after the op.
+    let opts = Options::default().emulate(rankwise_runtime::Emulation::NCCL);
+    let out = rankwise_runtime::spawn_with(2, opts, |ctx| {
+        let r = ctx.rank();
+        let mut a = ctx.full([3], r as i32 + 1)?;
+        ctx.all_reduce(&mut a, ReduceOp::Sum)?;
+        let x = ctx.tensor([2], vec![r as u8, 10 + r as u8])?;
+        let mut parts = vec![ctx.zeros::<u8>([2])?, ctx.zeros::<u8>([2])?];
+        ctx.all_gather_list(&x, &mut parts)?;
+        let mut c = a.clone();
+        c.fill(7);
+        Ok((
+            a.to_vec(),
+            parts[1].to_vec(),
+            c.to_vec(),
+            a.to_host()?.to_vec(),
+        ))
+    })
+    .unwrap();
+    for (a, p, c, h) in out {
+        assert_eq!(a, vec![3; 3]);
+        assert_eq!(p, vec![1, 11]);
+        assert_eq!(c, vec![7; 3]);
+        assert_eq!(h, vec![3; 3]);
+    }
+}

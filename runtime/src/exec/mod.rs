@@ -6,6 +6,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{GroupId, OpDesc, WorldId};
+use crate::tensor::{Device, DeviceMemory};
 
 pub(crate) mod copy;
 #[cfg(feature = "local")]
@@ -21,6 +22,11 @@ pub(crate) struct Buf {
     pub ptr: *mut u8,
     /// Length in elements.
     pub len: usize,
+    /// Whether `ptr` is an address on the backend's device (see [`Backend::alloc_device`])
+    /// rather than host memory. Only the GPU backend needs to tell them apart: the emulation's
+    /// device memory is host memory, and the other backends have no device.
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+    pub on_device: bool,
 }
 
 impl Buf {
@@ -28,7 +34,17 @@ impl Buf {
     pub(crate) const NONE: Buf = Buf {
         ptr: std::ptr::null_mut(),
         len: 0,
+        on_device: false,
     };
+
+    /// Host memory of `len` elements at `ptr`.
+    pub(crate) fn host(ptr: *mut u8, len: usize) -> Buf {
+        Buf {
+            ptr,
+            len,
+            on_device: false,
+        }
+    }
 
     /// Whether this is [`Buf::NONE`].
     pub(crate) fn is_none(&self) -> bool {
@@ -84,6 +100,19 @@ pub(crate) unsafe trait Backend: Send {
     /// with exactly these members that this rank creates. Members that create the same groups in
     /// the same order get the same id.
     fn create_group(&mut self, members: &[usize], ordinal: u32) -> Result<GroupId>;
+
+    /// The device the tensors a `Ctx` makes live on (the host unless the backend has one).
+    fn device(&self) -> Device {
+        Device::Host
+    }
+
+    /// `bytes` of memory on [`Backend::device`], for a tensor a `Ctx` makes; `None` for
+    /// backends whose tensors live on the host. Ops may then carry buffers with
+    /// [`Buf::on_device`] set, which only this backend may dereference.
+    fn alloc_device(&mut self, bytes: usize) -> Option<Result<Box<dyn DeviceMemory>>> {
+        let _ = bytes;
+        None
+    }
 
     /// Whether this backend has reduction `op` at all (for the dtypes it is defined on).
     fn supports(&self, op: crate::ReduceOp) -> bool {

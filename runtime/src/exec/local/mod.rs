@@ -960,10 +960,7 @@ unsafe impl Backend for LocalBackend {
             return Err(self.shared.abort_error(self.rank, Some(posted.desc.site)));
         }
         let PostedOp { desc, mut data } = posted;
-        let buf = Buf {
-            ptr: data.as_mut_ptr(),
-            len: desc.numel(),
-        };
+        let buf = Buf::host(data.as_mut_ptr(), desc.numel());
         let send = desc.kind == crate::model::OpKind::Send;
         let op = Box::new(Op {
             desc,

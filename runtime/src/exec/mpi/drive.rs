@@ -290,10 +290,7 @@ impl Packed {
         }
         let mut desc = ops[0].desc.clone();
         desc.shape = Shape::from_slice(&[total]);
-        let b = Buf {
-            ptr: base,
-            len: total,
-        };
+        let b = Buf::host(base, total);
         Ok(Packed {
             op: Op {
                 desc,

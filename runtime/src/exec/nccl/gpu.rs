@@ -13,9 +13,10 @@
 //! group on one stream). What a batch asks of the GPU is decided by [`lower`], which the host
 //! emulation and its differential tests have already run; here it is only issued.
 //!
-//! Tensors are host tensors for now: each batch stages its inputs into device buffers, runs
-//! there, and copies the outputs back (device-resident tensors are the next step; the staging
-//! is what `Mem::In`/`Mem::Out` resolve to, so the lowering does not change).
+//! Tensors a `Ctx` makes live on the rank's GPU ([`GpuMemory`]): a batch passes their device
+//! addresses to NCCL as they are. Host tensors (made by `Tensor`'s own constructors) are staged:
+//! copied into device buffers before the batch and back after it. Either way `Mem::In`/`Mem::Out`
+//! of the lowering resolve to a device address, so the lowering does not change.
 //!
 //! Faults: every wait polls the stream and `ncclCommGetAsyncError`; an asynchronous error or
 //! the timeout (`RANKWISE_NCCL_TIMEOUT` seconds, 600 by default) aborts every communicator of
@@ -35,6 +36,7 @@ use crate::ctx::Ctx;
 use crate::error::{Error, Result};
 use crate::exec::{Backend, Op};
 use crate::model::{GroupId, WorldId};
+use crate::tensor::{Device as Where, DeviceMemory};
 use crate::{DType, ReduceOp};
 
 fn nccl_err(detail: impl Into<String>) -> Error {
@@ -160,6 +162,83 @@ impl Device {
         self.stream
             .alloc_zeros::<u8>(bytes.max(1))
             .map_err(|e| nccl_err(format!("cannot allocate {bytes} bytes on the GPU: {e:?}")))
+    }
+}
+
+/// A device tensor's memory on this rank's GPU. Every copy runs on the rank's stream, after
+/// the batches that came before it; reads wait for it to finish.
+struct GpuMemory {
+    buf: CudaSlice<u8>,
+    stream: Arc<CudaStream>,
+    ordinal: u32,
+    /// Bytes (the allocation has at least one).
+    len: usize,
+}
+
+impl GpuMemory {
+    fn new(dev: &Device, len: usize) -> Result<GpuMemory> {
+        Ok(GpuMemory {
+            buf: dev.alloc(len)?,
+            stream: Arc::clone(&dev.stream),
+            ordinal: dev.ctx.ordinal() as u32,
+            len,
+        })
+    }
+
+    fn copy_err(&self, what: &str, e: impl std::fmt::Debug) -> Error {
+        nccl_err(format!(
+            "{what} {} bytes on cuda:{} failed: {e:?}",
+            self.len, self.ordinal
+        ))
+    }
+}
+
+impl DeviceMemory for GpuMemory {
+    fn device(&self) -> Where {
+        Where::Cuda(self.ordinal)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn addr(&self) -> *mut u8 {
+        let (ptr, _) = self.buf.device_ptr(&self.stream);
+        ptr as usize as *mut u8
+    }
+
+    fn read(&self, into: &mut [u8]) -> Result<()> {
+        let view = self.buf.slice(..self.len);
+        self.stream
+            .memcpy_dtoh(&view, into)
+            .and_then(|()| self.stream.synchronize())
+            .map_err(|e| self.copy_err("reading", e))
+    }
+
+    fn write(&mut self, from: &[u8]) -> Result<()> {
+        let mut view = self.buf.slice_mut(..self.len);
+        let done = self
+            .stream
+            .memcpy_htod(from, &mut view)
+            // `from` may be freed when this returns: the copy must have read it.
+            .and_then(|()| self.stream.synchronize());
+        done.map_err(|e| self.copy_err("writing", e))
+    }
+
+    fn duplicate(&self) -> Result<Box<dyn DeviceMemory>> {
+        let mut copy = GpuMemory {
+            buf: self
+                .stream
+                .alloc_zeros::<u8>(self.len.max(1))
+                .map_err(|e| self.copy_err("allocating a copy of", e))?,
+            stream: Arc::clone(&self.stream),
+            ordinal: self.ordinal,
+            len: self.len,
+        };
+        self.stream
+            .memcpy_dtod(&self.buf, &mut copy.buf)
+            .map_err(|e| self.copy_err("copying", e))?;
+        Ok(Box::new(copy))
     }
 }
 
@@ -462,14 +541,34 @@ impl GpuBackend {
     }
 }
 
-/// A batch's device buffers: each op's staged input and output (one buffer for in-place
-/// ops), and the lowering's scratch.
+/// Where an op's buffer is on the GPU: a device tensor's own memory, or a buffer the batch
+/// staged a host tensor into.
+enum OnGpu {
+    Tensor {
+        addr: sys::CUdeviceptr,
+        bytes: usize,
+    },
+    Staged(CudaSlice<u8>),
+}
+
+impl OnGpu {
+    /// Its address and size in bytes.
+    fn span(&self, stream: &CudaStream) -> (sys::CUdeviceptr, usize) {
+        match self {
+            OnGpu::Tensor { addr, bytes } => (*addr, *bytes),
+            OnGpu::Staged(b) => (b.device_ptr(stream).0, b.len()),
+        }
+    }
+}
+
+/// A batch's device buffers: each op's input and output (one buffer for in-place ops), and the
+/// lowering's scratch.
 struct Staged {
-    ins: Vec<Option<CudaSlice<u8>>>,
-    outs: Vec<Option<CudaSlice<u8>>>,
+    ins: Vec<Option<OnGpu>>,
+    outs: Vec<Option<OnGpu>>,
     /// Whether op i's output is its input (in place).
     same: Vec<bool>,
-    scratch: Vec<CudaSlice<u8>>,
+    scratch: Vec<OnGpu>,
 }
 
 impl Staged {
@@ -489,8 +588,8 @@ impl Staged {
                 at.mem
             ))
         })?;
-        let r = at.within(bytes, buf.len())?;
-        let (base, _) = buf.device_ptr(stream);
+        let (base, len) = buf.span(stream);
+        let r = at.within(bytes, len)?;
         Ok(base + r.start as u64)
     }
 }
@@ -529,6 +628,14 @@ unsafe impl Backend for GpuBackend {
 
     fn supports(&self, op: ReduceOp) -> bool {
         lower::has_reduction(op)
+    }
+
+    fn device(&self) -> Where {
+        Where::Cuda(self.dev.ctx.ordinal() as u32)
+    }
+
+    fn alloc_device(&mut self, bytes: usize) -> Option<Result<Box<dyn DeviceMemory>>> {
+        Some(GpuMemory::new(&self.dev, bytes).map(|m| Box::new(m) as Box<dyn DeviceMemory>))
     }
 
     fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
@@ -579,6 +686,14 @@ fn host_bytes(b: &crate::exec::Buf, d: DType) -> usize {
     b.len * d.size()
 }
 
+/// A device tensor's memory as the batch uses it (its address is a `GpuMemory`'s).
+fn device_tensor(b: &crate::exec::Buf, d: DType) -> OnGpu {
+    OnGpu::Tensor {
+        addr: b.ptr as usize as sys::CUdeviceptr,
+        bytes: host_bytes(b, d),
+    }
+}
+
 impl GpuBackend {
     fn stage(&self, ops: &[Op], scratch: &[usize]) -> Result<Staged> {
         let mut st = Staged {
@@ -591,6 +706,8 @@ impl GpuBackend {
             let same = !op.input.is_none() && op.input.ptr == op.output.ptr;
             let input = if op.input.is_none() {
                 None
+            } else if op.input.on_device {
+                Some(device_tensor(&op.input, op.desc.dtype))
             } else {
                 let bytes = host_bytes(&op.input, op.desc.dtype);
                 let mut d = self.dev.alloc(bytes)?;
@@ -601,19 +718,23 @@ impl GpuBackend {
                     .stream
                     .memcpy_htod(host, &mut d)
                     .map_err(|e| nccl_err(format!("copying to the GPU: {e:?}")))?;
-                Some(d)
+                Some(OnGpu::Staged(d))
             };
             let output = if op.output.is_none() || same {
                 None
+            } else if op.output.on_device {
+                Some(device_tensor(&op.output, op.desc.dtype))
             } else {
-                Some(self.dev.alloc(host_bytes(&op.output, op.desc.dtype))?)
+                Some(OnGpu::Staged(
+                    self.dev.alloc(host_bytes(&op.output, op.desc.dtype))?,
+                ))
             };
             st.ins.push(input);
             st.outs.push(output);
             st.same.push(same);
         }
         for &b in scratch {
-            st.scratch.push(self.dev.alloc(b)?);
+            st.scratch.push(OnGpu::Staged(self.dev.alloc(b)?));
         }
         Ok(st)
     }
@@ -621,11 +742,13 @@ impl GpuBackend {
     /// Copies every op's output back to its host tensor (after the stream has finished).
     fn unstage(&self, ops: &[Op], st: &Staged) -> Result<()> {
         for (i, op) in ops.iter().enumerate() {
-            if op.output.is_none() {
+            if op.output.is_none() || op.output.on_device {
                 continue;
             }
             let src = if st.same[i] { &st.ins[i] } else { &st.outs[i] };
-            let Some(src) = src else { continue };
+            let Some(OnGpu::Staged(src)) = src else {
+                continue;
+            };
             let bytes = host_bytes(&op.output, op.desc.dtype);
             // SAFETY: the op's output is a live host buffer of `len` elements that this call
             // borrows exclusively (the `Op` contract).

@@ -31,7 +31,10 @@ use crate::exec::local::{Abort, WorldState};
 use crate::exec::{Backend, Op, copy::copy_rows};
 use crate::model::{CallSite, GroupId, WorldId};
 use crate::reduce::Reducer;
+use crate::tensor::{Device, DeviceMemory};
 use crate::{DType, ReduceOp};
+
+mod memory;
 
 /// The NCCL version the emulation lowers for unless told otherwise: the one whose header CI
 /// checks `nccl-sys` against.
@@ -319,6 +322,18 @@ unsafe impl Backend for HostBackend {
 
     fn supports(&self, op: ReduceOp) -> bool {
         lower::has_reduction(op)
+    }
+
+    /// The rank's emulated GPU, as under NCCL rank r of one process uses GPU r.
+    fn device(&self) -> Device {
+        Device::Cuda(self.rank as u32)
+    }
+
+    fn alloc_device(&mut self, bytes: usize) -> Option<Result<Box<dyn DeviceMemory>>> {
+        Some(
+            memory::EmulatedMemory::new(self.device(), bytes)
+                .map(|m| Box::new(m) as Box<dyn DeviceMemory>),
+        )
     }
 
     fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
