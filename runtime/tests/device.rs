@@ -212,3 +212,24 @@ fn posted_messages_of_device_tensors_are_refused_where_the_backend_has_none() {
         );
     }
 }
+
+/// The book's example (`book/src/nccl.md`, "Where tensors live"), run on both engines.
+#[test]
+fn the_books_example_runs_alike_on_host_and_device() {
+    for opts in [on_threads(), on_nccl()] {
+        let got = spawn_with(2, opts, |ctx| {
+            // ANCHOR: device_tensors
+            let mut grad = ctx.full::<f32>([1 << 10], ctx.rank() as f32)?; // cuda:r under NCCL
+            ctx.all_reduce(&mut grad, ReduceOp::Sum)?; // no copy to or from the host
+            assert_eq!(grad.device(), ctx.device());
+            let first = grad.to_vec()[0]; // one copy, when the program looks
+            let on_host = grad.to_host()?; // a host tensor: as_slice works on it
+            let back = ctx.to_device(&on_host)?; // and back to the rank's device
+            // ANCHOR_END: device_tensors
+            assert_eq!(on_host.as_slice()?[1], first);
+            Ok((first, back == grad))
+        })
+        .expect("runs");
+        assert_eq!(got, vec![(1.0, true); 2]);
+    }
+}
