@@ -110,6 +110,9 @@ impl Staged {
     fn output<T: Element>(list: &mut [Tensor<T>]) -> (Buf, Staged) {
         let mut data: Vec<T> = vec![T::default(); list.iter().map(Tensor::numel).sum()];
         let size = std::mem::size_of::<T>();
+        // One pointer for the op and for the copies after it: the op writes through it, and a
+        // pointer taken from a reference to `data` would not be valid for reading after that.
+        let base = data.as_mut_ptr().cast::<u8>();
         let mut after = Vec::with_capacity(list.len());
         let mut at = 0;
         for t in list.iter_mut() {
@@ -118,11 +121,11 @@ impl Staged {
                 Some(m) => To::Device(m),
                 None => To::Host(t.raw_mut().0.cast::<u8>()),
             };
-            // `at + len` stays within `data`, which holds every tensor's elements in turn.
-            after.push((data[at..].as_ptr().cast::<u8>(), to, len * size));
-            at += len;
+            // `at` bytes stay within `data`, which holds every tensor's elements in turn.
+            after.push((base.wrapping_add(at).cast_const(), to, len * size));
+            at += len * size;
         }
-        let buf = Buf::host(data.as_mut_ptr().cast(), data.len());
+        let buf = Buf::host(base, data.len());
         let staged = Staged {
             _keep: Box::new(data),
             after,

@@ -131,7 +131,18 @@ where
     T: Send,
     F: Fn(&mut Ctx) -> Result<T> + Sync,
 {
-    match Engine::detect()? {
+    launch_on(Engine::detect()?, world, f)
+}
+
+/// [`launch`] on the engine the program chooses instead of the one [`Engine::detect`] reads
+/// from the environment (e.g. `Engine::Nccl` in a program meant only for GPUs). The engine's
+/// own variables still apply: `RANKWISE_WORLD` for threads, the launcher's under MPI or NCCL.
+pub fn launch_on<T, F>(engine: Engine, world: usize, f: F) -> Result<Ranks<T>>
+where
+    T: Send,
+    F: Fn(&mut Ctx) -> Result<T> + Sync,
+{
+    match engine {
         Engine::Threads => threads(threads_world(world)?, f, Default::default()),
         Engine::NcclHost => threads(threads_world(world)?, f, nccl_host()?),
         Engine::Mpi => mpi(f),

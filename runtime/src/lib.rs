@@ -64,7 +64,7 @@ pub use error::{
     CollectiveMismatch, DeadlockReport, Error, P2pMismatch, PeerFailure, RankWait, Result,
 };
 pub use group::Group;
-pub use launch::{Engine, Ranks, launch};
+pub use launch::{Engine, Ranks, launch, launch_on};
 pub use rankwise_core::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 pub use rankwise_core::{Code, DType, ReduceOp, Violation, ops, verify};
 pub use replay::replay;

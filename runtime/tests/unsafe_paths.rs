@@ -273,3 +273,24 @@ fn device_tensors_of_the_nccl_emulation_are_reached_only_soundly() {
         assert_eq!(h, vec![3; 3]);
     }
 }
+
+#[test]
+fn list_forms_stage_through_one_buffer_soundly() {
+    // The op writes the contiguous buffer; the copies into the list's tensors read it after.
+    let out = spawn(2, |ctx| {
+        let r = ctx.rank();
+        let x = Tensor::full([2], r as i16 as f32)?;
+        let mut parts = vec![Tensor::<f32>::zeros([2])?, Tensor::<f32>::zeros([2])?];
+        ctx.all_gather_list(&x, &mut parts)?;
+        let ins = vec![
+            Tensor::full([3], 1i64 + r as i64)?,
+            Tensor::full([3], 10i64)?,
+        ];
+        let mut outs = vec![Tensor::<i64>::zeros([3])?, Tensor::<i64>::zeros([3])?];
+        ctx.all_to_all_list(&ins, &mut outs)?;
+        Ok((parts[1].to_vec(), outs[0].to_vec()))
+    })
+    .unwrap();
+    assert_eq!(out[0], (vec![1.0; 2], vec![1; 3]));
+    assert_eq!(out[1], (vec![1.0; 2], vec![10; 3]));
+}
