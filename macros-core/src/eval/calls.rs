@@ -381,9 +381,12 @@ impl Eval<'_> {
                 }
             }
             (Val::Int(a), _) => int_method(*a, &name, &args),
-            (Val::Tensor(t), "clone") => Val::Tensor(t.clone()),
+            // Copies: on the same device, or on the host (`to_host`); the shape and dtype stay.
+            (Val::Tensor(t), "clone" | "try_clone" | "to_host") => Val::Tensor(t.clone()),
             // The tensor's data: what `ctx.tensor(shape, data)` takes its element type from.
-            (Val::Tensor(t), "to_vec" | "into_vec") => t.dtype.map_or(Val::Unknown, Val::Data),
+            (Val::Tensor(t), "to_vec" | "into_vec" | "try_to_vec") => {
+                t.dtype.map_or(Val::Unknown, Val::Data)
+            }
             // Sizing one tensor from another: how torch users size every gather's output.
             (Val::Tensor(t), "shape") => match &t.shape {
                 Some(s) => Val::Array(s.iter().map(|&d| Val::Int(d as i128)).collect()),
@@ -397,7 +400,7 @@ impl Eval<'_> {
                 Some(s) => Val::Int(s.len() as i128),
                 None => Val::Unknown,
             },
-            (Val::Ctx, "zeros_like") => match args.first() {
+            (Val::Ctx, "zeros_like" | "to_device") => match args.first() {
                 Some(Val::Tensor(t)) => Val::Tensor(t.clone()),
                 _ => Val::Unknown,
             },

@@ -29,12 +29,14 @@ pub(super) fn mentions_comm(text: &str) -> bool {
 }
 
 /// Methods of a context that neither communicate nor change what later calls mean.
-pub(super) const CTX_PURE: [&str; 9] = [
+pub(super) const CTX_PURE: [&str; 11] = [
     "rank",
     "world",
     "full",
     "zeros",
     "zeros_like",
+    "to_device",
+    "device",
     "tensor",
     "world_group",
     "backend_name",
