@@ -140,6 +140,17 @@ fn comparable(line: &str) -> bool {
     !line.contains(" Bit") && !(float && (line.contains("Avg") || line.contains("PreMulSum")))
 }
 
+/// Asserts that `got`, example `name`'s lines on `n` GPUs (started as `how`), are the threads
+/// engine's, except lines NCCL may round differently. The example takes the world as argument.
+fn same_as_threads(n: usize, name: &str, got: BTreeSet<String>, how: &str) {
+    let world = n.to_string();
+    let keep = |lines: BTreeSet<String>| -> BTreeSet<String> {
+        lines.into_iter().filter(|l| comparable(l)).collect()
+    };
+    let want = keep(threads(n, name, &[&world]));
+    assert_eq!(keep(got), want, "{name} on {n} GPUs ({how})");
+}
+
 #[test]
 fn every_example_on_every_gpu_count_matches_threads() {
     if !enabled() {
@@ -147,15 +158,7 @@ fn every_example_on_every_gpu_count_matches_threads() {
     }
     for n in 1..=gpus().min(8) {
         let world = n.to_string();
-        let got: BTreeSet<String> = nccl(n, "every_op", &[&world])
-            .into_iter()
-            .filter(|l| comparable(l))
-            .collect();
-        let want: BTreeSet<String> = threads(n, "every_op", &[&world])
-            .into_iter()
-            .filter(|l| comparable(l))
-            .collect();
-        assert_eq!(got, want, "every_op on {n} GPUs");
+        same_as_threads(n, "every_op", nccl(n, "every_op", &[&world]), "processes");
         if n >= 2 {
             let ring = nccl(n, "ring_allreduce", &[]);
             assert!(
@@ -180,16 +183,9 @@ fn one_process_with_a_thread_per_gpu_matches_threads() {
     }
     for n in 1..=gpus().min(8) {
         let world = n.to_string();
-        let got: BTreeSet<String> = one_process(n, "every_op", &[&world])
-            .unwrap_or_else(|e| panic!("every_op on {n} GPUs in one process: {e}"))
-            .into_iter()
-            .filter(|l| comparable(l))
-            .collect();
-        let want: BTreeSet<String> = threads(n, "every_op", &[&world])
-            .into_iter()
-            .filter(|l| comparable(l))
-            .collect();
-        assert_eq!(got, want, "every_op on {n} GPUs in one process");
+        let got = one_process(n, "every_op", &[&world])
+            .unwrap_or_else(|e| panic!("every_op on {n} GPUs in one process: {e}"));
+        same_as_threads(n, "every_op", got, "one process");
     }
 }
 

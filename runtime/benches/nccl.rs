@@ -237,6 +237,34 @@ mod raw {
         Ok((nccl, gpus))
     }
 
+    /// Runs `work` on a thread per GPU (its context current, with a barrier shared by all),
+    /// and returns each GPU's result in order.
+    fn on_every_gpu<T: Send>(
+        gpus: &[Gpu],
+        work: impl Fn(&Gpu, &Barrier) -> std::result::Result<T, String> + Sync,
+    ) -> Vec<std::result::Result<T, String>> {
+        let barrier = Barrier::new(gpus.len());
+        std::thread::scope(|s| {
+            let handles: Vec<_> = gpus
+                .iter()
+                .map(|g| {
+                    let (barrier, work) = (&barrier, &work);
+                    s.spawn(move || {
+                        g.ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
+                        work(g, barrier)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a GPU thread panicked".into()))
+                })
+                .collect()
+        })
+    }
+
     /// Issues one collective of `count` f32s between `send` and `recv` on `g`'s stream.
     fn issue(
         nccl: &Nccl,
@@ -330,50 +358,33 @@ mod raw {
     ) -> std::result::Result<Vec<Row>, String> {
         let n = gpus.len();
         let max = count(*sizes.last().unwrap_or(&8), n) * 4;
-        let barrier = Barrier::new(n);
-        let per_gpu: Vec<std::result::Result<Vec<Row>, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = gpus
-                .iter()
-                .map(|g| {
-                    let barrier = &barrier;
-                    s.spawn(move || -> std::result::Result<Vec<Row>, String> {
-                        g.ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
-                        let send = g
-                            .stream
-                            .alloc_zeros::<u8>(max)
-                            .map_err(|e| format!("{e:?}"))?;
-                        let recv = g
-                            .stream
-                            .alloc_zeros::<u8>(max)
-                            .map_err(|e| format!("{e:?}"))?;
-                        let sync = || g.stream.synchronize().map_err(|e| format!("{e:?}"));
-                        let mut rows = Vec::new();
-                        for &c in &COLLS {
-                            for &bytes in sizes {
-                                let k = count(bytes, n);
-                                issue(nccl, g, c, k, n, &send, &recv)?;
-                                sync()?;
-                                barrier.wait();
-                                let it = iters(bytes, quick);
-                                let start = Instant::now();
-                                for _ in 0..it {
-                                    issue(nccl, g, c, k, n, &send, &recv)?;
-                                    sync()?;
-                                }
-                                rows.push((c, bytes, start.elapsed().as_secs_f64() / it as f64));
-                            }
-                        }
-                        Ok(rows)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a GPU thread panicked".into()))
-                })
-                .collect()
+        let per_gpu = on_every_gpu(gpus, |g, barrier| {
+            let send = g
+                .stream
+                .alloc_zeros::<u8>(max)
+                .map_err(|e| format!("{e:?}"))?;
+            let recv = g
+                .stream
+                .alloc_zeros::<u8>(max)
+                .map_err(|e| format!("{e:?}"))?;
+            let sync = || g.stream.synchronize().map_err(|e| format!("{e:?}"));
+            let mut rows = Vec::new();
+            for &c in &COLLS {
+                for &bytes in sizes {
+                    let k = count(bytes, n);
+                    issue(nccl, g, c, k, n, &send, &recv)?;
+                    sync()?;
+                    barrier.wait();
+                    let it = iters(bytes, quick);
+                    let start = Instant::now();
+                    for _ in 0..it {
+                        issue(nccl, g, c, k, n, &send, &recv)?;
+                        sync()?;
+                    }
+                    rows.push((c, bytes, start.elapsed().as_secs_f64() / it as f64));
+                }
+            }
+            Ok(rows)
         });
         let per_gpu = per_gpu
             .into_iter()
@@ -395,47 +406,30 @@ mod raw {
         bytes: usize,
     ) -> std::result::Result<f64, String> {
         let n = gpus.len();
-        let barrier = Barrier::new(n);
-        let times: Vec<std::result::Result<f64, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = gpus
-                .iter()
-                .map(|g| {
-                    let barrier = &barrier;
-                    s.spawn(move || -> std::result::Result<f64, String> {
-                        g.ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
-                        let bufs: Vec<CudaSlice<u8>> = (0..k)
-                            .map(|_| g.stream.alloc_zeros::<u8>(bytes))
-                            .collect::<std::result::Result<_, _>>()
-                            .map_err(|e| format!("{e:?}"))?;
-                        let (start_f, end_f) = (
-                            need(nccl.api.ncclGroupStart, "ncclGroupStart")?,
-                            need(nccl.api.ncclGroupEnd, "ncclGroupEnd")?,
-                        );
-                        let mut best = f64::MAX;
-                        for _ in 0..5 {
-                            barrier.wait();
-                            let start = Instant::now();
-                            // SAFETY: no arguments; paired with the end below.
-                            check(unsafe { start_f() }, "ncclGroupStart")?;
-                            for b in &bufs {
-                                issue(nccl, g, Coll::AllReduce, bytes / 4, n, b, b)?;
-                            }
-                            // SAFETY: closes the group above.
-                            check(unsafe { end_f() }, "ncclGroupEnd")?;
-                            g.stream.synchronize().map_err(|e| format!("{e:?}"))?;
-                            best = best.min(start.elapsed().as_secs_f64());
-                        }
-                        Ok(best)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("a GPU thread panicked".into()))
-                })
-                .collect()
+        let times = on_every_gpu(gpus, |g, barrier| {
+            let bufs: Vec<CudaSlice<u8>> = (0..k)
+                .map(|_| g.stream.alloc_zeros::<u8>(bytes))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| format!("{e:?}"))?;
+            let (start_f, end_f) = (
+                need(nccl.api.ncclGroupStart, "ncclGroupStart")?,
+                need(nccl.api.ncclGroupEnd, "ncclGroupEnd")?,
+            );
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                barrier.wait();
+                let start = Instant::now();
+                // SAFETY: no arguments; paired with the end below.
+                check(unsafe { start_f() }, "ncclGroupStart")?;
+                for b in &bufs {
+                    issue(nccl, g, Coll::AllReduce, bytes / 4, n, b, b)?;
+                }
+                // SAFETY: closes the group above.
+                check(unsafe { end_f() }, "ncclGroupEnd")?;
+                g.stream.synchronize().map_err(|e| format!("{e:?}"))?;
+                best = best.min(start.elapsed().as_secs_f64());
+            }
+            Ok(best)
         });
         times
             .into_iter()
