@@ -33,7 +33,9 @@ use std::path::PathBuf;
 pub use search::Search;
 pub use types::*;
 
-/// The oldest NCCL rankwise runs on: 2.18, the first with `ncclCommSplit` (groups).
+/// The oldest NCCL rankwise supports: 2.18. Every call it makes exists from 2.13 on (the last
+/// to arrive was `ncclGetLastError`); the floor is set higher, at a 2023 release, so that a
+/// years-old library is named as the problem rather than trusted on untested paths.
 pub const MIN_VERSION: c_int = 21800;
 
 /// One declared function: its name, the NCCL version that introduced it, and its parameter
@@ -344,8 +346,8 @@ impl fmt::Display for LoadError {
                 needed,
             } => write!(
                 f,
-                "{} is NCCL {}, but rankwise needs {} or later (for ncclCommSplit): upgrade it, \
-                 or set RANKWISE_NCCL_LIB to a newer library",
+                "{} is NCCL {}, but rankwise supports {} and later: upgrade it (pip install \
+                 nvidia-nccl-cu12), or set RANKWISE_NCCL_LIB to a newer library",
                 path.display(),
                 show_version(*found),
                 show_version(*needed)
