@@ -208,6 +208,9 @@ impl DeviceMemory for GpuMemory {
     }
 
     fn read(&self, into: &mut [u8]) -> Result<()> {
+        if self.len == 0 {
+            return Ok(()); // nothing to copy (the allocation itself has one byte)
+        }
         let view = self.buf.slice(..self.len);
         self.stream
             .memcpy_dtoh(&view, into)
@@ -216,6 +219,9 @@ impl DeviceMemory for GpuMemory {
     }
 
     fn write(&mut self, from: &[u8]) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
         let mut view = self.buf.slice_mut(..self.len);
         let done = self
             .stream
