@@ -185,6 +185,17 @@ impl GpuMemory {
         })
     }
 
+    /// A copy of `len` host bytes must be exactly this memory's size (cudarc would panic).
+    fn check_len(&self, len: usize) -> Result<()> {
+        if len == self.len {
+            return Ok(());
+        }
+        Err(Error::Internal(format!(
+            "a copy of {len} bytes to or from {} bytes on cuda:{}",
+            self.len, self.ordinal
+        )))
+    }
+
     fn copy_err(&self, what: &str, e: impl std::fmt::Debug) -> Error {
         nccl_err(format!(
             "{what} {} bytes on cuda:{} failed: {e:?}",
@@ -208,6 +219,7 @@ impl DeviceMemory for GpuMemory {
     }
 
     fn read(&self, into: &mut [u8]) -> Result<()> {
+        self.check_len(into.len())?;
         if self.len == 0 {
             return Ok(()); // nothing to copy (the allocation itself has one byte)
         }
@@ -219,6 +231,7 @@ impl DeviceMemory for GpuMemory {
     }
 
     fn write(&mut self, from: &[u8]) -> Result<()> {
+        self.check_len(from.len())?;
         if self.len == 0 {
             return Ok(());
         }
