@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench -p rankwise-runtime --features mpi --bench mpi` (it starts `mpirun` itself,
 //! at worlds 2 and 4, with the agreement check on and off; `RANKWISE_BENCH_QUICK=1` for a smoke
-//! run). Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
+//! run; `RANKWISE_BENCH_ONLY=sizes` or `=batch` for one of the two tables). Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
 //! includes waiting for a core, for rankwise and raw MPI alike.
 
 use std::process::Command;
@@ -20,7 +20,15 @@ fn quick() -> bool {
     std::env::var_os("RANKWISE_BENCH_QUICK").is_some()
 }
 
+/// The table `RANKWISE_BENCH_ONLY` names (`sizes` or `batch`), or both.
+fn wanted(table: &str) -> bool {
+    std::env::var("RANKWISE_BENCH_ONLY").map_or(true, |o| o.is_empty() || o == table)
+}
+
 fn sizes() -> Vec<usize> {
+    if !wanted("sizes") {
+        return Vec::new();
+    }
     if quick() {
         vec![8, 64 * KIB]
     } else {
@@ -134,6 +142,9 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
                 (a - b) * 1e6
             ));
         }
+    }
+    if !wanted("batch") {
+        return Ok(rows);
     }
     // 1000 all_reduces of 1 KiB: one by one, and posted as one batch (packed).
     let count = if quick() { 100 } else { 1000 };
