@@ -797,16 +797,27 @@ impl GpuBackend {
         let stream = &self.dev.stream;
         let dst = st.addr(c.dst, dst_bytes, stream)?;
         let src = st.addr(c.src, src_bytes, stream)?;
-        // SAFETY: a plain-old-data descriptor; zero is a valid value for every field.
-        let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-        p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        p.srcDevice = src;
-        p.srcPitch = c.src_pitch;
-        p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        p.dstDevice = dst;
-        p.dstPitch = c.dst_pitch;
-        p.WidthInBytes = c.width;
-        p.Height = c.rows;
+        // Every field written out: the memory types are Rust enums without a zero variant, so
+        // `mem::zeroed` would be undefined behaviour (found by the fake GPU: a debug build
+        // aborts there).
+        let p = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: c.src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: c.dst_pitch,
+            WidthInBytes: c.width,
+            Height: c.rows,
+        };
         // SAFETY: both regions lie inside live device buffers of this batch (checked by
         // `addr`), which outlive the stream's work (synchronised before they are freed).
         let r = unsafe { sys::cuMemcpy2DAsync_v2(&p, stream.cu_stream()) };
