@@ -5,10 +5,13 @@
 //! executor — device memory, stream copies, strided copies, NCCL groups, communicator creation,
 //! the watchdog's polling — run end to end in CI, so that everything but the hardware is tested.
 //!
-//! What it is: "device memory" is host memory; streams execute every operation at once (so a
-//! stream is always idle); an NCCL group completes inside `ncclGroupEnd`, which blocks until every
-//! peer's matching calls have been issued and then moves the data (collectives matched in order
-//! per communicator, messages per ordered pair in order). Reductions fold in member order, as
+//! What it is: "device memory" is host memory; copies run at once (rankwise copies only on an
+//! idle stream); an NCCL group is registered by `ncclGroupEnd`, which returns at once, and its
+//! calls complete when every peer's matching calls have been issued (collectives matched in
+//! order per communicator, messages per ordered pair in order): until then the stream is busy
+//! (`cuStreamQuery` says `CUDA_ERROR_NOT_READY`), so the backend's watchdog loop runs as on a GPU.
+//! Members that issue different collectives, or messages of different sizes, make
+//! `ncclCommGetAsyncError` report an error and the calls never complete. Reductions fold in member order, as
 //! rankwise's threads backend does. What it is not: a model of GPU timing or of NCCL's algorithms,
 //! or of errors a real device raises. Only the calls rankwise makes are provided.
 //!
@@ -18,7 +21,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 mod reduce;
@@ -139,14 +142,34 @@ pub extern "C" fn cuStreamDestroy_v2(_stream: usize) -> CUresult {
     OK
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize(_stream: usize) -> CUresult {
-    OK
-}
+/// `CUDA_ERROR_NOT_READY`.
+const NOT_READY: CUresult = 600;
 
 #[unsafe(no_mangle)]
-pub extern "C" fn cuStreamQuery(_stream: usize) -> CUresult {
-    OK
+pub extern "C" fn cuStreamSynchronize(stream: usize) -> CUresult {
+    let started = Instant::now();
+    loop {
+        match cuStreamQuery(stream) {
+            NOT_READY if started.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_micros(100))
+            }
+            NOT_READY => return INVALID,
+            done => return done,
+        }
+    }
+}
+
+/// Busy while a group issued on `stream` has calls whose peers have not issued theirs.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamQuery(stream: usize) -> CUresult {
+    let mut g = state();
+    let s = g.get_or_insert_with(State::default);
+    s.progress();
+    let busy = s
+        .on_stream
+        .get(&stream)
+        .is_some_and(|t| t.iter().any(|t| !s.done.contains(t)));
+    if busy { NOT_READY } else { OK }
 }
 
 #[unsafe(no_mangle)]
@@ -383,19 +406,25 @@ struct State {
     next_clique: u64,
     /// PreMulSum operators: scalar as f64.
     premul: HashMap<c_int, f64>,
+    /// Tickets of the calls issued on each stream.
+    on_stream: HashMap<usize, Vec<u64>>,
+    /// The communicator (clique, rank) that issued each ticket.
+    owner: HashMap<u64, (u64, usize)>,
     error: Option<String>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
-static PROGRESS: Condvar = Condvar::new();
 
 fn state() -> MutexGuard<'static, Option<State>> {
     lock(&STATE)
 }
 
+/// A call as issued: its communicator, the call, its stream.
+type Issued = (*const Comm, Call, usize);
+
 thread_local! {
-    /// Calls of the open group: (communicator, call).
-    static GROUP: std::cell::RefCell<Option<Vec<(*const Comm, Call)>>> = const { std::cell::RefCell::new(None) };
+    /// Calls of the open group.
+    static GROUP: std::cell::RefCell<Option<Vec<Issued>>> = const { std::cell::RefCell::new(None) };
 }
 
 #[unsafe(no_mangle)]
@@ -409,9 +438,17 @@ pub extern "C" fn ncclGetErrorString(_code: c_int) -> *const c_char {
     c"an error of the fake NCCL".as_ptr()
 }
 
+/// The text of the error the calls ran into (kept alive until the next call replaces it).
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGetLastError(_comm: *mut c_void) -> *const c_char {
-    c"".as_ptr()
+    static LAST: Mutex<Option<std::ffi::CString>> = Mutex::new(None);
+    let text = state()
+        .as_ref()
+        .and_then(|s| s.error.clone())
+        .unwrap_or_default();
+    let mut last = lock(&LAST);
+    let c = std::ffi::CString::new(text).unwrap_or_default();
+    last.insert(c).as_ptr()
 }
 
 #[unsafe(no_mangle)]
@@ -491,6 +528,32 @@ pub unsafe extern "C" fn ncclCommDestroy(comm: *mut Comm) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommAbort(comm: *mut Comm) -> c_int {
+    if comm.is_null() {
+        return OK;
+    }
+    // Its pending calls end, as NCCL's kernels do on abort: their streams drain, and no peer
+    // can complete a call with this member's buffers any more.
+    let (clique, rank) = unsafe { ((*comm).clique, (*comm).rank) };
+    let mut g = state();
+    let s = g.get_or_insert_with(State::default);
+    for ((c, _), slot) in s.colls.iter_mut() {
+        if *c == clique && slot.get(rank).is_some_and(Option::is_some) {
+            slot[rank] = None;
+        }
+    }
+    for (&(c, from, to), q) in s.sends.iter_mut().chain(s.recvs.iter_mut()) {
+        if c == clique && (from == rank || to == rank) {
+            q.clear();
+        }
+    }
+    let ended: Vec<u64> = s
+        .owner
+        .iter()
+        .filter(|&(_, &o)| o == (clique, rank))
+        .map(|(&t, _)| t)
+        .collect();
+    s.done.extend(ended);
+    drop(g);
     unsafe { ncclCommDestroy(comm) }
 }
 
@@ -570,10 +633,10 @@ pub extern "C" fn ncclGroupEnd() -> c_int {
 }
 
 /// Adds a call to the open group, or issues it alone.
-fn enqueue(comm: *const Comm, call: Call) -> c_int {
+fn enqueue(comm: *const Comm, call: Call, stream: usize) -> c_int {
     let in_group = GROUP.with(|g| match g.borrow_mut().as_mut() {
         Some(v) => {
-            v.push((comm, call));
+            v.push((comm, call, stream));
             true
         }
         None => false,
@@ -581,21 +644,21 @@ fn enqueue(comm: *const Comm, call: Call) -> c_int {
     if in_group {
         OK
     } else {
-        issue(vec![(comm, call)])
+        issue(vec![(comm, call, stream)])
     }
 }
 
-/// Registers a group's calls and blocks until all of them are done (their peers issued theirs).
-fn issue(calls: Vec<(*const Comm, Call)>) -> c_int {
+/// Registers a group's calls on their streams; they complete as their peers issue theirs.
+fn issue(calls: Vec<(*const Comm, Call, usize)>) -> c_int {
     let mut g = state();
     let s = g.get_or_insert_with(State::default);
-    let mut tickets = Vec::new();
-    for (comm, call) in calls {
+    for (comm, call, stream) in calls {
         // SAFETY: communicators passed in were made by this library and are alive.
         let c = unsafe { &*comm };
         s.ticket += 1;
         let t = s.ticket;
-        tickets.push(t);
+        s.on_stream.entry(stream).or_default().push(t);
+        s.owner.insert(t, (c.clique, c.rank));
         match call.kind {
             Kind::Send => s
                 .sends
@@ -619,26 +682,7 @@ fn issue(calls: Vec<(*const Comm, Call)>) -> c_int {
         }
     }
     s.progress();
-    PROGRESS.notify_all();
-    let started = Instant::now();
-    loop {
-        let s = g.get_or_insert_with(State::default);
-        if s.error.is_some() {
-            return NCCL_INVALID_USAGE;
-        }
-        if tickets.iter().all(|t| s.done.contains(t)) {
-            return OK;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            s.error = Some("no peer issued the matching call within 60 s".into());
-            PROGRESS.notify_all();
-            return NCCL_INVALID_USAGE;
-        }
-        g = PROGRESS
-            .wait_timeout(g, Duration::from_millis(50))
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
-    }
+    OK
 }
 
 /// Which collective each ticket waits for.
@@ -663,7 +707,9 @@ impl State {
             };
             let calls: Vec<Call> = calls.into_iter().flatten().collect();
             if let Err(e) = reduce::collective(&calls, &self.premul) {
+                // Never completes: the watchdog hears of it through the asynchronous error.
                 self.error = Some(e);
+                continue;
             }
             let mut t = lock(&COLL_TICKETS);
             t.retain(|(k, ticket)| {
@@ -677,12 +723,11 @@ impl State {
         }
         let pairs: Vec<(u64, usize, usize)> = self.sends.keys().copied().collect();
         for pair in pairs {
-            loop {
-                let (Some(sq), Some(rq)) = (self.sends.get_mut(&pair), self.recvs.get_mut(&pair))
+            while let (Some(sq), Some(rq)) = (self.sends.get_mut(&pair), self.recvs.get_mut(&pair))
+            {
+                let (Some((ts, send)), Some((tr, recv))) =
+                    (sq.front().copied(), rq.front().copied())
                 else {
-                    break;
-                };
-                let (Some(&(ts, send)), Some(&(tr, recv))) = (sq.front(), rq.front()) else {
                     break;
                 };
                 sq.pop_front();
@@ -692,6 +737,7 @@ impl State {
                         "a send of {} elements met a receive of {}",
                         send.count, recv.count
                     ));
+                    continue;
                 }
                 let bytes = send.count.min(recv.count) * reduce::size(send.dtype);
                 // SAFETY: both buffers hold `count` elements (the caller's contract).
@@ -732,9 +778,9 @@ pub extern "C" fn ncclAllReduce(
     t: c_int,
     op: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::AllReduce, s, r, n, t, op, 0))
+    enqueue(comm, coll(Kind::AllReduce, s, r, n, t, op, 0), st)
 }
 
 #[unsafe(no_mangle)]
@@ -746,9 +792,9 @@ pub extern "C" fn ncclReduce(
     op: c_int,
     root: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::Reduce, s, r, n, t, op, root))
+    enqueue(comm, coll(Kind::Reduce, s, r, n, t, op, root), st)
 }
 
 #[unsafe(no_mangle)]
@@ -759,9 +805,9 @@ pub extern "C" fn ncclBroadcast(
     t: c_int,
     root: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::Broadcast, s, r, n, t, 0, root))
+    enqueue(comm, coll(Kind::Broadcast, s, r, n, t, 0, root), st)
 }
 
 #[unsafe(no_mangle)]
@@ -771,9 +817,9 @@ pub extern "C" fn ncclAllGather(
     n: usize,
     t: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::AllGather, s, r, n, t, 0, 0))
+    enqueue(comm, coll(Kind::AllGather, s, r, n, t, 0, 0), st)
 }
 
 #[unsafe(no_mangle)]
@@ -784,9 +830,9 @@ pub extern "C" fn ncclReduceScatter(
     t: c_int,
     op: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::ReduceScatter, s, r, n, t, op, 0))
+    enqueue(comm, coll(Kind::ReduceScatter, s, r, n, t, op, 0), st)
 }
 
 #[unsafe(no_mangle)]
@@ -796,9 +842,9 @@ pub extern "C" fn ncclAlltoAll(
     n: usize,
     t: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::AllToAll, s, r, n, t, 0, 0))
+    enqueue(comm, coll(Kind::AllToAll, s, r, n, t, 0, 0), st)
 }
 
 #[unsafe(no_mangle)]
@@ -809,9 +855,9 @@ pub extern "C" fn ncclGather(
     t: c_int,
     root: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::Gather, s, r, n, t, 0, root))
+    enqueue(comm, coll(Kind::Gather, s, r, n, t, 0, root), st)
 }
 
 #[unsafe(no_mangle)]
@@ -822,9 +868,9 @@ pub extern "C" fn ncclScatter(
     t: c_int,
     root: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
-    enqueue(comm, coll(Kind::Scatter, s, r, n, t, 0, root))
+    enqueue(comm, coll(Kind::Scatter, s, r, n, t, 0, root), st)
 }
 
 #[unsafe(no_mangle)]
@@ -834,11 +880,11 @@ pub extern "C" fn ncclSend(
     t: c_int,
     peer: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
     let mut c = coll(Kind::Send, s, std::ptr::null_mut(), n, t, 0, 0);
     c.peer = peer.max(0) as usize;
-    enqueue(comm, c)
+    enqueue(comm, c, st)
 }
 
 #[unsafe(no_mangle)]
@@ -848,9 +894,9 @@ pub extern "C" fn ncclRecv(
     t: c_int,
     peer: c_int,
     comm: *const Comm,
-    _st: usize,
+    st: usize,
 ) -> c_int {
     let mut c = coll(Kind::Recv, std::ptr::null(), r, n, t, 0, 0);
     c.peer = peer.max(0) as usize;
-    enqueue(comm, c)
+    enqueue(comm, c, st)
 }

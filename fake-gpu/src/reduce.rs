@@ -181,8 +181,14 @@ fn fold<T: El>(
 /// Moves the data of one collective whose members' calls are `calls` (in member order).
 pub(crate) fn collective(calls: &[Call], premul: &HashMap<c_int, f64>) -> Result<(), String> {
     let c0 = calls[0];
+    // Created operators differ by member; what must agree is the scalar.
+    let op = |c: &Call| premul.get(&c.op).map_or(Ok(c.op), |s| Err(s.to_bits()));
     if calls.iter().any(|c| {
-        c.kind != c0.kind || c.count != c0.count || c.dtype != c0.dtype || c.root != c0.root
+        c.kind != c0.kind
+            || c.count != c0.count
+            || c.dtype != c0.dtype
+            || c.root != c0.root
+            || op(c) != op(&c0)
     }) {
         return Err(format!(
             "members issued different collectives: {:?}",

@@ -261,12 +261,27 @@ impl DeviceMemory for GpuMemory {
     }
 }
 
-/// One NCCL communicator, destroyed when dropped (aborted if the backend failed).
+/// One NCCL communicator, destroyed when dropped unless it was aborted.
 struct NcclComm {
     nccl: &'static Nccl,
+    /// Null once aborted.
     raw: ffi::ncclComm_t,
-    /// Set after an error: destroying would wait for work that may never finish.
-    abort: bool,
+}
+
+impl NcclComm {
+    /// Aborts the communicator now: its pending kernels end, so the stream drains and memory
+    /// can be freed (cudarc synchronises the stream to free it). Destroying it instead would
+    /// wait for work that may never finish.
+    fn abort(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if let Some(f) = self.nccl.api.ncclCommAbort {
+            // SAFETY: `raw` is a live communicator of this rank; it is not used after this.
+            unsafe { f(self.raw) };
+        }
+        self.raw = std::ptr::null_mut();
+    }
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time; the backend
@@ -275,12 +290,10 @@ unsafe impl Send for NcclComm {}
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
-        let f = if self.abort {
-            self.nccl.api.ncclCommAbort
-        } else {
-            self.nccl.api.ncclCommDestroy
-        };
-        if let Some(f) = f {
+        if self.raw.is_null() {
+            return; // aborted
+        }
+        if let Some(f) = self.nccl.api.ncclCommDestroy {
             // SAFETY: `raw` is a communicator this rank created and nobody uses any more.
             unsafe { f(self.raw) };
         }
@@ -295,11 +308,7 @@ fn init_comm(nccl: &'static Nccl, n: usize, id: ffi::ncclUniqueId, me: usize) ->
     // rank), `me < n`; the calling thread's current CUDA context is this rank's device.
     let code = unsafe { f(&mut raw, n as c_int, id, me as c_int) };
     check(nccl, code, "ncclCommInitRank")?;
-    Ok(NcclComm {
-        nccl,
-        raw,
-        abort: false,
-    })
+    Ok(NcclComm { nccl, raw })
 }
 
 fn unique_id(nccl: &Nccl) -> Result<ffi::ncclUniqueId> {
@@ -374,6 +383,8 @@ pub(crate) struct GpuBackend {
     pack: bool,
     /// Under one process driving every GPU: whether another rank has failed.
     stop: Option<Stop>,
+    /// The failure that aborted the communicators: every later call fails with it.
+    broken: Option<Error>,
 }
 
 impl GpuBackend {
@@ -515,25 +526,22 @@ impl GpuBackend {
                 if code != ffi::ncclSuccess
                     || (state != ffi::ncclSuccess && state != ffi::ncclInProgress)
                 {
-                    let why = check(
-                        self.nccl,
-                        if code != ffi::ncclSuccess {
-                            code
-                        } else {
-                            state
-                        },
-                        "a collective",
-                    )
-                    .err()
-                    .map(|e| e.to_string())
-                    .unwrap_or_default();
+                    let failed = if code != ffi::ncclSuccess {
+                        code
+                    } else {
+                        state
+                    };
+                    let why = match check(self.nccl, failed, "a collective") {
+                        Err(Error::Backend { detail, .. }) => detail,
+                        Err(e) => e.to_string(),
+                        Ok(()) => String::new(),
+                    };
                     return Err(self.failed(format!("{why} (a peer may have failed)")));
                 }
             }
             if let Some(e) = self.stop.as_ref().and_then(|stop| stop()) {
                 // Another rank of this process failed: its peers' collectives cannot finish.
-                self.failed(String::new());
-                return Err(e);
+                return Err(self.abort_all(e));
             }
             if started.elapsed() > self.timeout {
                 return Err(self.failed(format!(
@@ -552,17 +560,27 @@ impl GpuBackend {
         }
     }
 
-    /// Marks every communicator to be aborted, not destroyed, and returns the error.
+    /// Aborts every communicator of this rank at once (so that the stream drains and the
+    /// program can free its tensors) and returns the error; later calls fail with it too.
     fn failed(&mut self, detail: String) -> Error {
-        self.world.abort = true;
-        self.p2p.abort = true;
-        self.control.abort = true;
+        let e = nccl_err(format!("rank {}: {detail}", self.rank));
+        self.abort_all(e)
+    }
+
+    /// Aborts every communicator (see [`GpuBackend::failed`]) for the failure `e`.
+    fn abort_all(&mut self, e: Error) -> Error {
+        self.world.abort();
+        self.p2p.abort();
+        self.control.abort();
         for g in &mut self.groups {
             if let Some(c) = &mut g.comm {
-                c.abort = true;
+                c.abort();
             }
         }
-        nccl_err(format!("rank {}: {detail}", self.rank))
+        if self.broken.is_none() {
+            self.broken = Some(e.clone());
+        }
+        e
     }
 }
 
@@ -664,6 +682,9 @@ unsafe impl Backend for GpuBackend {
     }
 
     fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
         self.dev.bind()?;
         crate::plan::plan(ops);
         let descs: Vec<_> = ops.iter().map(|o| &o.desc).collect();
@@ -1153,14 +1174,7 @@ fn comms_for_all(nccl: &'static Nccl, devs: &[Device]) -> Result<Vec<Vec<NcclCom
             // distinct GPUs this process has opened.
             let code = unsafe { f(raw.as_mut_ptr(), ordinals.len() as c_int, ordinals.as_ptr()) };
             check(nccl, code, "ncclCommInitAll")?;
-            Ok(raw
-                .into_iter()
-                .map(|raw| NcclComm {
-                    nccl,
-                    raw,
-                    abort: false,
-                })
-                .collect())
+            Ok(raw.into_iter().map(|raw| NcclComm { nccl, raw }).collect())
         })
         .collect()
 }
@@ -1243,6 +1257,7 @@ impl GpuBackend {
             timeout: settings.timeout,
             pack: settings.pack,
             stop,
+            broken: None,
         }
     }
 }
