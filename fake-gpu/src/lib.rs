@@ -165,11 +165,24 @@ pub extern "C" fn cuStreamQuery(stream: usize) -> CUresult {
     let mut g = state();
     let s = g.get_or_insert_with(State::default);
     s.progress();
-    let busy = s
-        .on_stream
-        .get(&stream)
-        .is_some_and(|t| t.iter().any(|t| !s.done.contains(t)));
-    if busy { NOT_READY } else { OK }
+    // Forget finished calls, so that a query costs what is pending, not the stream's history.
+    let State {
+        on_stream,
+        done,
+        owner,
+        ..
+    } = s;
+    let Some(pending) = on_stream.get_mut(&stream) else {
+        return OK;
+    };
+    pending.retain(|t| {
+        let finished = done.remove(t);
+        if finished {
+            owner.remove(t);
+        }
+        !finished
+    });
+    if pending.is_empty() { OK } else { NOT_READY }
 }
 
 #[unsafe(no_mangle)]

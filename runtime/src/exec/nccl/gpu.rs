@@ -550,10 +550,11 @@ impl GpuBackend {
                     self.timeout
                 )));
             }
-            // Spin through the first 2 ms, where most collectives finish: a sleep's granularity
-            // (tens of µs) would be most of a 1 MiB all_reduce on NVLink. Then back off.
+            // Poll without sleeping through the first 2 ms, where most collectives finish: a
+            // sleep's granularity (tens of µs) would be most of a 1 MiB all_reduce on NVLink.
+            // Yielding, not spinning: ranks may share cores (one process driving many GPUs).
             if started.elapsed() < Duration::from_millis(2) {
-                std::hint::spin_loop();
+                std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50));
             }
