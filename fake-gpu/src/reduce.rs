@@ -75,50 +75,19 @@ macro_rules! halves {
 }
 halves!(f16, bf16);
 
-/// Runs `$body` with `$T` the Rust type of NCCL type `$dtype`.
+/// Runs `$body` with `$T` the Rust type of NCCL type `$dtype` (NCCL's codes, in order).
 macro_rules! with_type {
     ($dtype:expr, $T:ident => $body:expr) => {
+        with_type!(@arms $dtype, $T, $body;
+            0 => i8, 1 => u8, 2 => i32, 3 => u32, 4 => i64, 5 => u64,
+            6 => f16, 7 => f32, 8 => f64, 9 => bf16)
+    };
+    (@arms $dtype:expr, $T:ident, $body:expr; $($code:literal => $ty:ty),*) => {
         match $dtype {
-            0 => {
-                type $T = i8;
+            $($code => {
+                type $T = $ty;
                 $body
-            }
-            1 => {
-                type $T = u8;
-                $body
-            }
-            2 => {
-                type $T = i32;
-                $body
-            }
-            3 => {
-                type $T = u32;
-                $body
-            }
-            4 => {
-                type $T = i64;
-                $body
-            }
-            5 => {
-                type $T = u64;
-                $body
-            }
-            6 => {
-                type $T = f16;
-                $body
-            }
-            7 => {
-                type $T = f32;
-                $body
-            }
-            8 => {
-                type $T = f64;
-                $body
-            }
-            9 => {
-                type $T = bf16;
-                $body
-            }
+            })*
             other => return Err(format!("no NCCL type {other}")),
         }
     };
