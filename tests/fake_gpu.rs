@@ -191,3 +191,75 @@ fn failures_on_fake_gpus_end_every_rank_promptly_and_say_why() {
         "{err}"
     );
 }
+
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port().to_string())
+        .expect("a free port")
+}
+
+/// Starts `name` as rank `rank` of a torchrun-style job of `world` processes on fake GPUs.
+fn torchrun_rank(
+    name: &str,
+    rank: usize,
+    world: usize,
+    local: usize,
+    port: &str,
+) -> std::process::Child {
+    let dir = fake_libs();
+    Command::new(example(name))
+        .env("RANKWISE_BACKEND", "nccl")
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", local.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port)
+        .env("RANKWISE_BOOTSTRAP_TIMEOUT", "20")
+        .env("RANKWISE_FAKE_GPUS", "2")
+        .env("LD_LIBRARY_PATH", dir)
+        .env("RANKWISE_NCCL_LIB", dir.join("libnccl.so.2"))
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("example starts")
+}
+
+#[test]
+fn a_torchrun_style_rank_runs_through_the_tcp_bootstrap() {
+    // One process per GPU, as torchrun starts them: the bootstrap, the GPU check, the ids and
+    // the communicators (the fake's communicators meet only within a process: world 1).
+    let out = torchrun_rank("quickstart", 0, 1, 0, &free_port())
+        .wait_with_output()
+        .expect("rank ends");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = comparable(&String::from_utf8_lossy(&out.stdout));
+    let want = lines_on_threads("quickstart", &[], 1);
+    assert!(
+        !got.is_empty() && got.iter().all(|l| want.contains(l)),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn two_processes_given_one_gpu_are_refused_on_both_before_nccl() {
+    // Both ranks say LOCAL_RANK=0: rank 0 sees the same GPU UUID twice and refuses the job.
+    let port = free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| torchrun_rank("quickstart", r, 2, 0, &port))
+        .collect();
+    for (r, child) in ranks.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("rank ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "rank {r} started");
+        assert!(
+            err.contains("ranks [0, 1] were all given GPU-face0690-0000-0000-0000-000000000000"),
+            "rank {r}: {err}"
+        );
+    }
+}
