@@ -263,3 +263,27 @@ fn two_processes_given_one_gpu_are_refused_on_both_before_nccl() {
         );
     }
 }
+
+#[test]
+fn a_device_fault_on_one_rank_ends_every_rank_with_that_rank_named() {
+    // The fake breaks rank r's stream at its k-th NCCL call, as a crashed kernel would: that
+    // rank's watchdog reports it, aborts its communicators, and the others are released.
+    for (rank, after) in [(0, 1), (1, 7), (3, 40)] {
+        let env = [
+            ("RANKWISE_FAKE_FAIL_RANK", rank.to_string()),
+            ("RANKWISE_FAKE_FAIL_AFTER", after.to_string()),
+        ];
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (out, took) = on_fake("every_op", &["4"], 4, 4, &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "a fault at rank {rank} went unnoticed"
+        );
+        assert!(
+            err.contains(&format!("rank {rank}: the GPU stream failed")),
+            "rank {rank}, call {after}: {err}"
+        );
+        assert!(took < Duration::from_secs(20), "took {took:?}");
+    }
+}

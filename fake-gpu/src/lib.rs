@@ -16,7 +16,10 @@
 //! or of errors a real device raises. Only the calls rankwise makes are provided.
 //!
 //! Variables: `RANKWISE_FAKE_GPUS` (devices, default 2), `RANKWISE_FAKE_NCCL_VERSION` (default
-//! 23203; 22703 leaves out 2.28's all_to_all, gather and scatter).
+//! 23203; 22703 leaves out 2.28's all_to_all, gather and scatter), and an injected device fault:
+//! `RANKWISE_FAKE_FAIL_RANK=r` with `RANKWISE_FAKE_FAIL_AFTER=k` makes the stream of the member
+//! `r` that issues its `k`-th NCCL call fail (`cuStreamQuery` returns
+//! `CUDA_ERROR_LAUNCH_FAILED`), as a GPU whose kernel crashed.
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 use std::collections::{HashMap, VecDeque};
@@ -144,6 +147,8 @@ pub extern "C" fn cuStreamDestroy_v2(_stream: usize) -> CUresult {
 
 /// `CUDA_ERROR_NOT_READY`.
 const NOT_READY: CUresult = 600;
+/// `CUDA_ERROR_LAUNCH_FAILED`.
+const LAUNCH_FAILED: CUresult = 719;
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(stream: usize) -> CUresult {
@@ -164,6 +169,9 @@ pub extern "C" fn cuStreamSynchronize(stream: usize) -> CUresult {
 pub extern "C" fn cuStreamQuery(stream: usize) -> CUresult {
     let mut g = state();
     let s = g.get_or_insert_with(State::default);
+    if s.faulted == Some(stream) {
+        return LAUNCH_FAILED;
+    }
     s.progress();
     // Forget finished calls, so that a query costs what is pending, not the stream's history.
     let State {
@@ -423,6 +431,9 @@ struct State {
     on_stream: HashMap<usize, Vec<u64>>,
     /// The communicator (clique, rank) that issued each ticket.
     owner: HashMap<u64, (u64, usize)>,
+    /// Calls issued by the member the injected fault is for, and the stream it broke.
+    fault_count: i64,
+    faulted: Option<usize>,
     error: Option<String>,
 }
 
@@ -672,6 +683,12 @@ fn issue(calls: Vec<(*const Comm, Call, usize)>) -> c_int {
         let t = s.ticket;
         s.on_stream.entry(stream).or_default().push(t);
         s.owner.insert(t, (c.clique, c.rank));
+        if c.size > 1 && c.rank as i64 == env_number("RANKWISE_FAKE_FAIL_RANK", -1) {
+            s.fault_count += 1;
+            if s.fault_count == env_number("RANKWISE_FAKE_FAIL_AFTER", 0) {
+                s.faulted = Some(stream);
+            }
+        }
         match call.kind {
             Kind::Send => s
                 .sends
