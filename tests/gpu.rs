@@ -216,3 +216,36 @@ fn in_one_process_a_failing_rank_ends_every_rank_with_its_cause() {
     let err = one_process(gpus() + 1, "quickstart", &[]).expect_err("too many ranks");
     assert!(err.contains("GPUs, one per rank"), "{err}");
 }
+
+#[test]
+fn every_seed_port_on_gpus_prints_what_threads_print() {
+    if !enabled() {
+        return;
+    }
+    let have = gpus();
+    for (name, world) in examples::SEED_PORTS {
+        if examples::POSTS.contains(&name) {
+            continue; // isend/irecv: refused on NCCL so far (docs/decisions.md)
+        }
+        if world > have {
+            eprintln!("{name} needs {world} GPUs; this machine has {have}");
+            continue;
+        }
+        let want = threads(world, name, &[]);
+        let got = one_process(world, name, &[])
+            .unwrap_or_else(|e| panic!("{name} on {world} GPUs in one process: {e}"));
+        let got: BTreeSet<String> = got.into_iter().filter(|l| comparable(l)).collect();
+        assert!(
+            !got.is_empty() && got.iter().all(|l| want.contains(l)),
+            "{name}: {got:?}"
+        );
+        let procs: BTreeSet<String> = nccl(world, name, &[])
+            .into_iter()
+            .filter(|l| comparable(l))
+            .collect();
+        assert_eq!(
+            procs, got,
+            "{name}: one process per GPU and one process for all differ"
+        );
+    }
+}
