@@ -409,11 +409,14 @@ enum Kind {
     Recv,
 }
 
+/// A call and the ticket its issuer waits on.
+type Ticketed = (u64, Call);
+
 /// Issued calls waiting for their peers, and the count of those completed.
 #[derive(Default)]
 struct State {
-    /// Collective `seq` of clique: each member's call once issued.
-    colls: HashMap<(u64, u64), Vec<Option<Call>>>,
+    /// Collective `seq` of clique: each member's call, with its ticket, once issued.
+    colls: HashMap<(u64, u64), Vec<Option<Ticketed>>>,
     /// Next collective of each (clique, member).
     next: HashMap<(u64, usize), u64>,
     /// Sends and receives of each (clique, from, to) waiting for their match, with tickets.
@@ -705,9 +708,7 @@ fn issue(calls: Vec<(*const Comm, Call, usize)>) -> c_int {
                 let key = (c.clique, *seq);
                 *seq += 1;
                 let slot = s.colls.entry(key).or_insert_with(|| vec![None; c.size]);
-                slot[c.rank] = Some(call);
-                // Tickets of collectives are done when their key is.
-                s.colls_tickets_insert(key, t);
+                slot[c.rank] = Some((t, call));
             }
         }
     }
@@ -715,14 +716,7 @@ fn issue(calls: Vec<(*const Comm, Call, usize)>) -> c_int {
     OK
 }
 
-/// Which collective each ticket waits for.
-static COLL_TICKETS: Mutex<Vec<((u64, u64), u64)>> = Mutex::new(Vec::new());
-
 impl State {
-    fn colls_tickets_insert(&mut self, key: (u64, u64), ticket: u64) {
-        lock(&COLL_TICKETS).push((key, ticket));
-    }
-
     /// Runs every call whose peers have all issued theirs.
     fn progress(&mut self) {
         let ready: Vec<(u64, u64)> = self
@@ -735,21 +729,13 @@ impl State {
             let Some(calls) = self.colls.remove(&key) else {
                 continue;
             };
-            let calls: Vec<Call> = calls.into_iter().flatten().collect();
+            let (tickets, calls): (Vec<u64>, Vec<Call>) = calls.into_iter().flatten().unzip();
             if let Err(e) = reduce::collective(&calls, &self.premul) {
                 // Never completes: the watchdog hears of it through the asynchronous error.
                 self.error = Some(e);
                 continue;
             }
-            let mut t = lock(&COLL_TICKETS);
-            t.retain(|(k, ticket)| {
-                if *k == key {
-                    self.done.insert(*ticket);
-                    false
-                } else {
-                    true
-                }
-            });
+            self.done.extend(tickets);
         }
         let pairs: Vec<(u64, usize, usize)> = self.sends.keys().copied().collect();
         for pair in pairs {

@@ -65,17 +65,11 @@ impl Rendezvous {
         let world = number("WORLD_SIZE", need("WORLD_SIZE")?)?;
         let addr = format!("{}:{}", need("MASTER_ADDR")?, need("MASTER_PORT")?);
         let timeout = match var("RANKWISE_BOOTSTRAP_TIMEOUT") {
-            // `try_from_secs_f64`: a negative, NaN or huge value is an error, not a panic.
-            Some(v) => v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                .ok_or_else(|| {
-                    bad(format!(
-                        "RANKWISE_BOOTSTRAP_TIMEOUT={v:?} is not a number of seconds"
-                    ))
-                })?,
+            Some(v) => seconds(&v).ok_or_else(|| {
+                bad(format!(
+                    "RANKWISE_BOOTSTRAP_TIMEOUT={v:?} is not a number of seconds"
+                ))
+            })?,
             None => Duration::from_secs(60),
         };
         let r = Rendezvous {
@@ -359,6 +353,15 @@ fn send_reply(s: &mut TcpStream, status: u8, body: &[u8]) -> std::io::Result<()>
     msg.extend_from_slice(body);
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
     s.write_all(&msg)
+}
+
+/// A number of seconds as a variable gives it (`2.5`); `None` for anything else — negative, NaN or
+/// too large included (`Duration::from_secs_f64` would panic on those).
+pub(crate) fn seconds(v: &str) -> Option<Duration> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 fn bad(detail: String) -> Error {

@@ -181,7 +181,7 @@ where
 pub(crate) fn spawn_prepared<T, F>(
     world: usize,
     f: F,
-    make: impl FnOnce(Arc<dyn Fn(usize) -> Option<Error> + Send + Sync>) -> Vec<Box<dyn Backend>>,
+    make: impl FnOnce(crate::exec::StopSignal) -> Vec<Box<dyn Backend>>,
 ) -> Result<Vec<T>>
 where
     T: Send,
@@ -352,7 +352,7 @@ mod tests {
         world: WorldId,
         arrived: Arc<std::sync::atomic::AtomicUsize>,
         members: usize,
-        stop: Arc<dyn Fn(usize) -> Option<Error> + Send + Sync>,
+        stop: crate::exec::StopSignal,
     }
 
     // SAFETY: touches no buffer at all.

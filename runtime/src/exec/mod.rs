@@ -15,6 +15,11 @@ pub(crate) mod local;
 pub(crate) mod mpi;
 pub(crate) mod nccl;
 
+/// Tells a backend that waits outside rankwise's own world state (NCCL on GPUs, ranks as
+/// threads of one process) that another rank failed: for rank `r`, the error to report, once
+/// there is one.
+pub(crate) type StopSignal = std::sync::Arc<dyn Fn(usize) -> Option<Error> + Send + Sync>;
+
 /// A raw view of a tensor's storage, as a backend sees it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Buf {

@@ -34,7 +34,7 @@ use super::lower::{self, At, Call, Coll, Comm, Copy2d, Mem, Red};
 use crate::bootstrap::Rendezvous;
 use crate::ctx::Ctx;
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Op};
+use crate::exec::{Backend, Op, StopSignal};
 use crate::model::{GroupId, WorldId};
 use crate::tensor::{Device as Where, DeviceMemory};
 use crate::{DType, ReduceOp};
@@ -382,7 +382,7 @@ pub(crate) struct GpuBackend {
     timeout: Duration,
     pack: bool,
     /// Under one process driving every GPU: whether another rank has failed.
-    stop: Option<Stop>,
+    stop: Option<StopSignal>,
     /// The failure that aborted the communicators: every later call fails with it.
     broken: Option<Error>,
 }
@@ -539,7 +539,7 @@ impl GpuBackend {
                     return Err(self.failed(format!("{why} (a peer may have failed)")));
                 }
             }
-            if let Some(e) = self.stop.as_ref().and_then(|stop| stop()) {
+            if let Some(e) = self.stop.as_ref().and_then(|stop| stop(self.rank)) {
                 // Another rank of this process failed: its peers' collectives cannot finish.
                 return Err(self.abort_all(e));
             }
@@ -1111,12 +1111,8 @@ struct Settings {
 fn settings() -> Result<Settings> {
     let timeout = match std::env::var("RANKWISE_NCCL_TIMEOUT") {
         Err(_) => Duration::from_secs(600),
-        Ok(v) => v
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| *s > 0.0)
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        Ok(v) => crate::bootstrap::seconds(&v)
+            .filter(|d| !d.is_zero())
             .ok_or_else(|| {
                 nccl_err(format!(
                     "RANKWISE_NCCL_TIMEOUT={v:?} is not a number of seconds"
@@ -1238,7 +1234,7 @@ impl GpuBackend {
         (rank, world): (usize, usize),
         [world_comm, p2p, control]: [NcclComm; COMMS],
         settings: &Settings,
-        stop: Option<Stop>,
+        stop: Option<StopSignal>,
     ) -> GpuBackend {
         let everyone: Box<[usize]> = (0..world).collect();
         GpuBackend {
@@ -1414,24 +1410,18 @@ where
         let mut next = |i: usize| comms[i].remove(0);
         for (rank, dev) in devs.into_iter().enumerate() {
             let mine = [next(0), next(1), next(2)];
-            let stop = Arc::clone(&stop);
-            let stop: Stop = Arc::new(move || stop(rank));
             ranks.push(Box::new(GpuBackend::new(
                 nccl,
                 dev,
                 (rank, world),
                 mine,
                 &settings,
-                Some(stop),
+                Some(Arc::clone(&stop)),
             )));
         }
         ranks
     })
 }
-
-/// Tells a rank run as a thread that the world was stopped (another rank failed): the error
-/// to report, once there is one.
-pub(crate) type Stop = Arc<dyn Fn() -> Option<Error> + Send + Sync>;
 
 #[cfg(test)]
 mod tests {
