@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench -p rankwise-runtime --features mpi --bench mpi` (it starts `mpirun` itself,
 //! at worlds 2 and 4, with the agreement check on and off; `RANKWISE_BENCH_QUICK=1` for a smoke
-//! run; `RANKWISE_BENCH_ONLY=sizes` or `=batch` for one of the two tables). Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
+//! run; `RANKWISE_BENCH_ONLY=sizes` or `=batch` for one of the two tables; `RANKWISE_BENCH_SIZES=8,65536`
+//! for chosen sizes). Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
 //! includes waiting for a core, for rankwise and raw MPI alike.
 
 use std::process::Command;
@@ -28,6 +29,16 @@ fn wanted(table: &str) -> bool {
 fn sizes() -> Vec<usize> {
     if !wanted("sizes") {
         return Vec::new();
+    }
+    // `RANKWISE_BENCH_SIZES=8,65536`: only these sizes, in bytes (for measuring one change).
+    if let Ok(list) = std::env::var("RANKWISE_BENCH_SIZES") {
+        let chosen: Vec<usize> = list
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
+        if !chosen.is_empty() {
+            return chosen;
+        }
     }
     if quick() {
         vec![8, 64 * KIB]

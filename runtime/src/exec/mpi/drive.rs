@@ -519,6 +519,7 @@ impl<'a> Driver<'a> {
                 members,
                 me,
                 self.be.check,
+                None,
                 |r, from| reqs.push((r, Owner::Eager(s, from))),
             )?
         };

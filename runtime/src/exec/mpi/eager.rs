@@ -175,6 +175,12 @@ pub(super) struct Exchange {
     got_data: [usize; MAX_MEMBERS],
 }
 
+/// An exchange's buffers, kept for the next one.
+pub(super) struct Buffers {
+    recv: Scratch,
+    send: Scratch,
+}
+
 /// How far an exchange is after a message.
 pub(super) struct Progress {
     /// Every header has arrived (before this message, not all had).
@@ -198,6 +204,7 @@ impl Exchange {
         members: &[usize],
         me: usize,
         check: bool,
+        spare: Option<Buffers>,
         mut push: impl FnMut(Request, Msg),
     ) -> Result<(Self, usize)> {
         let n = members.len();
@@ -208,9 +215,10 @@ impl Exchange {
         let is_direct = run.len() == 1 && direct(&run[0].desc, n);
         let payload: usize = run.iter().map(|o| bound(&o.desc)).sum();
         let stride = head + if is_direct { 0 } else { payload };
+        let (recv, send) = spare.map_or((None, None), |b| (Some(b.recv), Some(b.send)));
         let mut ex = Exchange {
-            recv: Scratch::with_bytes(n * REGION)?,
-            send: Scratch::with_bytes(n * stride)?,
+            recv: Scratch::reuse(recv, n * REGION)?,
+            send: Scratch::reuse(send, n * stride)?,
             record: [0; RECORD],
             got: [0; MAX_MEMBERS],
             one_way: one_way(&run[0].desc, check),
@@ -331,6 +339,19 @@ impl Exchange {
             return Err(e);
         }
         Ok((ex, posted))
+    }
+
+    /// Its buffers, for the next exchange (only once every request has completed).
+    pub(super) fn into_buffers(self) -> Buffers {
+        Buffers {
+            recv: self.recv,
+            send: self.send,
+        }
+    }
+
+    /// Whether this is a direct exchange (headers first, then data in place).
+    pub(super) fn is_direct(&self) -> bool {
+        self.direct
     }
 
     /// Whether every message to receive has arrived.

@@ -372,15 +372,71 @@ impl Waiter {
                 self.statuses.as_mut_ptr(),
             )
         };
+        self.collect(code, "MPI_Waitsome", done.max(0) as usize, ty_of)
+    }
+
+    /// Whether every one of `reqs` has completed, without waiting; when so, returns each index
+    /// with its receive status (as [`Self::wait_all`]), and otherwise leaves them all posted.
+    pub(super) fn test_all(
+        &mut self,
+        reqs: &mut [Request],
+        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+    ) -> Result<Option<&[(usize, Received)]>> {
+        let n = count(reqs.len())?;
+        self.indices.clear();
+        self.indices.extend(0..n);
+        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
+        self.statuses
+            .resize(reqs.len(), unsafe { std::mem::zeroed() });
+        let mut flag: c_int = 0;
+        // SAFETY: `statuses` has `reqs.len()` entries, as MPI_Testall needs.
+        let code = unsafe {
+            ffi::MPI_Testall(n, reqs.as_mut_ptr(), &mut flag, self.statuses.as_mut_ptr())
+        };
+        if flag == 0 && code == ffi::MPI_SUCCESS as c_int {
+            return Ok(None);
+        }
+        self.collect(code, "MPI_Testall", reqs.len(), ty_of)
+            .map(Some)
+    }
+
+    /// Waits until every one of `reqs` completes (one call where a loop of [`Self::wait_some`]
+    /// would make several); returns each index with its receive status.
+    pub(super) fn wait_all(
+        &mut self,
+        reqs: &mut [Request],
+        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+    ) -> Result<&[(usize, Received)]> {
+        let n = count(reqs.len())?;
+        self.indices.clear();
+        self.indices.extend(0..n);
+        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
+        self.statuses
+            .resize(reqs.len(), unsafe { std::mem::zeroed() });
+        // SAFETY: `statuses` has `reqs.len()` entries, as MPI_Waitall needs.
+        let code = unsafe { ffi::MPI_Waitall(n, reqs.as_mut_ptr(), self.statuses.as_mut_ptr()) };
+        self.collect(code, "MPI_Waitall", reqs.len(), ty_of)
+    }
+
+    /// The first `done` completions that a wait reported in `indices`/`statuses`, or its error
+    /// (a truncated receive is no error here: its count is `None`, for the caller to name).
+    fn collect(
+        &mut self,
+        code: c_int,
+        call: &str,
+        done: usize,
+        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+    ) -> Result<&[(usize, Received)]> {
         let in_status = code == ffi::MPI_ERR_IN_STATUS as c_int;
         if code != ffi::MPI_SUCCESS as c_int && !in_status {
-            return Err(error(code, "MPI_Waitsome"));
+            return Err(error(code, call));
         }
         self.done.clear();
-        for k in 0..done.max(0) as usize {
+        for k in 0..done {
             let i = self.indices[k] as usize;
             let st = &self.statuses[k];
             let truncated = in_status && st.MPI_ERROR == ffi::MPI_ERR_TRUNCATE as c_int;
+            // Waitall leaves MPI_ERR_PENDING in requests it did not complete after another failed.
             if in_status && !truncated && st.MPI_ERROR != ffi::MPI_SUCCESS as c_int {
                 return Err(error(st.MPI_ERROR, "a transfer"));
             }

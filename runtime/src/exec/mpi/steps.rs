@@ -79,6 +79,15 @@ impl Scratch {
         Ok(Scratch(v))
     }
 
+    /// The scratch in `spare` if it holds at least `bytes`, else [`Self::with_bytes`]: a
+    /// caller that makes the same exchange call after call keeps its buffers at hand.
+    pub(super) fn reuse(spare: Option<Scratch>, bytes: usize) -> Result<Self> {
+        match spare {
+            Some(s) if s.0.len() * 8 >= bytes => Ok(s),
+            _ => Self::with_bytes(bytes),
+        }
+    }
+
     pub(super) fn ptr(&mut self) -> *mut u8 {
         self.0.as_mut_ptr().cast()
     }
