@@ -356,12 +356,8 @@ impl Waiter {
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<&[(usize, Received)]> {
-        let n = count(reqs.len())?;
+        let n = self.arrays(reqs.len(), false)?;
         let mut done: c_int = 0;
-        self.indices.resize(reqs.len(), 0);
-        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
-        self.statuses
-            .resize(reqs.len(), unsafe { std::mem::zeroed() });
         // SAFETY: the arrays have at least `reqs.len()` entries, as MPI_Waitsome needs.
         let code = unsafe {
             ffi::MPI_Waitsome(
@@ -382,12 +378,7 @@ impl Waiter {
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<Option<&[(usize, Received)]>> {
-        let n = count(reqs.len())?;
-        self.indices.clear();
-        self.indices.extend(0..n);
-        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
-        self.statuses
-            .resize(reqs.len(), unsafe { std::mem::zeroed() });
+        let n = self.arrays(reqs.len(), true)?;
         let mut flag: c_int = 0;
         // SAFETY: `statuses` has `reqs.len()` entries, as MPI_Testall needs.
         let code = unsafe {
@@ -407,15 +398,25 @@ impl Waiter {
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<&[(usize, Received)]> {
-        let n = count(reqs.len())?;
-        self.indices.clear();
-        self.indices.extend(0..n);
-        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
-        self.statuses
-            .resize(reqs.len(), unsafe { std::mem::zeroed() });
+        let n = self.arrays(reqs.len(), true)?;
         // SAFETY: `statuses` has `reqs.len()` entries, as MPI_Waitall needs.
         let code = unsafe { ffi::MPI_Waitall(n, reqs.as_mut_ptr(), self.statuses.as_mut_ptr()) };
         self.collect(code, "MPI_Waitall", reqs.len(), ty_of)
+    }
+
+    /// Sizes the arrays for a wait on `reqs` requests (as MPI's count); `all`: the indices are
+    /// every request's, in order (MPI's all-or-nothing calls report no indices).
+    fn arrays(&mut self, reqs: usize, all: bool) -> Result<c_int> {
+        let n = count(reqs)?;
+        if all {
+            self.indices.clear();
+            self.indices.extend(0..n);
+        } else {
+            self.indices.resize(reqs, 0);
+        }
+        // SAFETY: MPI_Status is plain C data; zeroed is a valid (unused) value.
+        self.statuses.resize(reqs, unsafe { std::mem::zeroed() });
+        Ok(n)
     }
 
     /// The first `done` completions that a wait reported in `indices`/`statuses`, or its error
