@@ -193,10 +193,9 @@ fn failures_on_fake_gpus_end_every_rank_promptly_and_say_why() {
 }
 
 fn free_port() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port().to_string())
+    rankwise::bootstrap::free_port()
         .expect("a free port")
+        .to_string()
 }
 
 /// Starts `name` as rank `rank` of a torchrun-style job of `world` processes on fake GPUs.

@@ -52,10 +52,7 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    rankwise::bootstrap::free_port().expect("a free port")
 }
 
 /// Runs `name args` as `n` NCCL ranks, one per GPU; every line they print.

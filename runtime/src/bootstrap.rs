@@ -371,6 +371,41 @@ fn bad(detail: String) -> Error {
     }
 }
 
+/// A TCP port of 127.0.0.1 that nothing listens on, for `MASTER_PORT` when every rank runs on
+/// this host (tests, single-machine jobs started by hand).
+///
+/// Chosen *below* the system's range of ephemeral ports (`ip_local_port_range`), never by
+/// binding port 0: a port the kernel hands out that way is also handed to outgoing
+/// connections, so a connection made meanwhile (by another rank, another test) may take it
+/// before rank 0 listens on it — "address already in use", seen in CI. Candidates start at an
+/// offset taken from the process id and step by a per-process counter, so concurrent callers
+/// in one process or several rarely try the same one, and each is checked by binding it.
+pub fn free_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768)
+        .clamp(2048, 65535);
+    let base = (low / 2).max(1024);
+    let span = low - base;
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..span.min(4096) {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = base + start.wrapping_add(k.wrapping_mul(97)) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(bad(format!(
+        "no free TCP port on 127.0.0.1 between {base} and {low}"
+    )))
+}
+
 // Sockets are not available under Miri (and this module has no unsafe code to check).
 #[cfg(all(test, not(miri)))]
 mod tests {
@@ -378,10 +413,7 @@ mod tests {
 
     /// A free port on the loopback interface.
     fn port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port")
+        super::free_port().expect("a free port")
     }
 
     fn at(port: u16, rank: usize, world: usize, secs: f64) -> Rendezvous {
@@ -406,6 +438,23 @@ mod tests {
             .into_iter()
             .map(|h| h.join().expect("no panic"))
             .collect()
+    }
+
+    #[test]
+    fn free_ports_are_listenable_distinct_and_never_ephemeral() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        let ports: Vec<u16> = (0..20).map(|_| port()).collect();
+        for &p in &ports {
+            assert!(p < low, "port {p} is in the ephemeral range (from {low})");
+            TcpListener::bind(("127.0.0.1", p)).expect("listenable");
+        }
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len(), "{ports:?}");
     }
 
     #[test]

@@ -59,10 +59,7 @@ fn four_processes_receive_rank_zeros_unique_id() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = rankwise_runtime::bootstrap::free_port().expect("a free port");
     let exe = std::env::current_exe().expect("the test binary");
     // Rank 0 last: the others wait for it.
     let children: Vec<_> = (0..4)
