@@ -383,11 +383,7 @@ fn bad(detail: String) -> Error {
 pub fn free_port() -> Result<u16> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768)
-        .clamp(2048, 65535);
+    let low = u32::from(ephemeral_low()).max(2048);
     let base = (low / 2).max(1024);
     let span = low - base;
     let start = std::process::id().wrapping_mul(7919);
@@ -404,6 +400,14 @@ pub fn free_port() -> Result<u16> {
     Err(bad(format!(
         "no free TCP port on 127.0.0.1 between {base} and {low}"
     )))
+}
+
+/// The lowest port the kernel hands to outgoing connections (Linux's default when unknown).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
 }
 
 // Sockets are not available under Miri (and this module has no unsafe code to check).
@@ -442,10 +446,7 @@ mod tests {
 
     #[test]
     fn free_ports_are_listenable_distinct_and_never_ephemeral() {
-        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|r| r.split_whitespace().next()?.parse().ok())
-            .unwrap_or(32768);
+        let low = super::ephemeral_low();
         let ports: Vec<u16> = (0..20).map(|_| port()).collect();
         for &p in &ports {
             assert!(p < low, "port {p} is in the ephemeral range (from {low})");

@@ -443,38 +443,37 @@ impl MpiBackend {
             )?
         };
         let ty = |_| raw::datatype(DType::U8);
-        let mut blocked: Option<Arc<[Waiting]>> = None;
+        let mut blocked = false;
         let start = std::time::Instant::now();
         let mut polls = 0u32;
         let result = (|| -> Result<()> {
             while *pending > 0 {
-                let done = match &blocked {
-                    None => match waiter.test_all(&mut reqs, ty)? {
+                let done = if !blocked {
+                    match waiter.test_all(&mut reqs, ty)? {
                         Some(done) => done,
-                        // The clock is read every 16 polls (a poll is far shorter than a read).
-                        None if {
-                            polls += 1;
-                            !polls.is_multiple_of(16) || start.elapsed() < QUICK
-                        } =>
-                        {
-                            continue;
-                        }
                         None => {
+                            polls += 1;
+                            // The clock is read every 16 polls (a poll is far shorter).
+                            if !polls.is_multiple_of(16) || start.elapsed() < QUICK {
+                                continue;
+                            }
                             // It has to wait: the monitor must know for what.
-                            let w: Arc<[Waiting]> = Arc::new([self.waiting_at(&op.desc, seq)]);
+                            let w = self.waiting_at(&op.desc, seq);
                             self.board.update(|s| {
                                 s.phase = Phase::Blocked;
-                                s.waiting = Arc::clone(&w);
+                                s.waiting = Arc::new([w]);
                                 s.done.clear();
                                 s.done.push(false);
                             });
-                            blocked = Some(w);
+                            blocked = true;
                             continue;
                         }
-                    },
+                    }
+                } else if ex.is_direct() {
                     // Headers may complete before data, and are verified first.
-                    Some(_) if ex.is_direct() => waiter.wait_some(&mut reqs, ty)?,
-                    Some(_) => waiter.wait_all(&mut reqs, ty)?,
+                    waiter.wait_some(&mut reqs, ty)?
+                } else {
+                    waiter.wait_all(&mut reqs, ty)?
                 };
                 for &(i, got) in done {
                     *pending -= 1;
@@ -499,7 +498,7 @@ impl MpiBackend {
             if let Some(key) = key {
                 count_step(s, op.desc.group, key);
             }
-            if blocked.is_some() {
+            if blocked {
                 s.phase = Phase::Running;
                 s.waiting = Arc::default();
                 s.done.clear();
