@@ -200,25 +200,60 @@ impl OpKind {
     }
 
     /// Send or receive (the call names a peer).
+    #[inline]
     pub fn is_p2p(self) -> bool {
-        self.position(Peer).is_some()
+        self.has(Peer)
     }
 
     /// Collectives with a root (`OpDesc::peer` holds it).
+    #[inline]
     pub fn is_rooted(self) -> bool {
-        self.position(Root).is_some()
+        self.has(Root)
     }
 
     /// Collectives that combine values with a [`ReduceOp`](crate::ReduceOp).
+    #[inline]
     pub fn is_reducing(self) -> bool {
-        self.position(Op).is_some()
+        self.has(Op)
     }
 
     /// Collectives that split or concatenate along a dimension.
+    #[inline]
     pub fn has_dim(self) -> bool {
-        self.position(Dim).is_some()
+        self.has(Dim)
+    }
+
+    /// Whether the kind's method takes an argument with `role`: one load from [`ROLES`], which
+    /// the compiler derives from the table. These predicates run several times for every call
+    /// a program makes; searching the table each time cost more than the rest of validation.
+    #[inline]
+    fn has(self, role: Role) -> bool {
+        ROLES[self as usize] & (1 << role as u8) != 0
     }
 }
+
+/// Each kind's argument roles as a bit set (bit `role as u8`), indexed by `kind as usize`,
+/// computed from [`OpKind::params`] when the crate is compiled.
+const ROLES: [u8; OpKind::ALL.len()] = {
+    let mut roles = [0u8; OpKind::ALL.len()];
+    let mut i = 0;
+    while i < OpKind::ALL.len() {
+        let kind = OpKind::ALL[i];
+        // The index must be the discriminant, or `has` would read another kind's row.
+        assert!(
+            kind as usize == i,
+            "OpKind::ALL is not in declaration order"
+        );
+        let params = kind.params();
+        let mut j = 0;
+        while j < params.len() {
+            roles[i] |= 1 << params[j].role as u8;
+            j += 1;
+        }
+        i += 1;
+    }
+    roles
+};
 
 /// How a call is spelled: a kind's own method, or one of its list forms.
 ///
@@ -394,6 +429,48 @@ pub fn stacked(count: usize, element: &[usize]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn role_bits_match_the_table() {
+        let roles = [Described, Other, Peer, Root, Op, Dim];
+        for k in OpKind::ALL {
+            for role in roles {
+                assert_eq!(k.has(role), k.position(role).is_some(), "{k:?} {role:?}");
+            }
+        }
+        // Hand-listed, independent of the table.
+        let p2p: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.is_p2p()).collect();
+        assert_eq!(p2p, [OpKind::Send, OpKind::Recv]);
+        let rooted: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.is_rooted()).collect();
+        assert_eq!(
+            rooted,
+            [
+                OpKind::Broadcast,
+                OpKind::Reduce,
+                OpKind::Gather,
+                OpKind::Scatter
+            ]
+        );
+        let reducing: Vec<_> = OpKind::ALL
+            .into_iter()
+            .filter(|k| k.is_reducing())
+            .collect();
+        assert_eq!(
+            reducing,
+            [OpKind::Reduce, OpKind::AllReduce, OpKind::ReduceScatter]
+        );
+        let dim: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.has_dim()).collect();
+        assert_eq!(
+            dim,
+            [
+                OpKind::Gather,
+                OpKind::AllGather,
+                OpKind::Scatter,
+                OpKind::ReduceScatter,
+                OpKind::AllToAll
+            ]
+        );
+    }
 
     #[test]
     fn names_are_unique_and_found() {

@@ -425,11 +425,12 @@ pub fn validate(
         OpKind::Scatter => is_root,
         _ => false,
     };
-    let dim_overflows = desc
-        .shape
-        .get(desc.dim)
-        .is_some_and(|d| d.checked_mul(n).is_none());
-    if concatenates && (dim_overflows || !fits(&concatenated(desc, n), es)) {
+    let dim_overflows = || {
+        desc.shape
+            .get(desc.dim)
+            .is_some_and(|d| d.checked_mul(n).is_none())
+    };
+    if concatenates && (dim_overflows() || !fits(&concatenated(desc, n), es)) {
         return bad(format!(
             "{kind} of {} over {n} members along dim {} would need a tensor larger than any \
              can be",
@@ -490,7 +491,8 @@ pub fn validate(
         },
         _ => {}
     }
-    if let (Some(want), Some(got)) = (expected_output(desc, n), aux.output)
+    if let Some(got) = aux.output
+        && let Some(want) = expected_output(desc, n)
         && got != want.as_slice()
     {
         return bad(format!(

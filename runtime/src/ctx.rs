@@ -183,6 +183,7 @@ impl Caller<'_> {
 
     /// Whether a tensor on `d` is on the backend's device (rather than the host); an `Err` for
     /// any other device, which the backend could not address.
+    #[inline]
     fn on_device(&self, d: Device) -> Result<bool> {
         if d == Device::Host {
             return Ok(false);
@@ -222,6 +223,7 @@ impl Caller<'_> {
         }
     }
 
+    #[inline]
     fn finish(&self, desc: OpDesc, input: Buf, output: Buf, aux: Aux<'_>) -> Result<Op> {
         let members = if desc.kind.is_p2p() {
             &[][..]
@@ -850,6 +852,7 @@ impl Ctx {
 
     /// The op builder for one call on `group`, refusing a handle from another world (its id
     /// would name another communicator, or none, in this one).
+    #[inline]
     fn caller<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
         if group.world_id() != self.world_group.world_id() {
             return Err(Error::ForeignGroup {
@@ -967,7 +970,9 @@ impl<'c, 'a> Batch<'c, 'a> {
                         self.members.push(traced_members(&op, group));
                     }
                     self.ops.push(op);
-                    self.staged.extend(staged);
+                    if let Some(staged) = staged {
+                        self.staged.push(staged);
+                    }
                 }
                 Err(e) => self.error = Some(e),
             }

@@ -37,20 +37,29 @@ pub(crate) fn target(op: &Op) -> Target {
 /// Sorts `ops` by target, keeping the user's order within each target, and returns the runs:
 /// each target once, with the range of `ops` it covers, in target order.
 pub(crate) fn plan(ops: &mut [Op]) -> SmallVec<[(Target, Range<usize>); 4]> {
-    // Most batches are already in target order (one communicator, or one peer); sorting
-    // would still move every op.
-    if !ops.is_sorted_by_key(target) {
-        ops.sort_by_key(target); // stable
+    // Most batches are already in target order (one communicator, or one peer): cut them in
+    // one pass, computing each op's target once. Sorting would still move every op. The order
+    // of runs matters, not only their grouping: ranks that batch collectives on several
+    // communicators in different orders must still post them in one order.
+    if let Some(runs) = cut(ops) {
+        return runs;
     }
-    let mut runs = SmallVec::new();
-    let mut i = 0;
-    while i < ops.len() {
-        let t = target(&ops[i]);
-        let len = ops[i..].iter().take_while(|o| target(o) == t).count();
-        runs.push((t, i..i + len));
-        i += len;
+    ops.sort_by_key(target); // stable
+    cut(ops).unwrap_or_default()
+}
+
+/// The runs of `ops` if they are sorted by target; `None` if not.
+fn cut(ops: &[Op]) -> Option<SmallVec<[(Target, Range<usize>); 4]>> {
+    let mut runs: SmallVec<[(Target, Range<usize>); 4]> = SmallVec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let t = target(op);
+        match runs.last_mut() {
+            Some((last, range)) if *last == t => range.end = i + 1,
+            Some((last, _)) if *last > t => return None,
+            _ => runs.push((t, i..i + 1)),
+        }
     }
-    runs
+    Some(runs)
 }
 
 #[cfg(test)]
@@ -105,6 +114,8 @@ mod tests {
                 prop_assert_eq!(tags, want);
             }
             prop_assert_eq!(covered, ops.len());
+            // Runs come in target order, whatever order the user recorded them in.
+            prop_assert!(runs.windows(2).all(|w| w[0].0 < w[1].0));
         }
     }
 }

@@ -304,18 +304,22 @@ pub(crate) fn participates(desc: &OpDesc, n: usize, me: usize, seq: u64) -> bool
 /// Whether a step is a reduction small enough for one member to do whole; runs of such steps
 /// are done as one packed pass (see `LocalBackend::step_packed`).
 pub(crate) fn is_small_reduction(desc: &OpDesc) -> bool {
-    matches!(desc.kind, OpKind::AllReduce | OpKind::Reduce)
-        && desc.numel().saturating_mul(desc.dtype.size()) < SLICE_MIN_BYTES
+    small_reduction(desc, desc.numel())
 }
 
-/// Whether `next` can join a packed pass that `first` starts: a small reduction of the same
-/// kind, root, reduction and element type (shapes may differ).
+/// [`is_small_reduction`] for a caller that has the element count at hand.
+pub(crate) fn small_reduction(desc: &OpDesc, numel: usize) -> bool {
+    matches!(desc.kind, OpKind::AllReduce | OpKind::Reduce)
+        && numel.saturating_mul(desc.dtype.size()) < SLICE_MIN_BYTES
+}
+
+/// Whether two small reductions (the caller has checked both) can share a packed pass: the
+/// same kind, root, reduction and element type (shapes may differ).
 pub(crate) fn packs_with(first: &OpDesc, next: &OpDesc) -> bool {
     next.kind == first.kind
         && next.peer == first.peer
         && next.op == first.op
         && next.dtype == first.dtype
-        && is_small_reduction(next)
 }
 
 /// The element range member `me` reduces: a 64-byte-aligned slice of a large tensor, or all of

@@ -10,7 +10,7 @@
 
 use crate::exec::Op;
 
-use super::kernels::{is_small_reduction, packs_with};
+use super::kernels::{packs_with, small_reduction};
 
 /// A step's shape does not fit in a key: its descriptions are compared in full.
 pub(crate) const NO_KEY: u64 = u64::MAX;
@@ -48,26 +48,33 @@ pub(crate) fn shape_key(shape: &[usize]) -> u64 {
 }
 
 /// The pack table of a run of collective ops: empty unless two of them could share a pass.
+///
+/// Built for every collective run a rank posts, so it looks at each op once (a bucket of a
+/// thousand small all_reduces pays this per op, beside a kernel of a few hundred instructions).
 pub(crate) fn table(ops: &[Op]) -> Vec<PackEntry> {
-    let small = |o: &Op| {
-        let numel = o.desc.numel();
-        is_small_reduction(&o.desc) && o.input.len == numel && o.output.len == numel
-    };
-    if ops.len() < 2 || !ops.windows(2).any(|w| small(&w[0]) && small(&w[1])) {
+    if ops.len() < 2 {
         return Vec::new();
     }
-    let mut table: Vec<PackEntry> = ops
-        .iter()
-        .map(|o| PackEntry {
+    let mut table: Vec<PackEntry> = Vec::with_capacity(ops.len());
+    let mut pairs = false;
+    for o in ops {
+        let numel = o.desc.numel();
+        let small =
+            small_reduction(&o.desc, numel) && o.input.len == numel && o.output.len == numel;
+        pairs |= small && table.last().is_some_and(|e| e.rest > 0);
+        table.push(PackEntry {
             input: o.input.ptr.cast_const(),
             output: o.output.ptr,
             key: shape_key(&o.desc.shape),
             // Small: below 8 KiB of elements.
-            numel: u32::try_from(o.desc.numel()).unwrap_or(0),
-            rest: u32::from(small(o)),
-        })
-        .collect();
-    for i in (0..ops.len().saturating_sub(1)).rev() {
+            numel: u32::try_from(numel).unwrap_or(0),
+            rest: u32::from(small),
+        });
+    }
+    if !pairs {
+        return Vec::new();
+    }
+    for i in (0..ops.len() - 1).rev() {
         if table[i].rest > 0 && table[i + 1].rest > 0 && packs_with(&ops[i].desc, &ops[i + 1].desc)
         {
             table[i].rest = table[i + 1].rest + 1;
