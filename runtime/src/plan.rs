@@ -34,32 +34,37 @@ pub(crate) fn target(op: &Op) -> Target {
     }
 }
 
-/// Sorts `ops` by target, keeping the user's order within each target, and returns the runs:
-/// each target once, with the range of `ops` it covers, in target order.
-pub(crate) fn plan(ops: &mut [Op]) -> SmallVec<[(Target, Range<usize>); 4]> {
+/// Sorts `ops` by target, keeping the user's order within each target, and returns the runs.
+pub(crate) fn plan(ops: &mut [Op]) -> Runs {
     // Most batches are already in target order (one communicator, or one peer): cut them in
     // one pass, computing each op's target once. Sorting would still move every op. The order
     // of runs matters, not only their grouping: ranks that batch collectives on several
     // communicators in different orders must still post them in one order.
-    if let Some(runs) = cut(ops) {
-        return runs;
+    let mut runs = Runs::new();
+    if !cut(ops, &mut runs) {
+        ops.sort_by_key(target); // stable
+        runs.clear();
+        cut(ops, &mut runs);
     }
-    ops.sort_by_key(target); // stable
-    cut(ops).unwrap_or_default()
+    runs
 }
 
-/// The runs of `ops` if they are sorted by target; `None` if not.
-fn cut(ops: &[Op]) -> Option<SmallVec<[(Target, Range<usize>); 4]>> {
-    let mut runs: SmallVec<[(Target, Range<usize>); 4]> = SmallVec::new();
+/// A batch's runs: each target once, with the range of the batch it covers, in target order.
+pub(crate) type Runs = SmallVec<[(Target, Range<usize>); 4]>;
+
+/// Appends the runs of `ops` to `runs` while they are sorted by target; whether all were.
+/// (Filling the caller's list rather than returning one: the list is large enough that moving
+/// it costs more than cutting a one-op batch.)
+fn cut(ops: &[Op], runs: &mut Runs) -> bool {
     for (i, op) in ops.iter().enumerate() {
         let t = target(op);
         match runs.last_mut() {
             Some((last, range)) if *last == t => range.end = i + 1,
-            Some((last, _)) if *last > t => return None,
+            Some((last, _)) if *last > t => return false,
             _ => runs.push((t, i..i + 1)),
         }
     }
-    Some(runs)
+    true
 }
 
 #[cfg(test)]

@@ -174,6 +174,9 @@ impl TargetRun {
     }
 }
 
+/// A batch's runs, in plan order.
+type Runs = SmallVec<[TargetRun; 4]>;
+
 /// A blocked op (its index in the batch) and the ranks it waits for.
 type Waiting = (usize, SmallVec<[usize; 8]>);
 
@@ -230,10 +233,11 @@ impl LocalBackend {
             .expect("collective runs carry their group")
     }
 
-    /// Turns the (sorted) batch's plan into runs, numbering their steps and messages; nothing
-    /// is visible to peers yet (see [`LocalBackend::publish`]).
-    fn number(&mut self, plan: &[(Target, Range<usize>)]) -> Result<SmallVec<[TargetRun; 4]>> {
-        let mut runs: SmallVec<[TargetRun; 4]> = SmallVec::new();
+    /// Turns the (sorted) batch's plan into runs, appended to `runs`, numbering their steps and
+    /// messages; nothing is visible to peers yet (see [`LocalBackend::publish`]). (The caller's
+    /// list is filled in place: runs are large, and a one-op call should not pay for moving
+    /// four of them.)
+    fn number(&mut self, plan: &[(Target, Range<usize>)], runs: &mut Runs) -> Result<()> {
         for (t, range) in plan {
             let (t, i, len) = (*t, range.start, range.len());
             let (base, me, group) = match t {
@@ -267,7 +271,7 @@ impl LocalBackend {
                 packs: Vec::new(),
             });
         }
-        Ok(runs)
+        Ok(())
     }
 
     /// Makes the runs visible to peers, who may read `ops` and their buffers from here on; a
@@ -939,14 +943,14 @@ unsafe impl Backend for LocalBackend {
             return Err(self.shared.abort_error(self.rank, site));
         }
         let plan = crate::plan::plan(ops);
-        let numbered = self.number(&plan);
-        let mut reqs = std::mem::take(&mut self.posted);
         // Declared before the guard: the runs own their pack tables, which peers read, so on
         // the way out through an error they must outlive the guard's quiescing (dropped inside
         // the closure they were freed while a peer could still be reading them).
-        let mut runs: SmallVec<[TargetRun; 4]> = SmallVec::new();
+        let mut runs = Runs::new();
+        let numbered = self.number(&plan, &mut runs);
+        let mut reqs = std::mem::take(&mut self.posted);
         let result = self.guarded(|me| {
-            runs = numbered?;
+            numbered?;
             me.publish(ops, &mut runs);
             me.drive(&mut runs, ops, &mut reqs, Until::Runs)
         });
@@ -968,8 +972,9 @@ unsafe impl Backend for LocalBackend {
             output: if send { Buf::NONE } else { buf },
         });
         let plan = [(crate::plan::target(&op), 0..1)];
-        let run = self
-            .number(&plan)?
+        let mut runs = Runs::new();
+        self.number(&plan, &mut runs)?;
+        let run = runs
             .pop()
             .ok_or_else(|| Error::Internal("a post without a run".into()))?;
         let ticket = Ticket(self.next_ticket);
