@@ -355,7 +355,7 @@ fn owned_range(
 /// no other thread may write the destination ranges, and a destination may alias a source only
 /// at the same element positions (in-place all_reduce).
 #[allow(clippy::too_many_arguments)]
-unsafe fn reduce_strided<T: Arith>(
+pub(crate) unsafe fn reduce_strided<T: Arith>(
     r: &Reducer<T>,
     srcs: &[*const u8],
     src_pitch: usize,

@@ -13,13 +13,16 @@
 //!    touches a buffer sized by a disagreeing peer) and this member does its share
 //!    (`kernels::run_share`), reading peers' buffers in place and writing a region only it
 //!    writes, then bumps its `done`. A stretch of small reductions that every member has
-//!    posted is checked and reduced in one pass over compact per-step tables (`pack`). A
-//!    receive whose send is posted copies straight from the sender's tensor and bumps the
-//!    channel's `copied`.
+//!    posted is checked and reduced in one pass over compact per-step tables (`pack`). A run
+//!    of one small collective is also posted eagerly and completes from every member's copy
+//!    of its input, without the round trip (`eager`). A receive whose send is posted copies
+//!    straight from the sender's tensor and bumps the channel's `copied`.
 //! 3. **Complete.** The batch is done when every member's `done` covers its steps and every
 //!    send has been copied. Only then may the rank return, so its buffers outlive every peer's
 //!    access: a peer reads a posted op only while the step it belongs to is unfinished, and the
-//!    poster cannot finish it without that peer.
+//!    poster cannot finish it without that peer. (An eager step is finished by each member on
+//!    its own, but only once every member has taken the eager path, and then nobody reads
+//!    anybody's op or buffers: only the slots' copies.)
 //!
 //! **Posted messages** (`isend`/`irecv`, [`Backend::post`]) are runs of one op that outlive the
 //! call that made them: the backend owns their op and buffer, numbers them in order with the
@@ -34,6 +37,7 @@
 //! rank's call site. Disagreeing descriptions, size mismatches, failed or exited peers and
 //! timeouts stop the world with an error instead of a hang.
 
+mod eager;
 mod kernels;
 mod pack;
 mod world;
@@ -50,6 +54,7 @@ use crate::exec::{Backend, Buf, Op, PostedOp, Ticket};
 use crate::model::{CallSite, GroupId};
 use crate::plan::Target;
 
+use eager::Sig;
 use kernels::{Step, copy_rows};
 use pack::{NO_KEY, PackEntry};
 use world::GroupState;
@@ -166,12 +171,25 @@ struct TargetRun {
     /// The run's pack table (collectives; see `pack`), empty when nothing packs. Peers read it
     /// while the run is posted; its heap block does not move when the run does.
     packs: Vec<PackEntry>,
+    /// The signature of a run of one small collective posted eagerly as well (see `eager`);
+    /// cleared if the step runs in place.
+    eager: Option<Sig>,
 }
 
 impl TargetRun {
     fn end(&self) -> u64 {
         self.base + self.len as u64
     }
+}
+
+/// What an eager attempt at a step came to.
+enum Eager {
+    /// Completed from the slots.
+    Done,
+    /// Some members have not arrived yet.
+    Wait(Waiting),
+    /// Some member runs the step in place: so must we.
+    InPlace,
 }
 
 /// A batch's runs, in plan order.
@@ -269,6 +287,7 @@ impl LocalBackend {
                 published: !matches!(t, Target::Send(_)),
                 complete: false,
                 packs: Vec::new(),
+                eager: None,
             });
         }
         Ok(())
@@ -291,6 +310,16 @@ impl LocalBackend {
                         run.packs.as_mut_ptr()
                     };
                     let g = self.group_of(run);
+                    if run.len == 1 {
+                        let op = &ops[run.start];
+                        run.eager = Sig::of(op);
+                        if let Some(sig) = run.eager {
+                            // SAFETY: our own slot; its previous use (step `base - 2`) was
+                            // finished by every member before we could complete `base - 1`
+                            // (see `eager`); `Sig::of` checked the input's size, host memory.
+                            unsafe { g.eager_slot(run.me, run.base).fill(run.base, sig, op) };
+                        }
+                    }
                     let slot = &g.slots[run.me];
                     slot.base.store(run.base, Ordering::Relaxed);
                     slot.entries.store(entries, Ordering::Relaxed);
@@ -438,10 +467,17 @@ impl LocalBackend {
         let blocked = self.step_coll(run, g, ops);
         if run.next > before {
             pass.progressed = true;
-            woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+            // Nobody waits for the `done` of a step completed eagerly (every member completes
+            // it from the slots), so that needs no wake-up.
+            if !(run.complete && run.eager.is_some()) {
+                woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+            }
         }
         if let Some(waiting) = blocked? {
             return Ok(Some(waiting));
+        }
+        if run.complete {
+            return Ok(None);
         }
         Ok(self.complete_coll(run, g))
     }
@@ -456,6 +492,16 @@ impl LocalBackend {
     ) -> Result<Option<Waiting>> {
         let n = g.members.len();
         while run.next < run.end() {
+            if run.eager.is_some() {
+                match self.step_eager(run, g, ops)? {
+                    Eager::Done => {
+                        run.complete = true;
+                        return Ok(None);
+                    }
+                    Eager::Wait(waiting) => return Ok(Some(waiting)),
+                    Eager::InPlace => run.eager = None,
+                }
+            }
             if self.step_packed(run, g, ops)? {
                 continue;
             }
@@ -633,6 +679,88 @@ impl LocalBackend {
         g.slots[run.me].done.0.store(k + len, Ordering::Release);
         run.next = k + len;
         Ok(true)
+    }
+
+    /// Tries to complete the run's one step eagerly (see `eager`): from every member's slot if
+    /// all are filled and agree; in place if a member posted the step without filling its slot.
+    fn step_eager(&self, run: &mut TargetRun, g: &GroupState, ops: &[Op]) -> Result<Eager> {
+        let k = run.next;
+        let idx = run.start;
+        let op = &ops[idx];
+        let Some(mine) = run.eager else {
+            return Ok(Eager::InPlace);
+        };
+        let n = g.members.len();
+        let mut inputs: SmallVec<[*const u8; 8]> = SmallVec::with_capacity(n);
+        let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
+        let mut agree = true;
+        for (j, slot) in g.slots.iter().enumerate() {
+            // `posted` first: a member fills its eager slot before it posts, so once `posted`
+            // covers step k an empty slot means the member runs the step in place.
+            let posted = slot.posted.load(Ordering::Acquire);
+            match g.eager_slot(j, k).read(k) {
+                Some((sig, data)) => {
+                    agree &= sig == mine;
+                    inputs.push(data);
+                }
+                None if posted > k => return Ok(Eager::InPlace),
+                None => missing.push(g.members[j]),
+            }
+        }
+        if !missing.is_empty() {
+            return Ok(Eager::Wait((idx, missing)));
+        }
+        if !agree {
+            return self.eager_mismatch(run, g, ops).map(Eager::Wait);
+        }
+        let root = op
+            .desc
+            .peer
+            .and_then(|r| g.members.binary_search(&r).ok())
+            .unwrap_or(0);
+        fail_point!("step");
+        // SAFETY: every member's slot holds step k with our signature, hence an input of our
+        // op's size, stable until we finish this step; our output is ours alone.
+        unsafe { eager::complete(op, &op.desc, &inputs, root, run.me) };
+        g.slots[run.me].done.0.store(k + 1, Ordering::Release);
+        run.next = k + 1;
+        Ok(Eager::Done)
+    }
+
+    /// Members' eager slots disagree: reports the mismatch from their full descriptions, as
+    /// the in-place path does, once every member has posted its op (until then, whom we wait
+    /// for). Nobody leaves a step whose signatures differ, so the ops stay live.
+    fn eager_mismatch(&self, run: &TargetRun, g: &GroupState, ops: &[Op]) -> Result<Waiting> {
+        let k = run.next;
+        let idx = run.start;
+        let unposted: SmallVec<[usize; 8]> = g
+            .slots
+            .iter()
+            .zip(g.members.iter())
+            .filter(|(s, _)| s.posted.load(Ordering::Acquire) <= k)
+            .map(|(_, &r)| r)
+            .collect();
+        if !unposted.is_empty() {
+            return Ok((idx, unposted));
+        }
+        let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(g.members.len());
+        for (j, slot) in g.slots.iter().enumerate() {
+            if j == run.me {
+                entries.push(&ops[idx]);
+            } else {
+                // SAFETY: member j posted step k (Acquire above) and stays in it: its slot
+                // disagrees with ours, so it cannot complete the step eagerly either.
+                entries.push(unsafe { published_op(&slot.entries, &slot.base, k) });
+            }
+        }
+        self.check_agreement(&entries, &g.members, k)?;
+        let err = Error::Internal(format!(
+            "{}: eager signatures of collective step {k} on group {:?} differ, but the \
+             descriptions agree",
+            ops[idx].desc.site, g.members
+        ));
+        self.shared.abort(Abort::Error(err.clone()));
+        Err(err)
     }
 
     /// Stops the world on buffers that do not fit their step (a bug caught before any access).

@@ -2,10 +2,20 @@
 //! returns an error naming the panicking rank — and must not let a peer touch freed buffers
 //! (run under Miri: `cargo +nightly miri test -p rankwise-runtime --lib`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::{Error, ReduceOp, Result, Tensor, spawn_each};
+
+/// Sets its flag when dropped (also while unwinding from a panic).
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
 
 /// Every fail point in the backend, and a program that passes each of them on every rank.
 const POINTS: [&str; 7] = [
@@ -14,14 +24,31 @@ const POINTS: [&str; 7] = [
 
 /// Collectives (small and sliced), point-to-point and a batch; rank `victim` arms `point`
 /// before its `skip + 1`-th hit.
-fn program(ctx: &mut crate::Ctx, victim: usize, point: &'static str, skip: u32) -> Result<f32> {
+fn program(
+    ctx: &mut crate::Ctx,
+    victim: usize,
+    point: &'static str,
+    skip: u32,
+    unwound: &AtomicBool,
+) -> Result<f32> {
     let (r, w) = (ctx.rank(), ctx.world());
-    if r == victim {
+    // Set when the victim's program unwinds from its injected panic.
+    let _flag = (r == victim).then(|| {
         crate::fail::arm(point, skip);
-    }
-    // Rank 0 arrives late, so that the others park and pass "announce".
+        SetOnDrop(unwound)
+    });
+    // Rank 0 arrives late, so that the others park and pass "announce". For that point, late
+    // means "after the victim parked": a fixed delay made the test depend on scheduling (Miri's
+    // among others), and it failed once in CI.
     if r == 0 {
-        std::thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 5 }));
+        if point == "announce" && victim != 0 && skip == 0 {
+            let limit = std::time::Instant::now() + Duration::from_secs(30);
+            while !unwound.load(Ordering::Acquire) && std::time::Instant::now() < limit {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 5 }));
+        }
     }
     let mut small = Tensor::full([3], r as f32)?;
     ctx.all_reduce(&mut small, ReduceOp::Sum)?;
@@ -52,8 +79,9 @@ fn a_panic_at_any_fail_point_stops_every_rank() {
             for victim in [0, 1] {
                 let (tx, rx) = mpsc::channel();
                 std::thread::spawn(move || {
+                    let unwound = AtomicBool::new(false);
                     let each = spawn_each(3, Default::default(), |ctx| {
-                        program(ctx, victim, point, skip)
+                        program(ctx, victim, point, skip, &unwound)
                     });
                     let _ = tx.send(each);
                 });

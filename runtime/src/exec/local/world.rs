@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::error::{DeadlockReport, Error, PeerFailure, RankWait};
 use crate::exec::Op;
 
+use super::eager::EagerSlot;
 use super::pack::PackEntry;
 use crate::model::{CallSite, GroupId, WorldId};
 
@@ -34,10 +35,28 @@ pub(crate) struct CollSlot {
     pub done: PaddedU64,
 }
 
-/// A communicator: its members and one slot per member.
+/// A communicator: its members, one slot per member, and two eager slots per member.
 pub(crate) struct GroupState {
     pub members: Box<[usize]>,
     pub slots: Box<[CollSlot]>,
+    /// Member `j`'s eager slot for step `k` is `eager[2 * j + k % 2]` (see `eager`).
+    pub eager: Box<[EagerSlot]>,
+}
+
+impl GroupState {
+    fn new(members: Box<[usize]>) -> Self {
+        let n = members.len();
+        GroupState {
+            members,
+            slots: (0..n).map(|_| CollSlot::default()).collect(),
+            eager: (0..2 * n).map(|_| EagerSlot::default()).collect(),
+        }
+    }
+
+    /// Member `j`'s eager slot for `step`.
+    pub(crate) fn eager_slot(&self, j: usize, step: u64) -> &EagerSlot {
+        &self.eager[2 * j + (step % 2) as usize]
+    }
 }
 
 /// The sender's side of the ordered channel `src → dst`.
@@ -150,10 +169,7 @@ impl WorldState {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
-        let world_group = Arc::new(GroupState {
-            members: (0..world).collect(),
-            slots: (0..world).map(|_| CollSlot::default()).collect(),
-        });
+        let world_group = Arc::new(GroupState::new((0..world).collect()));
         let mut registry = HashMap::new();
         registry.insert(((0..world).collect(), u32::MAX), GroupId::WORLD);
         Arc::new(WorldState {
@@ -188,10 +204,7 @@ impl WorldState {
         }
         let mut groups = self.groups.write().unwrap_or_else(PoisonError::into_inner);
         let id = GroupId(groups.len() as u32);
-        groups.push(Arc::new(GroupState {
-            members: members.into(),
-            slots: members.iter().map(|_| CollSlot::default()).collect(),
-        }));
+        groups.push(Arc::new(GroupState::new(members.into())));
         reg.insert((members.to_vec(), ordinal), id);
         id
     }

@@ -1,0 +1,207 @@
+//! Eager steps: a lone small collective completes with one-way signalling.
+//!
+//! A step done in place is a round trip: every member posts, the step's owner checks and moves
+//! the data, and every member waits for the owner's `done`. For a payload of a few bytes — a
+//! loss, a norm, a flag, a barrier — that round trip is the whole cost. So a collective run of
+//! one small op (see [`Sig::of`]) is also posted *eagerly*: before its regular publication the
+//! member writes its description's exact signature and a copy of its input into its eager slot
+//! for the step (one cache line, as NCCL's LL protocol and MPI's eager messages carry the data
+//! with the flag), and a member that finds every member's slot filled for the step, with equal
+//! signatures, computes its own output from the copies — every member the same way, in member
+//! order, so the results are bit-identical to the in-place path's — and returns without waiting
+//! for anyone.
+//!
+//! **Mixing with the in-place path.** Members that record the same call differently (alone on
+//! one rank, inside a batch on another) must still meet. A member that posted step `k` without
+//! filling its eager slot runs it in place; an eager member that sees such a peer (its regular
+//! `posted` covers `k`, its eager slot does not) runs step `k` in place too — its op is posted
+//! regularly as well, so the in-place members find it. Nobody completes a step eagerly unless
+//! every member filled its slot, so a step is either eager for all or in place for all.
+//!
+//! **Slot reuse.** Each member has two slots per communicator, used by step parity. A member
+//! writes the slot of step `k + 2` only after completing step `k + 1`, which needs every member
+//! to have finished step `k` (eagerly: after reading every slot of `k`), so nobody still reads
+//! what it overwrites.
+//!
+//! **Disagreement.** Signatures are exact encodings of what [`OpDesc::agrees_with`] compares, so
+//! unequal signatures are a collective mismatch, reported from the full descriptions as the
+//! in-place path does (every member finds it; nobody leaves the step).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::element::with_dtype;
+use crate::exec::Op;
+use crate::model::{OpDesc, OpKind};
+
+use super::pack::{NO_KEY, shape_key};
+
+/// The largest input an eager step carries, in bytes.
+pub(crate) const EAGER_BYTES: usize = 32;
+
+/// What agreement compares, as three words: equal signatures mean agreeing descriptions.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Sig([u64; 3]);
+
+impl Sig {
+    /// The signature of a description that can go eagerly, or `None`: a kind the eager step
+    /// computes (all_reduce, reduce, broadcast, barrier, and all_gather whose parts are
+    /// contiguous), an input of at most [`EAGER_BYTES`], a shape with an exact key.
+    pub(crate) fn of(op: &Op) -> Option<Sig> {
+        let d = &op.desc;
+        let bytes = op.input.len.checked_mul(d.dtype.size())?;
+        let eligible = match d.kind {
+            OpKind::AllReduce | OpKind::Reduce | OpKind::Broadcast | OpKind::Barrier => true,
+            // Member j's input is part j of the output only if nothing comes before `dim`.
+            OpKind::AllGather => d.shape.iter().take(d.dim).all(|&s| s == 1),
+            _ => false,
+        };
+        if !eligible || bytes > EAGER_BYTES || op.input.on_device || op.output.on_device {
+            return None;
+        }
+        let barrier = d.kind == OpKind::Barrier;
+        let key = if barrier { 0 } else { shape_key(&d.shape) };
+        let peer = match d.peer {
+            None => 0,
+            Some(p) => u32::try_from(p).ok()? as u64 + 1,
+        };
+        let dim = if d.kind.has_dim() { d.dim } else { 0 };
+        if key == NO_KEY || dim >= 16 {
+            return None;
+        }
+        let kind = OpKind::ALL.iter().position(|&k| k == d.kind)? as u64;
+        let dtype = if barrier { 0 } else { d.dtype as u64 + 1 };
+        let (op_tag, scale) = match d.op {
+            None => (0, 0),
+            Some(crate::ReduceOp::PreMulSum(s)) => (1, s.to_bits()),
+            Some(o) => (
+                2 + crate::ReduceOp::ALL.iter().position(|&x| x == o)? as u64,
+                0,
+            ),
+        };
+        // 4 bits each for kind, dtype, op and dim (every one has fewer than 16 values), then
+        // the root + 1 in the high half.
+        let w0 = kind | dtype << 4 | op_tag << 8 | (dim as u64) << 12 | peer << 32;
+        Some(Sig([w0, key, scale]))
+    }
+}
+
+/// One member's eager slot for one step parity: a cache line holding the step, the signature
+/// and the input.
+#[repr(C, align(64))]
+pub(crate) struct EagerSlot {
+    /// One past the step the slot holds (Release after the body; readers Acquire).
+    seq: AtomicU64,
+    body: UnsafeCell<Body>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Body {
+    sig: Sig,
+    data: [u8; EAGER_BYTES],
+}
+
+impl Default for EagerSlot {
+    fn default() -> Self {
+        EagerSlot {
+            seq: AtomicU64::new(0),
+            body: UnsafeCell::new(Body {
+                sig: Sig([0; 3]),
+                data: [0; EAGER_BYTES],
+            }),
+        }
+    }
+}
+
+// SAFETY: `body` is written only by the slot's member, before it stores `seq` (Release), and
+// read by peers only after they load that `seq` (Acquire); the member rewrites it only for a
+// later step of the same parity, which it cannot reach before every peer has finished reading
+// (module docs, "Slot reuse").
+unsafe impl Sync for EagerSlot {}
+
+impl EagerSlot {
+    /// Fills the slot for `step` with `sig` and `op`'s input.
+    ///
+    /// # Safety
+    /// The caller is the slot's member, and every peer has finished reading the slot's
+    /// previous step (module docs); `op`'s input is a live host buffer of the size `sig` was
+    /// made for (at most [`EAGER_BYTES`]).
+    pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op) {
+        let bytes = op.input.len * op.desc.dtype.size();
+        let mut body = Body {
+            sig,
+            data: [0; EAGER_BYTES],
+        };
+        if bytes > 0 {
+            // SAFETY: the input holds `bytes` (≤ EAGER_BYTES) bytes (contract).
+            let input = unsafe { std::slice::from_raw_parts(op.input.ptr.cast_const(), bytes) };
+            body.data[..bytes].copy_from_slice(input);
+        }
+        // SAFETY: no peer reads the body now (contract).
+        unsafe { *self.body.get() = body };
+        self.seq.store(step + 1, Ordering::Release);
+    }
+
+    /// The slot's signature and input if it holds `step`.
+    pub(crate) fn read(&self, step: u64) -> Option<(Sig, *const u8)> {
+        if self.seq.load(Ordering::Acquire) != step + 1 {
+            return None;
+        }
+        let body = self.body.get().cast_const();
+        // SAFETY: the member filled the body before storing `seq` (Acquire above) and will not
+        // touch it again before we finish this step (module docs). A raw pointer to the data,
+        // not a reference: it stays valid (the slot lives as long as the world).
+        unsafe { Some(((*body).sig, (&raw const (*body).data).cast::<u8>())) }
+    }
+}
+
+/// Computes member `me`'s output of an eager step from every member's input, in member order
+/// — what the in-place path computes, by the same kernels.
+///
+/// # Safety
+/// `inputs` holds every member's input for the step (their signatures equal `op`'s, so they
+/// have `op`'s size), readable for the call; `op` is this member's validated op, its output
+/// writable by this call alone.
+pub(crate) unsafe fn complete(
+    op: &Op,
+    desc: &OpDesc,
+    inputs: &[*const u8],
+    root: usize,
+    me: usize,
+) {
+    fail_point!("kernel");
+    let n = inputs.len();
+    let es = desc.dtype.size();
+    let numel = op.input.len;
+    match desc.kind {
+        OpKind::AllReduce | OpKind::Reduce => {
+            if numel == 0 || (desc.kind == OpKind::Reduce && me != root) {
+                return;
+            }
+            let dsts = [op.output.ptr];
+            let red = desc.op.unwrap_or(crate::ReduceOp::Sum);
+            with_dtype!(desc.dtype, T => {
+                let r = crate::reduce::Reducer::<T>::new(red, n);
+                // SAFETY: every input holds `numel` elements, our output too, and no input
+                // aliases it (they are copies in the slots).
+                unsafe { super::kernels::reduce_strided::<T>(&r, inputs, 0, 0, &dsts, 0, 1, numel) }
+            })
+        }
+        OpKind::Broadcast => {
+            if me != root && numel > 0 {
+                // SAFETY: the root's input and our output hold `numel` elements; distinct.
+                unsafe { std::ptr::copy_nonoverlapping(inputs[root], op.output.ptr, numel * es) };
+            }
+        }
+        OpKind::AllGather => {
+            let part = numel * es;
+            for (j, &input) in inputs.iter().enumerate() {
+                // SAFETY: the output holds `n` parts of `part` bytes, laid out in member order
+                // (nothing comes before `dim`: `Sig::of`); every input holds one part.
+                unsafe { std::ptr::copy_nonoverlapping(input, op.output.ptr.add(j * part), part) };
+            }
+        }
+        _ => {}
+    }
+}

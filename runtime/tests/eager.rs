@@ -1,0 +1,375 @@
+//! Lone small collectives, which the threads backend completes eagerly (one-way, from per-member
+//! slots): results bit for bit against the sequential reference in `common` for every kind the
+//! eager path computes, every element type and reduction, sizes on both sides of its 32-byte
+//! limit; ranks that make a call alone meeting ranks that batch it (so one side is eager and the
+//! other in place); slots reused thousands of times under stragglers; and disagreements, which
+//! must be reported as collective mismatches whichever path each rank took.
+
+mod common;
+
+use common::{Num, concat, data, reduce};
+use rankwise_runtime::{
+    Ctx, Error, Options, PeerFailure, ReduceOp, Result, Tensor, bf16, f16, spawn, spawn_each,
+};
+
+/// What one lone call is.
+#[derive(Clone, Copy, Debug)]
+enum Call {
+    AllReduce(ReduceOp),
+    Reduce(usize, ReduceOp),
+    Broadcast(usize),
+    /// all_gather along `dim` of a tensor whose dimensions before `dim` are 1.
+    AllGather(usize),
+}
+
+/// Element counts: one element, exactly 32 bytes (the eager limit), one element more (in place),
+/// and none.
+fn sizes<T>() -> [usize; 4] {
+    let limit = 32 / std::mem::size_of::<T>();
+    [1, limit, limit + 1, 0]
+}
+
+/// The calls to make at `world`, for element type `T` (`int`: bitwise reductions apply).
+fn calls(world: usize, int: bool) -> Vec<Call> {
+    let mut ops = vec![
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+        ReduceOp::PreMulSum(3.0),
+    ];
+    if int {
+        ops.extend([ReduceOp::BitAnd, ReduceOp::BitOr, ReduceOp::BitXor]);
+    }
+    let mut out: Vec<Call> = ops.iter().map(|&op| Call::AllReduce(op)).collect();
+    for root in 0..world {
+        out.push(Call::Reduce(root, ops[root % ops.len()]));
+        out.push(Call::Broadcast(root));
+    }
+    out.extend([Call::AllGather(0), Call::AllGather(1)]);
+    out
+}
+
+/// The shape of a call's tensor with `numel` elements.
+fn shape(call: Call, numel: usize) -> Vec<usize> {
+    match call {
+        Call::AllGather(1) => vec![1, numel],
+        _ => vec![numel],
+    }
+}
+
+/// Rounds of calls: every slot is reused many times within one round already (each call is
+/// followed by a barrier); more rounds vary the values. Miri runs one.
+const ROUNDS: usize = if cfg!(miri) { 1 } else { 3 };
+
+/// Makes every call once per size, alone, `ROUNDS` times; returns each rank's results in order.
+fn run_calls<T: Num>(world: usize, calls: &[Call]) -> Vec<Vec<Vec<T>>> {
+    spawn(world, |ctx| {
+        let rank = ctx.rank();
+        let mut results = Vec::new();
+        for round in 0..ROUNDS {
+            for (c, &call) in calls.iter().enumerate() {
+                for (s, numel) in sizes::<T>().into_iter().enumerate() {
+                    let case = (round * calls.len() + c) * 4 + s;
+                    let shape = shape(call, numel);
+                    let mut t = Tensor::from_vec(shape.clone(), data::<T>(rank, case, numel))?;
+                    match call {
+                        Call::AllReduce(op) => ctx.all_reduce(&mut t, op)?,
+                        Call::Reduce(root, op) => ctx.reduce(&mut t, root, op)?,
+                        Call::Broadcast(root) => ctx.broadcast(&mut t, root)?,
+                        Call::AllGather(dim) => {
+                            let mut out_shape = shape.clone();
+                            out_shape[dim] *= ctx.world();
+                            let mut out = Tensor::<T>::zeros(out_shape)?;
+                            ctx.all_gather(&t, &mut out, dim)?;
+                            t = out;
+                        }
+                    }
+                    results.push(t.to_vec());
+                    ctx.barrier()?;
+                }
+            }
+        }
+        Ok(results)
+    })
+    .unwrap_or_else(|e| panic!("world {world}: {e}"))
+}
+
+fn check<T: Num + Bits>(world: usize, int: bool) {
+    let calls = calls(world, int);
+    let got = run_calls::<T>(world, &calls);
+    let mut at = 0;
+    for round in 0..ROUNDS {
+        for (c, &call) in calls.iter().enumerate() {
+            for (s, numel) in sizes::<T>().into_iter().enumerate() {
+                let case = (round * calls.len() + c) * 4 + s;
+                let inputs: Vec<Vec<T>> = (0..world).map(|r| data(r, case, numel)).collect();
+                for (rank, results) in got.iter().enumerate() {
+                    let want = match call {
+                        Call::AllReduce(op) => reduce(&inputs, op),
+                        Call::Reduce(root, op) if rank == root => reduce(&inputs, op),
+                        Call::Reduce(..) => inputs[rank].clone(),
+                        Call::Broadcast(root) => inputs[root].clone(),
+                        Call::AllGather(dim) => concat(&inputs, &shape(call, numel), dim),
+                    };
+                    let same = results[at].len() == want.len()
+                        && results[at]
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.bits() == b.bits());
+                    assert!(
+                        same,
+                        "world {world}, {} {call:?}, {numel} elements, round {round}, rank \
+                         {rank}: {:?} != {:?}",
+                        std::any::type_name::<T>(),
+                        results[at].iter().map(|x| x.bits()).collect::<Vec<_>>(),
+                        want.iter().map(|x| x.bits()).collect::<Vec<_>>()
+                    );
+                }
+                at += 1;
+            }
+        }
+    }
+}
+
+/// Bit patterns, so that float results compare exactly.
+trait Bits {
+    fn bits(self) -> u64;
+}
+macro_rules! bits {
+    ($($t:ty => $e:expr),*) => {$(
+        impl Bits for $t {
+            fn bits(self) -> u64 {
+                let f: fn($t) -> u64 = $e;
+                f(self)
+            }
+        }
+    )*};
+}
+bits!(
+    f32 => |x| x.to_bits().into(),
+    f64 => |x| x.to_bits(),
+    f16 => |x| x.to_bits().into(),
+    bf16 => |x| x.to_bits().into(),
+    i32 => |x| x as u32 as u64,
+    u8 => |x| x.into(),
+    i64 => |x| x as u64
+);
+
+#[test]
+fn lone_small_collectives_match_the_reference() {
+    if cfg!(miri) {
+        // The unsafe paths once per kind of element (float, half, integer), at a world where
+        // member 0 is not the root of every rooted call.
+        check::<f32>(3, false);
+        check::<f16>(2, false);
+        check::<i32>(3, true);
+        return;
+    }
+    for world in 1..=4 {
+        check::<f32>(world, false);
+        check::<f64>(world, false);
+        check::<f16>(world, false);
+        check::<bf16>(world, false);
+        check::<i32>(world, true);
+        check::<u8>(world, true);
+        check::<i64>(world, true);
+    }
+}
+
+/// One step of the mixed program: a small all_reduce, made alone by some ranks and inside a
+/// batch (with a barrier after it, so that the rank's run has two ops and goes in place) by the
+/// others; which ranks batch changes from step to step.
+fn mixed_step(ctx: &mut Ctx, step: usize, batches: bool) -> Result<Vec<f32>> {
+    let rank = ctx.rank();
+    let mut t = Tensor::from_vec([3], data::<f32>(rank, step, 3))?;
+    if batches {
+        let mut b = ctx.batch();
+        b.all_reduce(&mut t, ReduceOp::Sum).barrier();
+        b.run()?;
+    } else {
+        ctx.all_reduce(&mut t, ReduceOp::Sum)?;
+        ctx.barrier()?;
+    }
+    Ok(t.to_vec())
+}
+
+#[test]
+fn ranks_that_batch_a_small_call_meet_ranks_that_make_it_alone() {
+    for world in if cfg!(miri) { 3..=3 } else { 2..=4 } {
+        let steps = if cfg!(miri) { 12 } else { 200 };
+        let got = spawn(world, |ctx| {
+            let rank = ctx.rank();
+            (0..steps)
+                .map(|step| mixed_step(ctx, step, (step + rank) % 3 == 0))
+                .collect::<Result<Vec<_>>>()
+        })
+        .unwrap_or_else(|e| panic!("world {world}: {e}"));
+        for step in 0..steps {
+            let inputs: Vec<Vec<f32>> = (0..world).map(|r| data(r, step, 3)).collect();
+            let want = reduce(&inputs, ReduceOp::Sum);
+            for (rank, results) in got.iter().enumerate() {
+                assert_eq!(
+                    results[step], want,
+                    "world {world}, step {step}, rank {rank}"
+                );
+            }
+        }
+    }
+}
+
+/// A cheap deterministic generator, so every rank draws the same program.
+fn draw(seed: u64, i: u64) -> u64 {
+    let mut x = seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^ (x >> 29)
+}
+
+#[test]
+fn slots_reused_thousands_of_times_under_stragglers_hold_the_right_step() {
+    // Four ranks on this machine's cores: ranks are descheduled mid-step, and a rank that is
+    // made to sleep falls a step behind while the others race ahead to the next slot parity.
+    let world = 4;
+    let steps: u64 = if cfg!(miri) { 40 } else { 3000 };
+    let got = spawn(world, |ctx| {
+        let rank = ctx.rank() as u64;
+        let mut sums = Vec::new();
+        for i in 0..steps {
+            let r = draw(7, i);
+            if draw(rank + 11, i) % 97 == 0 {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            let v = (i * 10 + rank) as f64;
+            let mut t = Tensor::from_vec([2], vec![v, -v])?;
+            match r % 4 {
+                0 => ctx.broadcast(&mut t, (r / 4 % world as u64) as usize)?,
+                1 => {
+                    // In place for everyone: two ops in one batch.
+                    let mut u = Tensor::from_vec([1], vec![1.0f64])?;
+                    let mut b = ctx.batch();
+                    b.all_reduce(&mut t, ReduceOp::Sum)
+                        .all_reduce(&mut u, ReduceOp::Sum);
+                    b.run()?;
+                }
+                _ => ctx.all_reduce(&mut t, ReduceOp::Sum)?,
+            }
+            sums.push(t.to_vec());
+        }
+        Ok(sums)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..steps {
+        let r = draw(7, i);
+        let want = if r % 4 == 0 {
+            let root = r / 4 % world as u64;
+            let v = (i * 10 + root) as f64;
+            vec![v, -v]
+        } else {
+            let s: f64 = (0..world as u64).map(|k| (i * 10 + k) as f64).sum();
+            vec![s, -s]
+        };
+        for (rank, sums) in got.iter().enumerate() {
+            assert_eq!(sums[i as usize], want, "step {i}, rank {rank}");
+        }
+    }
+}
+
+/// Rank `odd` makes `theirs` where the others make `ours`, alone; every rank must stop with a
+/// collective mismatch at step 0 naming the odd rank (or rank 1, if the odd one is member 0).
+fn mismatch(odd: usize, ours: Call, theirs: Call, their_numel: usize) {
+    let results = spawn_each(3, Options::default(), |ctx| {
+        let (call, numel) = if ctx.rank() == odd {
+            (theirs, their_numel)
+        } else {
+            (ours, 2)
+        };
+        let mut t = Tensor::<f32>::full([numel], 1.0)?;
+        match call {
+            Call::AllReduce(op) => ctx.all_reduce(&mut t, op),
+            Call::Reduce(root, op) => ctx.reduce(&mut t, root, op),
+            Call::Broadcast(root) => ctx.broadcast(&mut t, root),
+            Call::AllGather(_) => ctx.barrier(),
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, r) in results.iter().enumerate() {
+        let case = format!("{ours:?} vs {theirs:?} ({their_numel}) on rank {odd}, rank {rank}");
+        let Err(Error::CollectiveMismatch(m)) = r else {
+            panic!("{case}: expected a mismatch, got {r:?}")
+        };
+        assert_eq!(m.step, 0, "{case}");
+        assert_eq!(m.rank_b, odd.max(1), "{case}");
+    }
+}
+
+#[test]
+fn disagreements_are_mismatches_whichever_path_each_rank_took() {
+    let sum = Call::AllReduce(ReduceOp::Sum);
+    for odd in if cfg!(miri) { 1..2 } else { 0..3 } {
+        // Both eager: the signatures differ in the op, the scalar, the shape, the root, the kind.
+        mismatch(odd, sum, Call::AllReduce(ReduceOp::Max), 2);
+        mismatch(
+            odd,
+            Call::AllReduce(ReduceOp::PreMulSum(2.0)),
+            Call::AllReduce(ReduceOp::PreMulSum(3.0)),
+            2,
+        );
+        mismatch(odd, sum, sum, 3);
+        mismatch(odd, Call::Broadcast(0), Call::Broadcast(1), 2);
+        mismatch(odd, sum, Call::Reduce(0, ReduceOp::Sum), 2);
+        // A barrier (`AllGather` stands for it here) against a reduction.
+        mismatch(odd, sum, Call::AllGather(0), 2);
+        // One side too large to go eagerly: it runs in place, the others fall back to it.
+        mismatch(odd, sum, sum, 100);
+    }
+}
+
+#[test]
+fn a_rank_that_returns_without_the_call_is_reported() {
+    let results = spawn_each(2, Options::default(), |ctx| {
+        if ctx.rank() == 1 {
+            return Ok(());
+        }
+        let mut t = Tensor::full([2], 1.0f32)?;
+        ctx.all_reduce(&mut t, ReduceOp::Sum)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(results[1].is_ok());
+    match &results[0] {
+        Err(Error::PeerFailed {
+            peer: 1,
+            reason: PeerFailure::Exited,
+            ..
+        }) => {}
+        other => panic!("expected rank 1 to be reported as exited, got {other:?}"),
+    }
+}
+
+#[test]
+fn sums_fold_in_member_order_like_the_in_place_path() {
+    // Values whose float sum depends on the order: 1e8 + 1 rounds back to 1e8.
+    let vals = [1e8f32, 1.0, -1e8, 0.5];
+    for world in 2..=4 {
+        let got = spawn(world, |ctx| {
+            let v = vals[ctx.rank()];
+            let mut alone = Tensor::full([2], v)?;
+            ctx.all_reduce(&mut alone, ReduceOp::Sum)?;
+            let mut batched = Tensor::full([2], v)?;
+            let mut other = Tensor::full([1], 0.0f32)?;
+            let mut b = ctx.batch();
+            b.all_reduce(&mut batched, ReduceOp::Sum)
+                .all_reduce(&mut other, ReduceOp::Sum);
+            b.run()?;
+            Ok((alone.to_vec(), batched.to_vec()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let inputs: Vec<Vec<f32>> = vals[..world].iter().map(|&v| vec![v; 2]).collect();
+        let want = reduce(&inputs, ReduceOp::Sum);
+        for (rank, (alone, batched)) in got.iter().enumerate() {
+            assert_eq!(alone, &want, "world {world}, rank {rank}, alone");
+            assert_eq!(batched, &want, "world {world}, rank {rank}, in place");
+        }
+    }
+}
