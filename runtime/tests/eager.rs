@@ -238,7 +238,7 @@ fn slots_reused_thousands_of_times_under_stragglers_hold_the_right_step() {
         let mut sums = Vec::new();
         for i in 0..steps {
             let r = draw(7, i);
-            if draw(rank + 11, i) % 97 == 0 {
+            if draw(rank + 11, i).is_multiple_of(97) {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
             let v = (i * 10 + rank) as f64;
@@ -262,7 +262,7 @@ fn slots_reused_thousands_of_times_under_stragglers_hold_the_right_step() {
     .unwrap_or_else(|e| panic!("{e}"));
     for i in 0..steps {
         let r = draw(7, i);
-        let want = if r % 4 == 0 {
+        let want = if r.is_multiple_of(4) {
             let root = r / 4 % world as u64;
             let v = (i * 10 + root) as f64;
             vec![v, -v]

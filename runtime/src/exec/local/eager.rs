@@ -188,11 +188,9 @@ pub(crate) unsafe fn complete(
                 unsafe { super::kernels::reduce_strided::<T>(&r, inputs, 0, 0, &dsts, 0, 1, numel) }
             })
         }
-        OpKind::Broadcast => {
-            if me != root && numel > 0 {
-                // SAFETY: the root's input and our output hold `numel` elements; distinct.
-                unsafe { std::ptr::copy_nonoverlapping(inputs[root], op.output.ptr, numel * es) };
-            }
+        OpKind::Broadcast if me != root => {
+            // SAFETY: the root's input and our output hold `numel` elements; distinct.
+            unsafe { std::ptr::copy_nonoverlapping(inputs[root], op.output.ptr, numel * es) };
         }
         OpKind::AllGather => {
             let part = numel * es;
