@@ -7,23 +7,27 @@
 
 mod common;
 
-use common::{Num, concat, data, reduce};
+use common::{Num, concat, data, reduce, split};
 use rankwise_runtime::{
     Ctx, Error, Options, PeerFailure, ReduceOp, Result, Tensor, bf16, f16, spawn, spawn_each,
 };
 
-/// What one lone call is.
+/// What one lone call is. Calls with a `dim` split or concatenate along it, on tensors whose
+/// dimensions before `dim` are 1 (`[n]` for dim 0, `[1, n]` for dim 1).
 #[derive(Clone, Copy, Debug)]
 enum Call {
     AllReduce(ReduceOp),
     Reduce(usize, ReduceOp),
     Broadcast(usize),
-    /// all_gather along `dim` of a tensor whose dimensions before `dim` are 1.
     AllGather(usize),
+    Gather(usize, usize),
+    Scatter(usize, usize),
+    ReduceScatter(ReduceOp, usize),
+    AllToAll(usize),
 }
 
-/// Element counts: one element, exactly 32 bytes (the eager limit), one element more (in place),
-/// and none.
+/// Element counts of a call's part: one element, exactly 32 bytes (the eager limit for an
+/// input of one part), one element more, and none.
 fn sizes<T>() -> [usize; 4] {
     let limit = 32 / std::mem::size_of::<T>();
     [1, limit, limit + 1, 0]
@@ -46,16 +50,53 @@ fn calls(world: usize, int: bool) -> Vec<Call> {
     for root in 0..world {
         out.push(Call::Reduce(root, ops[root % ops.len()]));
         out.push(Call::Broadcast(root));
+        out.push(Call::Gather(root, root % 2));
+        out.push(Call::Scatter(root, (root + 1) % 2));
     }
-    out.extend([Call::AllGather(0), Call::AllGather(1)]);
+    for dim in 0..2 {
+        out.push(Call::AllGather(dim));
+        out.push(Call::AllToAll(dim));
+        out.push(Call::ReduceScatter(ops[dim * 3], dim));
+    }
     out
 }
 
-/// The shape of a call's tensor with `numel` elements.
-fn shape(call: Call, numel: usize) -> Vec<usize> {
+/// A shape of `numel` elements along `dim` (dimensions before it are 1).
+fn along(dim: usize, numel: usize) -> Vec<usize> {
+    if dim == 1 {
+        vec![1, numel]
+    } else {
+        vec![numel]
+    }
+}
+
+/// The call's dim (0 for kinds without one).
+fn dim_of(call: Call) -> usize {
     match call {
-        Call::AllGather(1) => vec![1, numel],
-        _ => vec![numel],
+        Call::AllGather(d) | Call::Gather(_, d) | Call::Scatter(_, d) => d,
+        Call::ReduceScatter(_, d) | Call::AllToAll(d) => d,
+        _ => 0,
+    }
+}
+
+/// `(input shape, output shape)` on `rank` for a part of `part` elements at `world`; `None`
+/// where the rank passes no tensor (gather's output and scatter's input off the root), and an
+/// in-place call's output is its input.
+fn io(
+    call: Call,
+    part: usize,
+    world: usize,
+    rank: usize,
+) -> (Option<Vec<usize>>, Option<Vec<usize>>) {
+    let d = dim_of(call);
+    let (one, all) = (along(d, part), along(d, part * world));
+    match call {
+        Call::AllReduce(_) | Call::Reduce(..) | Call::Broadcast(_) => (Some(one), None),
+        Call::AllGather(_) => (Some(one), Some(all)),
+        Call::Gather(root, _) => (Some(one), (rank == root).then_some(all)),
+        Call::Scatter(root, _) => ((rank == root).then_some(all), Some(one)),
+        Call::ReduceScatter(..) => (Some(all), Some(one)),
+        Call::AllToAll(_) => (Some(all.clone()), Some(all)),
     }
 }
 
@@ -63,30 +104,58 @@ fn shape(call: Call, numel: usize) -> Vec<usize> {
 /// followed by a barrier); more rounds vary the values. Miri runs one.
 const ROUNDS: usize = if cfg!(miri) { 1 } else { 3 };
 
-/// Makes every call once per size, alone, `ROUNDS` times; returns each rank's results in order.
+/// The case number of a call, so that inputs differ from call to call.
+fn case_of(round: usize, c: usize, calls: usize, s: usize) -> usize {
+    (round * calls + c) * 4 + s
+}
+
+/// Makes every call once per size, alone, `ROUNDS` times; returns each rank's results in order
+/// (the output, or the in-place tensor; empty where the rank has no output).
 fn run_calls<T: Num>(world: usize, calls: &[Call]) -> Vec<Vec<Vec<T>>> {
     spawn(world, |ctx| {
         let rank = ctx.rank();
         let mut results = Vec::new();
         for round in 0..ROUNDS {
             for (c, &call) in calls.iter().enumerate() {
-                for (s, numel) in sizes::<T>().into_iter().enumerate() {
-                    let case = (round * calls.len() + c) * 4 + s;
-                    let shape = shape(call, numel);
-                    let mut t = Tensor::from_vec(shape.clone(), data::<T>(rank, case, numel))?;
-                    match call {
-                        Call::AllReduce(op) => ctx.all_reduce(&mut t, op)?,
-                        Call::Reduce(root, op) => ctx.reduce(&mut t, root, op)?,
-                        Call::Broadcast(root) => ctx.broadcast(&mut t, root)?,
-                        Call::AllGather(dim) => {
-                            let mut out_shape = shape.clone();
-                            out_shape[dim] *= ctx.world();
-                            let mut out = Tensor::<T>::zeros(out_shape)?;
-                            ctx.all_gather(&t, &mut out, dim)?;
-                            t = out;
+                for (s, part) in sizes::<T>().into_iter().enumerate() {
+                    let case = case_of(round, c, calls.len(), s);
+                    let (ins, outs) = io(call, part, world, rank);
+                    let input = match ins {
+                        Some(shape) => {
+                            let n = shape.iter().product();
+                            Some(Tensor::from_vec(shape, data::<T>(rank, case, n))?)
                         }
+                        None => None,
+                    };
+                    let mut output = match outs {
+                        Some(shape) => Some(Tensor::<T>::zeros(shape)?),
+                        None => None,
+                    };
+                    match (call, input, output.as_mut()) {
+                        (Call::AllReduce(op), Some(mut t), _) => {
+                            ctx.all_reduce(&mut t, op)?;
+                            output = Some(t);
+                        }
+                        (Call::Reduce(root, op), Some(mut t), _) => {
+                            ctx.reduce(&mut t, root, op)?;
+                            output = Some(t);
+                        }
+                        (Call::Broadcast(root), Some(mut t), _) => {
+                            ctx.broadcast(&mut t, root)?;
+                            output = Some(t);
+                        }
+                        (Call::AllGather(d), Some(x), Some(out)) => ctx.all_gather(&x, out, d)?,
+                        (Call::Gather(root, d), Some(x), out) => ctx.gather(&x, out, root, d)?,
+                        (Call::Scatter(root, d), x, Some(out)) => {
+                            ctx.scatter(x.as_ref(), out, root, d)?
+                        }
+                        (Call::ReduceScatter(op, d), Some(x), Some(out)) => {
+                            ctx.reduce_scatter(&x, out, op, d)?
+                        }
+                        (Call::AllToAll(d), Some(x), Some(out)) => ctx.all_to_all(&x, out, d)?,
+                        (call, ..) => panic!("no tensors for {call:?}"),
                     }
-                    results.push(t.to_vec());
+                    results.push(output.map(|t| t.to_vec()).unwrap_or_default());
                     ctx.barrier()?;
                 }
             }
@@ -96,23 +165,45 @@ fn run_calls<T: Num>(world: usize, calls: &[Call]) -> Vec<Vec<Vec<T>>> {
     .unwrap_or_else(|e| panic!("world {world}: {e}"))
 }
 
+/// What `rank` must hold after `call`, from the reference.
+fn expected<T: Num>(call: Call, part: usize, world: usize, rank: usize, case: usize) -> Vec<T> {
+    let d = dim_of(call);
+    let input = |r: usize| {
+        let n = io(call, part, world, r).0.map_or(0, |s| s.iter().product());
+        data::<T>(r, case, n)
+    };
+    let inputs: Vec<Vec<T>> = (0..world).map(input).collect();
+    let (one, all) = (along(d, part), along(d, part * world));
+    match call {
+        Call::AllReduce(op) => reduce(&inputs, op),
+        Call::Reduce(root, op) if rank == root => reduce(&inputs, op),
+        Call::Reduce(..) => inputs[rank].clone(),
+        Call::Broadcast(root) => inputs[root].clone(),
+        Call::AllGather(_) => concat(&inputs, &one, d),
+        Call::Gather(root, _) if rank == root => concat(&inputs, &one, d),
+        Call::Gather(..) => Vec::new(),
+        Call::Scatter(root, _) => split(&inputs[root], &all, d, world).swap_remove(rank),
+        Call::ReduceScatter(op, _) => split(&reduce(&inputs, op), &all, d, world).swap_remove(rank),
+        Call::AllToAll(_) => {
+            let parts: Vec<Vec<T>> = inputs
+                .iter()
+                .map(|x| split(x, &all, d, world).swap_remove(rank))
+                .collect();
+            concat(&parts, &one, d)
+        }
+    }
+}
+
 fn check<T: Num + Bits>(world: usize, int: bool) {
     let calls = calls(world, int);
     let got = run_calls::<T>(world, &calls);
     let mut at = 0;
     for round in 0..ROUNDS {
         for (c, &call) in calls.iter().enumerate() {
-            for (s, numel) in sizes::<T>().into_iter().enumerate() {
-                let case = (round * calls.len() + c) * 4 + s;
-                let inputs: Vec<Vec<T>> = (0..world).map(|r| data(r, case, numel)).collect();
+            for (s, part) in sizes::<T>().into_iter().enumerate() {
+                let case = case_of(round, c, calls.len(), s);
                 for (rank, results) in got.iter().enumerate() {
-                    let want = match call {
-                        Call::AllReduce(op) => reduce(&inputs, op),
-                        Call::Reduce(root, op) if rank == root => reduce(&inputs, op),
-                        Call::Reduce(..) => inputs[rank].clone(),
-                        Call::Broadcast(root) => inputs[root].clone(),
-                        Call::AllGather(dim) => concat(&inputs, &shape(call, numel), dim),
-                    };
+                    let want = expected::<T>(call, part, world, rank, case);
                     let same = results[at].len() == want.len()
                         && results[at]
                             .iter()
@@ -120,7 +211,7 @@ fn check<T: Num + Bits>(world: usize, int: bool) {
                             .all(|(a, b)| a.bits() == b.bits());
                     assert!(
                         same,
-                        "world {world}, {} {call:?}, {numel} elements, round {round}, rank \
+                        "world {world}, {} {call:?}, parts of {part}, round {round}, rank \
                          {rank}: {:?} != {:?}",
                         std::any::type_name::<T>(),
                         results[at].iter().map(|x| x.bits()).collect::<Vec<_>>(),
@@ -290,7 +381,8 @@ fn mismatch(odd: usize, ours: Call, theirs: Call, their_numel: usize) {
             Call::AllReduce(op) => ctx.all_reduce(&mut t, op),
             Call::Reduce(root, op) => ctx.reduce(&mut t, root, op),
             Call::Broadcast(root) => ctx.broadcast(&mut t, root),
-            Call::AllGather(_) => ctx.barrier(),
+            // Any other call stands for a barrier here.
+            _ => ctx.barrier(),
         }
     })
     .unwrap_or_else(|e| panic!("{e}"));

@@ -30,6 +30,8 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use smallvec::SmallVec;
+
 use crate::element::with_dtype;
 use crate::exec::Op;
 use crate::model::{OpDesc, OpKind};
@@ -44,17 +46,22 @@ pub(crate) const EAGER_BYTES: usize = 32;
 pub(crate) struct Sig([u64; 3]);
 
 impl Sig {
-    /// The signature of a description that can go eagerly, or `None`: a kind the eager step
-    /// computes (all_reduce, reduce, broadcast, barrier, and all_gather whose parts are
-    /// contiguous), an input of at most [`EAGER_BYTES`], a shape with an exact key.
+    /// The signature of a description that can go eagerly, or `None`: a collective (those
+    /// that split or concatenate only if their parts are contiguous), an input of at most
+    /// [`EAGER_BYTES`], a shape with an exact key.
     pub(crate) fn of(op: &Op) -> Option<Sig> {
         let d = &op.desc;
         let bytes = op.input.len.checked_mul(d.dtype.size())?;
         let eligible = match d.kind {
             OpKind::AllReduce | OpKind::Reduce | OpKind::Broadcast | OpKind::Barrier => true,
-            // Member j's input is part j of the output only if nothing comes before `dim`.
-            OpKind::AllGather => d.shape.iter().take(d.dim).all(|&s| s == 1),
-            _ => false,
+            // The parts of the split or concatenated tensor are contiguous only if nothing
+            // comes before `dim`.
+            OpKind::AllGather
+            | OpKind::Gather
+            | OpKind::Scatter
+            | OpKind::ReduceScatter
+            | OpKind::AllToAll => d.shape.iter().take(d.dim).all(|&s| s == 1),
+            OpKind::Send | OpKind::Recv => false,
         };
         if !eligible || bytes > EAGER_BYTES || op.input.on_device || op.output.on_device {
             return None;
@@ -192,14 +199,62 @@ pub(crate) unsafe fn complete(
             // SAFETY: the root's input and our output hold `numel` elements; distinct.
             unsafe { std::ptr::copy_nonoverlapping(inputs[root], op.output.ptr, numel * es) };
         }
-        OpKind::AllGather => {
-            let part = numel * es;
+        // SAFETY: every input holds one part (equal signatures), the output `n` (validated).
+        OpKind::AllGather => unsafe { gather_parts(op, inputs, numel * es) },
+        // SAFETY: as for all_gather; only the root has an output.
+        OpKind::Gather if me == root => unsafe { gather_parts(op, inputs, numel * es) },
+        OpKind::Scatter => {
+            let part = op.output.len * es;
+            // SAFETY: the root's input holds `n` parts of `part` bytes (signature: the root's
+            // input is exactly that), contiguous (`Sig::of`); our output holds one part.
+            unsafe {
+                std::ptr::copy_nonoverlapping(inputs[root].add(me * part), op.output.ptr, part)
+            };
+        }
+        OpKind::AllToAll => {
+            let part = numel * es / n;
             for (j, &input) in inputs.iter().enumerate() {
-                // SAFETY: the output holds `n` parts of `part` bytes, laid out in member order
-                // (nothing comes before `dim`: `Sig::of`); every input holds one part.
-                unsafe { std::ptr::copy_nonoverlapping(input, op.output.ptr.add(j * part), part) };
+                // SAFETY: every input and our output hold `n` contiguous parts of `part` bytes
+                // (equal signatures: equal shapes; `Sig::of`); part `me` of member j's input
+                // goes to part j of our output.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        input.add(me * part),
+                        op.output.ptr.add(j * part),
+                        part,
+                    )
+                };
             }
         }
+        OpKind::ReduceScatter => {
+            let part = numel / n;
+            if part == 0 {
+                return;
+            }
+            let srcs: SmallVec<[*const u8; 8]> =
+                // SAFETY: part `me` lies within every input (`n` contiguous parts).
+                inputs.iter().map(|&x| unsafe { x.add(me * part * es) }).collect();
+            let dsts = [op.output.ptr];
+            let red = desc.op.unwrap_or(crate::ReduceOp::Sum);
+            with_dtype!(desc.dtype, T => {
+                let r = crate::reduce::Reducer::<T>::new(red, n);
+                // SAFETY: every source holds `part` elements, our output too, and no source
+                // aliases it (they are copies in the slots).
+                unsafe { super::kernels::reduce_strided::<T>(&r, &srcs, 0, 0, &dsts, 0, 1, part) }
+            })
+        }
         _ => {}
+    }
+}
+
+/// Writes every member's input, in member order, as the contiguous parts of `op`'s output.
+///
+/// # Safety
+/// As for [`complete`]: every input holds `part` bytes and the output `inputs.len()` parts.
+unsafe fn gather_parts(op: &Op, inputs: &[*const u8], part: usize) {
+    for (j, &input) in inputs.iter().enumerate() {
+        // SAFETY: the output holds `n` parts of `part` bytes, laid out in member order
+        // (nothing comes before `dim`: `Sig::of`); every input holds one part.
+        unsafe { std::ptr::copy_nonoverlapping(input, op.output.ptr.add(j * part), part) };
     }
 }
