@@ -38,6 +38,9 @@ struct Opts<'a> {
 
 const PLAIN: Opts = Opts { mca: &[], env: &[] };
 
+/// No job of this suite takes a tenth of this; see `mpirun`.
+const MPIRUN_TIMEOUT_SECS: u32 = 180;
+
 /// Runs `name args…` as `np` MPI processes, with `opts`, collecting each rank's output
 /// separately (`--output-filename`: ranks' lines are not interleaved).
 fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
@@ -52,7 +55,11 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let mut cmd = Command::new("mpirun");
-    cmd.args(["--oversubscribe", "-np", &np.to_string()])
+    // A wall-clock guard: a job that hangs (a regression of the safety net) is killed by
+    // mpirun and fails its test — non-zero exit, and "took" far beyond every failure test's
+    // bound — instead of hanging the suite.
+    cmd.args(["--timeout", &MPIRUN_TIMEOUT_SECS.to_string()])
+        .args(["--oversubscribe", "-np", &np.to_string()])
         .arg("--output-filename")
         .arg(&dir)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
