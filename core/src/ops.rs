@@ -438,27 +438,7 @@ mod tests {
                 assert_eq!(k.has(role), k.position(role).is_some(), "{k:?} {role:?}");
             }
         }
-        // Hand-listed, independent of the table.
-        let p2p: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.is_p2p()).collect();
-        assert_eq!(p2p, [OpKind::Send, OpKind::Recv]);
-        let rooted: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.is_rooted()).collect();
-        assert_eq!(
-            rooted,
-            [
-                OpKind::Broadcast,
-                OpKind::Reduce,
-                OpKind::Gather,
-                OpKind::Scatter
-            ]
-        );
-        let reducing: Vec<_> = OpKind::ALL
-            .into_iter()
-            .filter(|k| k.is_reducing())
-            .collect();
-        assert_eq!(
-            reducing,
-            [OpKind::Reduce, OpKind::AllReduce, OpKind::ReduceScatter]
-        );
+        // Hand-listed, independent of the table (the other predicates: `roles_match_the_semantics`).
         let dim: Vec<_> = OpKind::ALL.into_iter().filter(|k| k.has_dim()).collect();
         assert_eq!(
             dim,

@@ -182,6 +182,22 @@ impl TargetRun {
     }
 }
 
+/// The members that have not posted step `k` yet, if any.
+fn unposted(g: &GroupState, k: u64) -> Option<SmallVec<[usize; 8]>> {
+    let missing = |s: &world::CollSlot| s.posted.load(Ordering::Acquire) <= k;
+    if !g.slots.iter().any(missing) {
+        return None;
+    }
+    Some(
+        g.slots
+            .iter()
+            .zip(g.members.iter())
+            .filter(|(s, _)| missing(s))
+            .map(|(_, &r)| r)
+            .collect(),
+    )
+}
+
 /// What an eager attempt at a step came to.
 enum Eager {
     /// Completed from the slots.
@@ -527,17 +543,7 @@ impl LocalBackend {
                 run.next += 1;
                 continue;
             }
-            if g.slots
-                .iter()
-                .any(|s| s.posted.load(Ordering::Acquire) <= k)
-            {
-                let missing = g
-                    .slots
-                    .iter()
-                    .zip(g.members.iter())
-                    .filter(|(s, _)| s.posted.load(Ordering::Acquire) <= k)
-                    .map(|(_, &r)| r)
-                    .collect();
+            if let Some(missing) = unposted(g, k) {
                 return Ok(Some((idx, missing)));
             }
             let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(n);
@@ -733,14 +739,7 @@ impl LocalBackend {
     fn eager_mismatch(&self, run: &TargetRun, g: &GroupState, ops: &[Op]) -> Result<Waiting> {
         let k = run.next;
         let idx = run.start;
-        let unposted: SmallVec<[usize; 8]> = g
-            .slots
-            .iter()
-            .zip(g.members.iter())
-            .filter(|(s, _)| s.posted.load(Ordering::Acquire) <= k)
-            .map(|(_, &r)| r)
-            .collect();
-        if !unposted.is_empty() {
+        if let Some(unposted) = unposted(g, k) {
             return Ok((idx, unposted));
         }
         let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(g.members.len());
