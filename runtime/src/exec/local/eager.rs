@@ -34,7 +34,7 @@ use smallvec::SmallVec;
 
 use crate::element::with_dtype;
 use crate::exec::Op;
-use crate::model::{OpDesc, OpKind};
+use crate::model::OpKind;
 
 use super::pack::{NO_KEY, shape_key};
 
@@ -76,7 +76,7 @@ impl Sig {
         if key == NO_KEY || dim >= 16 {
             return None;
         }
-        let kind = OpKind::ALL.iter().position(|&k| k == d.kind)? as u64;
+        let kind = d.kind as u64;
         let dtype = if barrier { 0 } else { d.dtype as u64 + 1 };
         let (op_tag, scale) = match d.op {
             None => (0, 0),
@@ -86,7 +86,8 @@ impl Sig {
                 0,
             ),
         };
-        // 4 bits each for kind, dtype, op and dim (every one has fewer than 16 values), then
+        // 4 bits each for kind, dtype, op and dim (every one has fewer than 16 values; kinds and
+        // dtypes by discriminant), then
         // the root + 1 in the high half.
         let w0 = kind | dtype << 4 | op_tag << 8 | (dim as u64) << 12 | peer << 32;
         Some(Sig([w0, key, scale]))
@@ -170,14 +171,9 @@ impl EagerSlot {
 /// `inputs` holds every member's input for the step (their signatures equal `op`'s, so they
 /// have `op`'s size), readable for the call; `op` is this member's validated op, its output
 /// writable by this call alone.
-pub(crate) unsafe fn complete(
-    op: &Op,
-    desc: &OpDesc,
-    inputs: &[*const u8],
-    root: usize,
-    me: usize,
-) {
+pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: usize) {
     fail_point!("kernel");
+    let desc = &op.desc;
     let n = inputs.len();
     let es = desc.dtype.size();
     let numel = op.input.len;

@@ -38,9 +38,15 @@ impl Step<'_> {
 
     /// Member index of the root (validated to be a member before posting).
     fn root(&self, members: &[usize]) -> usize {
-        let root = self.mine().desc.peer.unwrap_or(0);
-        members.binary_search(&root).unwrap_or(0)
+        root_member(&self.mine().desc, members)
     }
+}
+
+/// The member index of a rooted step's root in `members` (0 for a step without a root).
+pub(crate) fn root_member(desc: &OpDesc, members: &[usize]) -> usize {
+    desc.peer
+        .and_then(|r| members.binary_search(&r).ok())
+        .unwrap_or(0)
 }
 
 /// Performs member `step.me`'s share of the step.

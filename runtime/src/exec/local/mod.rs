@@ -198,6 +198,31 @@ fn unposted(g: &GroupState, k: u64) -> Option<SmallVec<[usize; 8]>> {
     )
 }
 
+/// Every member's op for collective step `k` of `run`, ours being `mine`, in member order.
+///
+/// # Safety
+/// Every member has posted step `k` (seen with `Acquire`) and cannot complete it, nor post
+/// again, while the returned references live.
+unsafe fn step_ops<'a>(
+    run: &TargetRun,
+    g: &'a GroupState,
+    mine: &'a Op,
+    k: u64,
+) -> SmallVec<[&'a Op; 8]> {
+    g.slots
+        .iter()
+        .enumerate()
+        .map(|(j, slot)| {
+            if j == run.me {
+                mine
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { published_op(&slot.entries, &slot.base, k) }
+            }
+        })
+        .collect()
+}
+
 /// What an eager attempt at a step came to.
 enum Eager {
     /// Completed from the slots.
@@ -546,16 +571,9 @@ impl LocalBackend {
             if let Some(missing) = unposted(g, k) {
                 return Ok(Some((idx, missing)));
             }
-            let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(n);
-            for (j, slot) in g.slots.iter().enumerate() {
-                if j == run.me {
-                    entries.push(&ops[idx]);
-                    continue;
-                }
-                // SAFETY: member j has posted step k (Acquire above) and cannot complete it —
-                // nor repost its slot — before we bump our `done` past k.
-                entries.push(unsafe { published_op(&slot.entries, &slot.base, k) });
-            }
+            // SAFETY: every member has posted step k (Acquire above) and cannot complete it —
+            // nor repost its slot — before we bump our `done` past k.
+            let entries = unsafe { step_ops(run, g, &ops[idx], k) };
             self.check_agreement(&entries, &g.members, k)?;
             if !kernels::buffers_fit(&entries, &g.members) {
                 return Err(self.unfit(&ops[idx], &g.members, k));
@@ -673,10 +691,7 @@ impl LocalBackend {
             checked = true;
         }
         let desc = &ops[run.start + at].desc;
-        let root = desc
-            .peer
-            .and_then(|r| g.members.binary_search(&r).ok())
-            .unwrap_or(0);
+        let root = kernels::root_member(desc, &g.members);
         fail_point!("step");
         // SAFETY: every owned step was checked above (equal shapes, hence equal element
         // counts, which every member's table holds only for buffers of that size); the
@@ -719,15 +734,11 @@ impl LocalBackend {
         if !agree {
             return self.eager_mismatch(run, g, ops).map(Eager::Wait);
         }
-        let root = op
-            .desc
-            .peer
-            .and_then(|r| g.members.binary_search(&r).ok())
-            .unwrap_or(0);
+        let root = kernels::root_member(&op.desc, &g.members);
         fail_point!("step");
         // SAFETY: every member's slot holds step k with our signature, hence an input of our
         // op's size, stable until we finish this step; our output is ours alone.
-        unsafe { eager::complete(op, &op.desc, &inputs, root, run.me) };
+        unsafe { eager::complete(op, &inputs, root, run.me) };
         g.slots[run.me].done.0.store(k + 1, Ordering::Release);
         run.next = k + 1;
         Ok(Eager::Done)
@@ -742,16 +753,10 @@ impl LocalBackend {
         if let Some(unposted) = unposted(g, k) {
             return Ok((idx, unposted));
         }
-        let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(g.members.len());
-        for (j, slot) in g.slots.iter().enumerate() {
-            if j == run.me {
-                entries.push(&ops[idx]);
-            } else {
-                // SAFETY: member j posted step k (Acquire above) and stays in it: its slot
-                // disagrees with ours, so it cannot complete the step eagerly either.
-                entries.push(unsafe { published_op(&slot.entries, &slot.base, k) });
-            }
-        }
+        // SAFETY: every member posted step k (`unposted` above) and stays in it: some slot
+        // disagrees with its own, so it cannot complete the step eagerly, nor in place
+        // without us.
+        let entries = unsafe { step_ops(run, g, &ops[idx], k) };
         self.check_agreement(&entries, &g.members, k)?;
         let err = Error::Internal(format!(
             "{}: eager signatures of collective step {k} on group {:?} differ, but the \
