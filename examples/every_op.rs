@@ -212,6 +212,7 @@ fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Resul
             digest(t)
         ));
     }
+    long_buckets::<T>(ctx, out)?;
     // Blocking pairs: even ranks send first, odd ranks receive first.
     if w >= 2 && !(w % 2 == 1 && r == w - 1) {
         let peer = r ^ 1;
@@ -225,6 +226,53 @@ fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Resul
             ctx.send(&x, peer)?;
         }
         out.push(format!("{} mixed pair {}", T::DTYPE, digest(&y)));
+    }
+    Ok(())
+}
+
+/// Buckets larger than one small-collective exchange carries (64 KiB): the MPI backend agrees
+/// on them through one exchange of hashes and reduces the rest as one packed call when every
+/// rank batched the same run, and falls back to shorter runs when ranks batch differently.
+fn long_buckets<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    // 260 tensors of 320 elements: 81 KiB of one-byte elements, 650 KiB of eight-byte ones.
+    let mut bucket: Vec<Tensor<T>> = (0..260)
+        .map(|i| data::<T>(r, i, &[320]))
+        .collect::<Result<_>>()?;
+    let root = w / 2;
+    // Every rank the same run: all_reduces, then reduces to and broadcasts from one root.
+    let run = |ctx: &mut Ctx, bucket: &mut [Tensor<T>], per: usize| -> Result<()> {
+        for chunk in bucket.chunks_mut(per) {
+            let mut b = ctx.batch();
+            for t in chunk.iter_mut() {
+                b.all_reduce(t, ReduceOp::Sum);
+            }
+            b.run()?;
+        }
+        for chunk in bucket.chunks_mut(per) {
+            let mut b = ctx.batch();
+            for t in chunk.iter_mut() {
+                b.reduce(t, root, ReduceOp::Max);
+            }
+            b.run()?;
+        }
+        for chunk in bucket.chunks_mut(per) {
+            let mut b = ctx.batch();
+            for t in chunk.iter_mut() {
+                b.broadcast(t, root);
+            }
+            b.run()?;
+        }
+        Ok(())
+    };
+    run(ctx, &mut bucket, 260)?;
+    for (i, t) in bucket.iter().enumerate() {
+        out.push(format!("{} long bucket {i} {}", T::DTYPE, digest(t)));
+    }
+    // Ranks batching differently: all at once, in hundreds, one by one, in runs of 170.
+    run(ctx, &mut bucket, [260, 100, 1, 170][r % 4])?;
+    for (i, t) in bucket.iter().enumerate() {
+        out.push(format!("{} long mixed bucket {i} {}", T::DTYPE, digest(t)));
     }
     Ok(())
 }

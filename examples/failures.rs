@@ -4,7 +4,7 @@
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
 //! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, rooted,
-//! gathers, large, p2p, slow. (`slow` is correct: a long transfer that must not be taken for a
+//! gathers, large, bucket, p2p, wait, posted, slow. (`slow` is correct: a long transfer that must not be taken for a
 //! hang.)
 
 use rankwise::prelude::*;
@@ -67,6 +67,24 @@ fn main() -> Result<()> {
                 };
                 let mut u = ctx.zeros::<f32>([8192])?;
                 ctx.all_reduce(&mut u, op)?;
+            }
+            // A bucket larger than one small-collective exchange, every rank batching it
+            // whole, in which the last rank's call 280 (beyond the first 256, which the
+            // MPI backend reduces as one packed call) has another operator.
+            "bucket" => {
+                let mut bucket: Vec<Tensor<f32>> = (0..300)
+                    .map(|_| ctx.zeros::<f32>([256]))
+                    .collect::<Result<_>>()?;
+                let mut b = ctx.batch();
+                for (i, u) in bucket.iter_mut().enumerate() {
+                    let op = if i == 280 && rank == world - 1 {
+                        ReduceOp::Max
+                    } else {
+                        ReduceOp::Sum
+                    };
+                    b.all_reduce(u, op);
+                }
+                b.run()?;
             }
             "p2p" if world >= 2 && rank < 2 => {
                 if rank == 0 {

@@ -161,8 +161,8 @@ fn site_text(b: &[u8]) -> String {
 }
 
 /// Writes this member's record for the run `ops` (its first entry is the head call) into `r`
-/// (`RECORD` bytes).
-pub(super) fn record(ops: &[Op], r: &mut [u8]) {
+/// (`RECORD` bytes); returns the hash of the whole run.
+pub(super) fn record(ops: &[Op], r: &mut [u8]) -> u64 {
     r[..RECORD].fill(0);
     let mut scratch = [0u8; DESC];
     let head = &ops[0].desc;
@@ -184,6 +184,7 @@ pub(super) fn record(ops: &[Op], r: &mut [u8]) {
             r[at..at + 8].copy_from_slice(&h.to_le_bytes());
         }
     }
+    h
 }
 
 /// The records of every member, in member order, `stride` bytes apart.
@@ -221,14 +222,17 @@ impl<'a> Records<'a> {
     }
 }
 
-/// Checks that every member's records agree with member 0's (the head call, and the calls of
-/// the agreed run); returns the agreed run's length: the shortest proposal.
+/// Checks that every member's head call agrees with member 0's; returns the agreed run's
+/// length: the longest power-of-two prefix of the shortest proposal on which every member's
+/// hashes agree. (A disagreement further into the run is then the head of a later agreement,
+/// reported there with its own call and step, rather than here under the head's name.)
 pub(super) fn compare(recs: &Records, members: &[usize], step: u64) -> Result<usize> {
     let n = members.len();
-    let m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
-    if let Some(j) = (1..n)
-        .find(|&j| recs.word(j, 0) != recs.word(0, 0) || recs.prefix(j, m) != recs.prefix(0, m))
-    {
+    let mut m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
+    while m > 1 && (1..n).any(|j| recs.prefix(j, m) != recs.prefix(0, m)) {
+        m /= 2;
+    }
+    if let Some(j) = (1..n).find(|&j| recs.word(j, 0) != recs.word(0, 0)) {
         let ((what_a, site_a), (what_b, site_b)) = (recs.call(0), recs.call(j));
         return Err(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
             members: members.to_vec(),
@@ -248,6 +252,13 @@ pub(super) fn compare(recs: &Records, members: &[usize], step: u64) -> Result<us
 /// all_reduces, reduces or broadcasts with one reduce op, root and dtype, cut to a power of two
 /// (at most [`MAX_PACK`], and within `end`).
 fn packable(ops: &[Op], k: usize, end: usize) -> usize {
+    1 << same_kind_run(ops, k, end).ilog2()
+}
+
+/// How many collectives from `k` (at least 1, at most [`MAX_PACK`], within `end`) are
+/// all_reduces, reduces or broadcasts of the head's kind, reduce op, root and dtype: what one
+/// packed call can carry.
+pub(super) fn same_kind_run(ops: &[Op], k: usize, end: usize) -> usize {
     let head = &ops[k].desc;
     if !matches!(
         head.kind,
@@ -255,7 +266,7 @@ fn packable(ops: &[Op], k: usize, end: usize) -> usize {
     ) {
         return 1;
     }
-    let run = ops[k..end]
+    ops[k..end]
         .iter()
         .take(MAX_PACK)
         .take_while(|o| {
@@ -263,8 +274,7 @@ fn packable(ops: &[Op], k: usize, end: usize) -> usize {
             d.kind == head.kind && d.op == head.op && d.dtype == head.dtype && d.peer == head.peer
         })
         .count()
-        .max(1);
-    1 << run.ilog2()
+        .max(1)
 }
 
 /// Several collectives as one: their data side by side in one buffer.
@@ -426,8 +436,8 @@ impl<'a> Driver<'a> {
         let k = chain.next;
         let (comm, members) = self.be.comm_of(chain.group)?;
         let small = eager::proposal(self.ops, k, chain.end, members.len(), self.be.check);
-        if small > 0 {
-            return self.start_eager(c, k..k + small, reqs);
+        if small.calls > 0 {
+            return self.start_eager(c, k..k + small.calls, small.long, reqs);
         }
         let s = self.slots.len();
         let mut slot = Slot {
@@ -499,11 +509,13 @@ impl<'a> Driver<'a> {
     }
 
     /// Starts the exchange of the small collectives `run` of chain `c` (this member's proposed
-    /// run; the agreed one may be shorter). It blocks the chain until every record is in.
+    /// run, `long` or not: see `eager::Proposal`; the agreed one may be shorter). It blocks the
+    /// chain until every record is in.
     fn start_eager(
         &mut self,
         c: usize,
         run: Range<usize>,
+        long: bool,
         reqs: &mut Vec<(Request, Owner)>,
     ) -> Result<()> {
         let group = self.chains[c].group;
@@ -515,6 +527,7 @@ impl<'a> Driver<'a> {
         let (ex, outstanding) = unsafe {
             Exchange::post(
                 &self.ops[run.clone()],
+                long,
                 comm,
                 members,
                 me,
@@ -589,7 +602,7 @@ impl<'a> Driver<'a> {
             return Err(Error::Internal("an exchange without its buffers".into()));
         };
         // SAFETY: every message has arrived; the ops' buffers are valid (see `start_eager`).
-        let m = unsafe {
+        let agreed = unsafe {
             ex.deliver(
                 &self.ops[slot.ops.clone()],
                 comm,
@@ -598,11 +611,52 @@ impl<'a> Driver<'a> {
                 self.waits[k].seq,
             )?
         };
+        let m = agreed.delivered;
         slot.ops = k..k + m;
         slot.negotiating = false;
         self.chains[c].next = k + m;
         self.chains[c].blocker = None;
+        if agreed.packed > 0 {
+            // Agreed through the exchange's hashes: no record of its own.
+            self.start_packed(c, k + m..k + m + agreed.packed, reqs)?;
+        }
         self.fill(c, reqs)
+    }
+
+    /// Starts the collectives `run` of chain `c`, already agreed on by every member, as one
+    /// packed call on the schedule path (the rest of a long run, see `eager::Proposal`).
+    fn start_packed(
+        &mut self,
+        c: usize,
+        run: Range<usize>,
+        reqs: &mut Vec<(Request, Owner)>,
+    ) -> Result<()> {
+        let s = self.slots.len();
+        let packed = Packed::new(&self.ops[run.clone()])?;
+        let mut task = Task::new();
+        let new = self.be.post(&mut task, &packed.op, self.chains[c].group)?;
+        let outstanding = new.len();
+        reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
+        self.chains[c].next = run.end;
+        self.slots.push(Slot {
+            ops: run,
+            chain: c,
+            outstanding,
+            negotiating: false,
+            task,
+            packed: Some(packed),
+            records: Scratch::default(),
+            posted: u8::from(outstanding > 0),
+            eager: None,
+        });
+        self.chains[c].inflight += 1;
+        if !self.initiated_all(s) {
+            self.chains[c].blocker = Some(s);
+        }
+        if outstanding == 0 {
+            return self.finish(s, reqs);
+        }
+        Ok(())
     }
 
     /// One request of slot `s` completed (`check`: its record exchange).

@@ -41,15 +41,16 @@ const RECORDS: std::ffi::c_int = 1;
 /// Bytes of one member's region in the receive buffer: a header and a full payload.
 const REGION: usize = HEAD_MAX + CAP;
 
-/// The header of a message: the head call's hash, the proposal `p`, and the hashes of the
-/// first 1, 2, 4, …, `p` calls — the parts of the call record that agreement compares. The
+/// The header of a message: the head call's hash, the proposal `p`, the hashes of the first 1,
+/// 2, 4, … calls up to `p` — the parts of the call record that agreement compares — and, for a
+/// long proposal, the hash of its whole run (whose length need not be a power of two). The
 /// rest of the record (the calls as data, their sites) is sent only when headers disagree, to
 /// name the calls: shared memory moves a message of up to ~100 bytes markedly faster than one
 /// of 256.
-fn head_len(proposal: usize) -> usize {
-    16 + 8 * (proposal.trailing_zeros() as usize + 1)
+fn head_len(p: Proposal) -> usize {
+    16 + 8 * (p.prefixes().trailing_zeros() as usize + 1) + if p.long { 8 } else { 0 }
 }
-const HEAD_MAX: usize = 16 + 8 * (MAX_PACK.trailing_zeros() as usize + 1);
+const HEAD_MAX: usize = 16 + 8 * (MAX_PACK.trailing_zeros() as usize + 1) + 8;
 
 /// The word at `at` of a header (0 past its end: a short header then fails the checks).
 fn word(b: &[u8], at: usize) -> u64 {
@@ -105,18 +106,72 @@ pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
     n <= MAX_MEMBERS && bound(d) > SMALL && (gathers || pair_broadcast)
 }
 
-/// How many collectives from `k` (a power of two) go into one exchange, or 0 when the head is
-/// neither small nor direct (it then takes the schedule path of `steps`). Every member decides
-/// the head's path alike, from the description all members share.
-pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) -> usize {
+/// What a member proposes for the exchange at the head of its run: how many collectives (a
+/// power of two) the exchange agrees on, and whether they are a *long* run.
+///
+/// A short proposal's calls all travel in the exchange (their data after the header). A long
+/// proposal is a run of same-kind reductions or broadcasts (see `drive::packable`) whose data
+/// does not fit one exchange's payload cap: its message carries the hashes of the whole run
+/// but the data of the head call alone, and when every member proposes long, the rest of the
+/// agreed run is packed into one buffer and reduced as one large collective (two rounds of
+/// direct messages, each byte crossing twice, where an exchange sends every member's whole
+/// payload to every other member). Members that batch alike therefore move a bucket of small
+/// all_reduces at about the cost of one all_reduce of its size; members that do not still
+/// meet, one call per exchange.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Proposal {
+    /// Calls proposed (a power of two unless long, at most [`MAX_PACK`]); 0: the head takes
+    /// the schedule path of `steps`.
+    pub(super) calls: usize,
+    pub(super) long: bool,
+}
+
+impl Proposal {
+    const SCHEDULE: Proposal = Proposal {
+        calls: 0,
+        long: false,
+    };
+    const fn short(calls: usize) -> Proposal {
+        Proposal { calls, long: false }
+    }
+    /// The longest power-of-two prefix of the calls: the one the header has a hash for.
+    fn prefixes(self) -> usize {
+        1 << self.calls.max(1).ilog2()
+    }
+    /// Calls whose data the member's message carries.
+    fn carried(self) -> usize {
+        if self.long { 1 } else { self.calls }
+    }
+    /// The header word that says it.
+    fn word(self) -> u64 {
+        self.calls as u64 | u64::from(self.long) << LONG_BIT
+    }
+}
+
+/// The bit of a header's proposal word that marks a long proposal.
+const LONG_BIT: u32 = 32;
+
+/// What the exchange at the head of a run came to, the same on every member.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Agreed {
+    /// Calls whose results the exchange delivered (from the head on).
+    pub(super) delivered: usize,
+    /// Calls after those to run as one packed collective (every member proposed long).
+    pub(super) packed: usize,
+}
+
+/// How many collectives from `k` go into one exchange (see [`Proposal`]); none when the head
+/// is neither small nor direct (it then takes the schedule path of `steps`). Every member
+/// decides the head's path alike, from the description all members share.
+pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) -> Proposal {
     if direct(&ops[k].desc, n) {
-        return 1;
+        return Proposal::short(1);
     }
     if n > MAX_MEMBERS || bound(&ops[k].desc) > SMALL {
-        return 0;
+        return Proposal::SCHEDULE;
     }
     if one_way(&ops[k].desc, check) {
-        return 1;
+        return Proposal::short(1);
     }
     let mut bytes = 0;
     let run = ops[k..end]
@@ -128,7 +183,21 @@ pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) 
             b <= SMALL && bytes <= CAP
         })
         .count();
-    1 << run.max(1).ilog2()
+    // Only a run that the payload cap (or the largest run) cuts short is worth a collective
+    // of its own.
+    let same = super::drive::same_kind_run(ops, k, end);
+    let long = ops[k..k + same]
+        .iter()
+        .take_while(|o| bound(&o.desc) <= SMALL)
+        .count();
+    if long > run {
+        Proposal {
+            calls: long,
+            long: true,
+        }
+    } else {
+        Proposal::short(1 << run.max(1).ilog2())
+    }
 }
 
 /// Whether `d`, at the head of a run, is exchanged one way — only the messages that carry data
@@ -190,7 +259,8 @@ pub(super) struct Progress {
 }
 
 impl Exchange {
-    /// Writes this member's header and payloads for `run` (a power of two of calls) and posts
+    /// Writes this member's header and payloads for `run` (a power of two of calls; a `long`
+    /// proposal carries the head's data alone, see [`Proposal`]) and posts
     /// its messages: a receive from, and a send to, every other member (only those that carry
     /// data, one way; the data after the header, directly), each handed to `push` with what it
     /// is. Returns the exchange and how many requests it posted.
@@ -200,6 +270,7 @@ impl Exchange {
     /// the posted requests must complete before the exchange is dropped.
     pub(super) unsafe fn post(
         run: &[Op],
+        long: bool,
         comm: &Comm,
         members: &[usize],
         me: usize,
@@ -211,9 +282,15 @@ impl Exchange {
         if n > MAX_MEMBERS {
             return Err(Error::Internal(format!("an exchange among {n} members")));
         }
-        let head = head_len(run.len());
+        let proposal = Proposal {
+            calls: run.len(),
+            long,
+        };
+        let head = head_len(proposal);
         let is_direct = run.len() == 1 && direct(&run[0].desc, n);
-        let payload: usize = run.iter().map(|o| bound(&o.desc)).sum();
+        // The calls whose data travels here (a long run's head alone).
+        let carried = &run[..proposal.carried()];
+        let payload: usize = carried.iter().map(|o| bound(&o.desc)).sum();
         let stride = head + if is_direct { 0 } else { payload };
         let (recv, send) = spare.map_or((None, None), |b| (Some(b.recv), Some(b.send)));
         let mut ex = Exchange {
@@ -227,10 +304,15 @@ impl Exchange {
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
         };
-        record(run, &mut ex.record);
+        let whole = record(run, &mut ex.record);
         let mut header = [0u8; HEAD_MAX];
         header[..16].copy_from_slice(&ex.record[..16]);
-        header[16..head].copy_from_slice(&ex.record[PREFIXES..PREFIXES + head - 16]);
+        header[8..16].copy_from_slice(&proposal.word().to_le_bytes());
+        let hashes = head - if long { 8 } else { 0 };
+        header[16..hashes].copy_from_slice(&ex.record[PREFIXES..PREFIXES + hashes - 16]);
+        if long {
+            header[hashes..head].copy_from_slice(&whole.to_le_bytes());
+        }
         // Everything that can fail before posting is checked here: once a message is posted,
         // the exchange's memory must outlive it, so a later failure leaks the exchange (the
         // caller then ends the job) rather than free memory MPI may still use.
@@ -257,7 +339,7 @@ impl Exchange {
                     msg
                 };
                 let mut at = head;
-                for o in run.iter().filter(|_| !is_direct) {
+                for o in carried.iter().filter(|_| !is_direct) {
                     let root = root_index(&o.desc, members).unwrap_or(0);
                     let len = seg(&o.desc, me, j, n, root);
                     // SAFETY: the segment is at most `bound` bytes, which the stride (and for
@@ -370,7 +452,7 @@ impl Exchange {
                 });
             }
             Msg::Head(i) => match got.count {
-                Some(c) if c >= head_len(1) => {
+                Some(c) if c >= head_len(Proposal::short(1)) => {
                     self.got[i] = c;
                     self.pending -= 1;
                 }
@@ -399,36 +481,85 @@ impl Exchange {
     }
 
     /// Member `i`'s proposal, if its header is well formed.
-    fn proposal(&self, i: usize) -> Option<usize> {
+    fn proposal(&self, i: usize) -> Option<Proposal> {
         let h = self.header(i);
-        let p = usize::try_from(word(h, 8)).ok()?;
-        (p.is_power_of_two() && p <= MAX_PACK && head_len(p) <= h.len()).then_some(p)
+        let w = word(h, 8);
+        let long = w >> LONG_BIT == 1;
+        let calls = usize::try_from(w & ((1 << LONG_BIT) - 1)).ok()?;
+        let p = Proposal { calls, long };
+        let well_formed = (1..=MAX_PACK).contains(&calls)
+            && (long || calls.is_power_of_two())
+            && head_len(p) <= h.len();
+        well_formed.then_some(p)
     }
 
-    /// Checks the headers of the members heard from (every message has arrived): returns the
-    /// agreed run's length (the shortest proposal), or the first member whose call differs from
-    /// this member's.
-    fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<usize, usize>> {
+    /// The hash of member `i`'s whole run, if it proposed long.
+    fn whole(&self, i: usize, p: Proposal) -> Option<u64> {
+        p.long.then(|| word(self.header(i), head_len(p) - 8))
+    }
+
+    /// Checks the headers of the members heard from (every message has arrived): returns what
+    /// the exchange comes to, or the first member whose call differs from this member's.
+    ///
+    /// The agreed run is the shortest proposal's power-of-two prefix (its calls' hashes
+    /// compared); it is delivered here unless some member proposed long (and so sent the
+    /// head's data alone): then the head is, and when *every* member proposed long, the rest
+    /// of the run is packed — the whole run when every member proposed the same run (same
+    /// length, same hash of all its calls), else the agreed prefix. Every member sees every
+    /// header (long proposals are never one way), so all decide alike.
+    fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<Agreed, usize>> {
         let heard = |i: &usize| self.got[*i] > 0;
-        let mut m = MAX_PACK;
+        let (mut m, mut any_long, mut all_long) = (MAX_PACK, false, true);
+        let mine = self.proposal(me);
+        let mut same_run = mine.is_some_and(|p| p.long);
         for i in (0..n).filter(heard) {
-            m = m.min(self.proposal(i).ok_or_else(|| {
+            let p = self.proposal(i).ok_or_else(|| {
                 Error::Internal(format!(
                     "a malformed small-collective header from member {i}"
                 ))
-            })?);
+            })?;
+            m = m.min(p.prefixes());
+            any_long |= p.long;
+            all_long &= p.long;
+            same_run &=
+                mine.is_some_and(|q| q.calls == p.calls && self.whole(i, p) == self.whole(me, q));
         }
-        let at = 16 + 8 * m.trailing_zeros() as usize;
-        let key = |i: usize| (word(self.header(i), 0), word(self.header(i), at));
-        Ok(match (0..n).filter(heard).find(|&i| key(i) != key(me)) {
-            None => Ok(m),
-            Some(i) => Err(i),
-        })
+        let head = |i: usize| word(self.header(i), 0);
+        if let Some(i) = (0..n).filter(heard).find(|&i| head(i) != head(me)) {
+            return Ok(Err(i));
+        }
+        // The heads agree: the run is the longest power-of-two prefix whose hashes agree. A
+        // disagreement further on is found by a later exchange — each one at least halves the
+        // run — whose head it then is, reported with that exact call and step.
+        let prefix =
+            |i: usize, m: usize| word(self.header(i), 16 + 8 * m.trailing_zeros() as usize);
+        while m > 1 && (0..n).filter(heard).any(|i| prefix(i, m) != prefix(me, m)) {
+            m /= 2;
+            same_run = false;
+        }
+        Ok(Ok(match (any_long, all_long) {
+            (false, _) => Agreed {
+                delivered: m,
+                packed: 0,
+            },
+            (true, true) => Agreed {
+                delivered: 1,
+                packed: match mine {
+                    Some(p) if same_run => p.calls - 1,
+                    _ => m - 1,
+                },
+            },
+            (true, false) => Agreed {
+                delivered: 1,
+                packed: 0,
+            },
+        }))
     }
 
-    /// Checks the headers (all have arrived): returns the agreed run's length, or the error
-    /// that names the disagreement. Members that called different collectives exchange their
-    /// full records to name both calls (except one way, where only this member's is known).
+    /// Checks the headers (all have arrived): returns what the exchange comes to, or the
+    /// error that names the disagreement. Members that called different collectives exchange
+    /// their full records to name both calls (except one way, where only this member's is
+    /// known).
     pub(super) fn verify(
         &self,
         head: &OpDesc,
@@ -436,10 +567,10 @@ impl Exchange {
         members: &[usize],
         me: usize,
         step: u64,
-    ) -> Result<usize> {
+    ) -> Result<Agreed> {
         let n = members.len();
         match self.agreed(n, me)? {
-            Ok(m) => Ok(m),
+            Ok(a) => Ok(a),
             Err(j) if self.one_way => Err(Error::Backend {
                 backend: "mpi",
                 detail: format!(
@@ -464,7 +595,7 @@ impl Exchange {
     }
 
     /// Checks the headers (every message has arrived) and computes this member's results of
-    /// the agreed run: the first `m` ops of `run`, `m` returned.
+    /// the calls the exchange delivers (the first ones of `run`); says what it came to.
     ///
     /// # Safety
     /// Every message has arrived, and the ops' buffers are valid for their descriptions.
@@ -475,21 +606,31 @@ impl Exchange {
         members: &[usize],
         me: usize,
         step: u64,
-    ) -> Result<usize> {
+    ) -> Result<Agreed> {
         let n = members.len();
-        let m = self.verify(&run[0].desc, comm, members, me, step)?;
+        let agreed = self.verify(&run[0].desc, comm, members, me, step)?;
+        if agreed.delivered + agreed.packed > run.len() {
+            return Err(Error::Internal(format!(
+                "an exchange agreed on {} calls where this member proposed {}",
+                agreed.delivered + agreed.packed,
+                run.len()
+            )));
+        }
         if self.direct {
             // SAFETY: every message has arrived; the op's buffers are valid.
             unsafe { self.deliver_direct(&run[0], members, me)? };
-            return Ok(1);
+            return Ok(Agreed {
+                delivered: 1,
+                packed: 0,
+            });
         }
         let mut at = [0usize; MAX_MEMBERS];
         for (i, a) in at.iter_mut().enumerate().take(n) {
-            *a = head_len(self.proposal(i).unwrap_or(1));
+            *a = head_len(self.proposal(i).unwrap_or(Proposal::short(1)));
         }
         let mut parts = [std::ptr::null::<u8>(); MAX_MEMBERS];
         let base = self.recv.ptr();
-        for o in run.iter().take(m) {
+        for o in run.iter().take(agreed.delivered) {
             let d = &o.desc;
             let es = d.dtype.size();
             let root = root_index(d, members)?;
@@ -513,7 +654,7 @@ impl Exchange {
             // SAFETY: the parts hold what `seg` says for this op; the op's buffers are valid.
             unsafe { read_segs(o, &parts[..n], me, n, root) };
         }
-        Ok(m)
+        Ok(agreed)
     }
 
     /// A direct exchange's data is in place: checks its sizes and copies this member's own
@@ -726,18 +867,20 @@ mod tests {
 
     #[test]
     fn proposals_are_powers_of_two_within_the_payload_cap() {
-        // 1 KiB each: 64 fit in 64 KiB; the run of 100 is cut to 64.
-        let kib: Vec<Op> = (0..100).map(|_| op(OpKind::AllReduce, 256)).collect();
-        assert_eq!(proposal(&kib, 0, 100, 2, true), 64);
+        // 1 KiB each, kinds alternating (so nothing packs into one call): 64 fit in 64 KiB; the
+        // run of 100 is cut to 64.
+        let kinds = [OpKind::AllReduce, OpKind::AllGather];
+        let kib: Vec<Op> = (0..100).map(|i| op(kinds[i % 2], 256)).collect();
+        assert_eq!(proposal(&kib, 0, 100, 2, true), Proposal::short(64));
         // 3 left: the largest power of two within them.
-        assert_eq!(proposal(&kib, 97, 100, 2, true), 2);
+        assert_eq!(proposal(&kib, 97, 100, 2, true).calls, 2);
         // Too many members, or a large head: the schedule path.
-        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1, true), 0);
+        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1, true).calls, 0);
         let mut mixed = vec![op(OpKind::AllGather, 4)];
         mixed.push(op(OpKind::AllReduce, SMALL / 4 + 1));
-        assert_eq!(proposal(&mixed, 1, 2, 4, true), 0);
+        assert_eq!(proposal(&mixed, 1, 2, 4, true).calls, 0);
         // A small head packs until the first large call.
-        assert_eq!(proposal(&mixed, 0, 2, 4, true), 1);
+        assert_eq!(proposal(&mixed, 0, 2, 4, true).calls, 1);
         // Mixed kinds pack together; barriers carry no data.
         let kinds = [
             OpKind::Barrier,
@@ -746,12 +889,43 @@ mod tests {
             OpKind::Gather,
         ];
         let mixed: Vec<Op> = kinds.iter().map(|&k| op(k, 8)).collect();
-        assert_eq!(proposal(&mixed, 0, 4, 4, true), 4);
+        assert_eq!(proposal(&mixed, 0, 4, 4, true).calls, 4);
         // Without the check, a rooted head goes one way, alone; other heads still pack.
-        assert_eq!(proposal(&mixed, 1, 4, 4, false), 1);
-        assert_eq!(proposal(&kib, 0, 100, 2, false), 64);
+        assert_eq!(proposal(&mixed, 1, 4, 4, false).calls, 1);
+        assert_eq!(proposal(&kib, 0, 100, 2, false).calls, 64);
         assert!(one_way(&mixed[3].desc, false) && !one_way(&mixed[3].desc, true));
         assert!(!one_way(&mixed[2].desc, false));
+    }
+
+    #[test]
+    fn a_run_the_payload_cap_cuts_short_is_proposed_long() {
+        // 1000 all_reduces of 1 KiB: 64 fit in an exchange, 512 pack.
+        let kib: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
+        let long = proposal(&kib, 0, 1000, 4, true);
+        assert_eq!((long.calls, long.long), (1000, true));
+        assert_eq!(long.prefixes(), 512);
+        assert_eq!(long.carried(), 1);
+        // Without the check too (all_reduce is never one way).
+        assert_eq!(proposal(&kib, 0, 1000, 4, false), long);
+        // The tail of 40: all fit, so the exchange carries them (short).
+        assert_eq!(proposal(&kib, 960, 1000, 4, true), Proposal::short(32));
+        // A kind change ends the packable run: 64 all_reduces then gathers is short.
+        let mut mixed: Vec<Op> = (0..64).map(|_| op(OpKind::AllReduce, 256)).collect();
+        mixed.extend((0..64).map(|_| op(OpKind::AllGather, 64)));
+        assert_eq!(proposal(&mixed, 0, 128, 4, true), Proposal::short(64));
+        // A large call ends a long run (it would pay for a copy into the packed buffer).
+        let mut big: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
+        big[100] = op(OpKind::AllReduce, SMALL);
+        assert_eq!(proposal(&big, 0, 1000, 4, true).calls, 100);
+        // Tiny tensors fit however many: short.
+        let tiny: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 2)).collect();
+        assert_eq!(proposal(&tiny, 0, 1000, 4, true), Proposal::short(512));
+        // Rooted heads one way (no check) stay alone.
+        let bcast: Vec<Op> = (0..1000).map(|_| op(OpKind::Broadcast, 256)).collect();
+        assert_eq!(proposal(&bcast, 0, 1000, 4, false), Proposal::short(1));
+        assert!(proposal(&bcast, 0, 1000, 4, true).long);
+        // The header word round-trips.
+        assert_eq!(long.word(), 1000 | 1 << LONG_BIT);
     }
 
     #[test]
@@ -775,8 +949,11 @@ mod tests {
 
     #[test]
     fn headers_hold_one_hash_per_power_of_two() {
-        assert_eq!(head_len(1), 24);
-        assert_eq!(head_len(64), 16 + 8 * 7);
-        assert_eq!(head_len(MAX_PACK), HEAD_MAX);
+        assert_eq!(head_len(Proposal::short(1)), 24);
+        assert_eq!(head_len(Proposal::short(64)), 16 + 8 * 7);
+        // A long run: hashes up to its largest power of two, then its whole run's.
+        let long = |calls| Proposal { calls, long: true };
+        assert_eq!(head_len(long(1000)), 16 + 8 * 10 + 8);
+        assert_eq!(head_len(long(MAX_PACK)), HEAD_MAX);
     }
 }

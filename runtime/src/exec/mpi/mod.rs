@@ -401,8 +401,9 @@ impl MpiBackend {
         if matches!(op.desc.kind, OpKind::Send | OpKind::Recv) {
             return false;
         }
-        self.eager_of(op.desc.group)
-            .is_ok_and(|(_, members)| eager::proposal(ops, 0, 1, members.len(), self.check) == 1)
+        self.eager_of(op.desc.group).is_ok_and(|(_, members)| {
+            eager::proposal(ops, 0, 1, members.len(), self.check).calls == 1
+        })
     }
 
     /// Runs one small collective as one exchange (see `eager`).
@@ -430,6 +431,7 @@ impl MpiBackend {
         let (mut ex, _) = unsafe {
             eager::Exchange::post(
                 std::slice::from_ref(op),
+                false,
                 comm,
                 members,
                 me,
