@@ -268,6 +268,9 @@ impl Exchange {
     /// # Safety
     /// The ops' buffers must be valid for their descriptions until the exchange is delivered;
     /// the posted requests must complete before the exchange is dropped.
+    // The run, its group and this member's place in it, and what the caller does with each
+    // request: none of it belongs together in a type of its own.
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn post(
         run: &[Op],
         long: bool,
