@@ -103,8 +103,14 @@ pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
     // A broadcast's root would send the whole tensor to every member: only for a pair, where
     // that is all a tree would do too.
     let pair_broadcast = d.kind == OpKind::Broadcast && n <= 2;
-    n <= MAX_MEMBERS && bound(d) > SMALL && (gathers || pair_broadcast)
+    n <= MAX_MEMBERS
+        && ((gathers && bound(d) > DIRECT_GATHER) || (pair_broadcast && bound(d) > SMALL))
 }
+
+/// Gathers and scatters whose tensor is larger go directly: above Open MPI's shared-memory
+/// eager limit (4 KiB) their data moves by rendezvous anyway, and copying it into and out of
+/// an exchange's buffers costs more than the header's separate message.
+const DIRECT_GATHER: usize = 4 * 1024;
 
 /// What a member proposes for the exchange at the head of its run: how many collectives (a
 /// power of two) the exchange agrees on, and whether they are a *long* run.
