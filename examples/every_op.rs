@@ -7,7 +7,7 @@
 //! MPI tests compare them. The threads backend itself is checked against an independent
 //! reference in `tests/collectives.rs`.
 
-use rankwise::{Ctx, DType, Element, Group, ReduceOp, Result, Tensor, bf16, f16, launch};
+use rankwise::{Batch, Ctx, DType, Element, Group, ReduceOp, Result, Tensor, bf16, f16, launch};
 
 /// Test values from small integers, and the bits of a value, for every element type.
 trait Fill: Element {
@@ -179,32 +179,14 @@ fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Resul
         .map(|i| data::<T>(r, i, &[1 + i % 4, 3]))
         .collect::<Result<_>>()?;
     let per = [10, 3, 1][r % 3];
-    for chunk in bucket.chunks_mut(per) {
-        let mut b = ctx.batch();
-        for t in chunk.iter_mut() {
-            b.all_reduce(t, ReduceOp::Sum);
-        }
-        b.run()?;
-    }
+    in_batches(ctx, &mut bucket, per, |b, t| {
+        b.all_reduce(t, ReduceOp::Sum);
+    })?;
     for (i, t) in bucket.iter().enumerate() {
         out.push(format!("{} mixed bucket {i} {}", T::DTYPE, digest(t)));
     }
     // The same with reduces and broadcasts to and from the last rank.
-    let root = w - 1;
-    for chunk in bucket.chunks_mut(per) {
-        let mut b = ctx.batch();
-        for t in chunk.iter_mut() {
-            b.reduce(t, root, ReduceOp::Max);
-        }
-        b.run()?;
-    }
-    for chunk in bucket.chunks_mut(per) {
-        let mut b = ctx.batch();
-        for t in chunk.iter_mut() {
-            b.broadcast(t, root);
-        }
-        b.run()?;
-    }
+    rooted_in_batches(ctx, &mut bucket, per, w - 1)?;
     for (i, t) in bucket.iter().enumerate() {
         out.push(format!(
             "{} mixed rooted bucket {i} {}",
@@ -230,6 +212,38 @@ fn mixed<T: Fill>(ctx: &mut Ctx, halves: &Group, out: &mut Vec<String>) -> Resul
     Ok(())
 }
 
+/// Calls `call` on every tensor of `bucket`, `per` calls to a batch.
+fn in_batches<T: Fill>(
+    ctx: &mut Ctx,
+    bucket: &mut [Tensor<T>],
+    per: usize,
+    call: impl for<'b, 't> Fn(&mut Batch<'b, 't>, &'t mut Tensor<T>),
+) -> Result<()> {
+    for chunk in bucket.chunks_mut(per) {
+        let mut b = ctx.batch();
+        for t in chunk.iter_mut() {
+            call(&mut b, t);
+        }
+        b.run()?;
+    }
+    Ok(())
+}
+
+/// Reduces `bucket` to `root`, then broadcasts it from there, `per` calls to a batch.
+fn rooted_in_batches<T: Fill>(
+    ctx: &mut Ctx,
+    bucket: &mut [Tensor<T>],
+    per: usize,
+    root: usize,
+) -> Result<()> {
+    in_batches(ctx, bucket, per, |b, t| {
+        b.reduce(t, root, ReduceOp::Max);
+    })?;
+    in_batches(ctx, bucket, per, |b, t| {
+        b.broadcast(t, root);
+    })
+}
+
 /// Buckets larger than one small-collective exchange carries (64 KiB): the MPI backend agrees
 /// on them through one exchange of hashes and reduces the rest as one packed call when every
 /// rank batched the same run, and falls back to shorter runs when ranks batch differently.
@@ -239,31 +253,12 @@ fn long_buckets<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     let mut bucket: Vec<Tensor<T>> = (0..260)
         .map(|i| data::<T>(r, i, &[320]))
         .collect::<Result<_>>()?;
-    let root = w / 2;
-    // Every rank the same run: all_reduces, then reduces to and broadcasts from one root.
+    // All_reduces, then reduces to and broadcasts from one root.
     let run = |ctx: &mut Ctx, bucket: &mut [Tensor<T>], per: usize| -> Result<()> {
-        for chunk in bucket.chunks_mut(per) {
-            let mut b = ctx.batch();
-            for t in chunk.iter_mut() {
-                b.all_reduce(t, ReduceOp::Sum);
-            }
-            b.run()?;
-        }
-        for chunk in bucket.chunks_mut(per) {
-            let mut b = ctx.batch();
-            for t in chunk.iter_mut() {
-                b.reduce(t, root, ReduceOp::Max);
-            }
-            b.run()?;
-        }
-        for chunk in bucket.chunks_mut(per) {
-            let mut b = ctx.batch();
-            for t in chunk.iter_mut() {
-                b.broadcast(t, root);
-            }
-            b.run()?;
-        }
-        Ok(())
+        in_batches(ctx, bucket, per, |b, t| {
+            b.all_reduce(t, ReduceOp::Sum);
+        })?;
+        rooted_in_batches(ctx, bucket, per, w / 2)
     };
     run(ctx, &mut bucket, 260)?;
     for (i, t) in bucket.iter().enumerate() {
