@@ -52,6 +52,26 @@ fn head_len(p: Proposal) -> usize {
 }
 const HEAD_MAX: usize = 16 + 8 * (MAX_PACK.trailing_zeros() as usize + 1) + 8;
 
+/// Writes the call record of `run` (proposed `long` or not) into `rec` and returns the
+/// header made from it (its first `head_len` bytes are meant).
+fn header_of(run: &[Op], long: bool, rec: &mut [u8; RECORD]) -> [u8; HEAD_MAX] {
+    let proposal = Proposal {
+        calls: run.len(),
+        long,
+    };
+    let head = head_len(proposal);
+    let whole = record(run, rec);
+    let mut header = [0u8; HEAD_MAX];
+    header[..16].copy_from_slice(&rec[..16]);
+    header[8..16].copy_from_slice(&proposal.word().to_le_bytes());
+    let hashes = head - if long { 8 } else { 0 };
+    header[16..hashes].copy_from_slice(&rec[PREFIXES..PREFIXES + hashes - 16]);
+    if long {
+        header[hashes..head].copy_from_slice(&whole.to_le_bytes());
+    }
+    header
+}
+
 /// The word at `at` of a header (0 past its end: a short header then fails the checks).
 fn word(b: &[u8], at: usize) -> u64 {
     b.get(at..at + 8)
@@ -313,15 +333,7 @@ impl Exchange {
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
         };
-        let whole = record(run, &mut ex.record);
-        let mut header = [0u8; HEAD_MAX];
-        header[..16].copy_from_slice(&ex.record[..16]);
-        header[8..16].copy_from_slice(&proposal.word().to_le_bytes());
-        let hashes = head - if long { 8 } else { 0 };
-        header[16..hashes].copy_from_slice(&ex.record[PREFIXES..PREFIXES + hashes - 16]);
-        if long {
-            header[hashes..head].copy_from_slice(&whole.to_le_bytes());
-        }
+        let header = header_of(run, long, &mut ex.record);
         // Everything that can fail before posting is checked here: once a message is posted,
         // the exchange's memory must outlive it, so a later failure leaks the exchange (the
         // caller then ends the job) rather than free memory MPI may still use.
@@ -935,6 +947,103 @@ mod tests {
         assert!(proposal(&bcast, 0, 1000, 4, true).long);
         // The header word round-trips.
         assert_eq!(long.word(), 1000 | 1 << LONG_BIT);
+    }
+
+    /// An exchange in which member `i`'s header arrived as `post` writes it for `runs[i]`
+    /// (its calls, proposed long or not).
+    fn heard(runs: &[(&[Op], bool)]) -> Exchange {
+        let n = runs.len();
+        let mut ex = Exchange {
+            recv: Scratch::with_bytes(n * REGION).expect("scratch"),
+            send: Scratch::default(),
+            record: [0; RECORD],
+            got: [0; MAX_MEMBERS],
+            one_way: false,
+            direct: false,
+            pending: 0,
+            data_pending: 0,
+            got_data: [0; MAX_MEMBERS],
+        };
+        let base = ex.recv.ptr();
+        for (i, &(run, long)) in runs.iter().enumerate() {
+            let mut rec = [0; RECORD];
+            let h = header_of(run, long, &mut rec);
+            let len = head_len(Proposal {
+                calls: run.len(),
+                long,
+            });
+            // SAFETY: region i holds REGION ≥ HEAD_MAX bytes.
+            unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), base.add(i * REGION), len) };
+            ex.got[i] = len;
+        }
+        ex
+    }
+
+    fn agreed_as(runs: &[(&[Op], bool)]) -> std::result::Result<(usize, usize), usize> {
+        let ex = heard(runs);
+        // Every member decides alike.
+        let all: Vec<_> = (0..runs.len())
+            .map(|me| ex.agreed(runs.len(), me).expect("well formed"))
+            .collect();
+        for a in &all[1..] {
+            assert_eq!(a, &all[0], "members decide differently");
+        }
+        all[0].map(|a| (a.delivered, a.packed))
+    }
+
+    #[test]
+    fn exchanges_agree_on_what_every_member_proposed_and_no_further() {
+        let kib: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
+        let long = |len: usize| (&kib[..len], true);
+        let short = |len: usize| (&kib[..len], false);
+        // The same long run everywhere: its head here, the rest packed, whole.
+        assert_eq!(
+            agreed_as(&[long(1000), long(1000), long(1000)]),
+            Ok((1, 999))
+        );
+        // Long runs of different lengths: the shortest's largest power of two.
+        assert_eq!(agreed_as(&[long(1000), long(300), long(700)]), Ok((1, 255)));
+        // Someone proposed short (its data for 64 calls is here, not the others'): the head.
+        assert_eq!(agreed_as(&[long(1000), short(64)]), Ok((1, 0)));
+        // Short proposals: the shortest, delivered.
+        assert_eq!(agreed_as(&[short(64), short(32), short(64)]), Ok((32, 0)));
+        // A call that differs deep in a run of the same length: the prefix before it.
+        let mut other: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
+        other[700].desc.op = Some(ReduceOp::Max);
+        assert_eq!(
+            agreed_as(&[long(1000), (&other[..], true)]),
+            Ok((1, 511)),
+            "up to call 700, the first 512 agree"
+        );
+        other[100].desc.op = Some(ReduceOp::Max);
+        assert_eq!(agreed_as(&[long(1000), (&other[..], true)]), Ok((1, 63)));
+        // … and in short runs too, down to the call before the difference.
+        assert_eq!(
+            agreed_as(&[short(64), (&other[96..160], false)]),
+            Ok((4, 0))
+        );
+        // A shape differing at call 1: the head alone.
+        let mut shapes: Vec<Op> = (0..8).map(|_| op(OpKind::AllReduce, 256)).collect();
+        shapes[1] = op(OpKind::AllReduce, 255);
+        assert_eq!(agreed_as(&[short(8), (&shapes[..], false)]), Ok((1, 0)));
+        // Heads that differ are a mismatch, found by every member (naming the other one).
+        let ex = heard(&[short(8), (&other[100..108], false)]);
+        assert_eq!(ex.agreed(2, 0).expect("well formed"), Err(1));
+        assert_eq!(ex.agreed(2, 1).expect("well formed"), Err(0));
+    }
+
+    #[test]
+    fn a_malformed_proposal_is_an_error_not_a_run() {
+        let kib: Vec<Op> = (0..4).map(|_| op(OpKind::AllReduce, 256)).collect();
+        for bad in [3u64, 0, MAX_PACK as u64 * 2, 3 | 1 << 40] {
+            let mut ex = heard(&[(&kib[..4], false), (&kib[..4], false)]);
+            let at = REGION + 8;
+            // SAFETY: the proposal word of member 1's header, within its region.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bad.to_le_bytes().as_ptr(), ex.recv.ptr().add(at), 8)
+            };
+            assert!(ex.agreed(2, 0).is_err(), "proposal word {bad:#x} accepted");
+        }
     }
 
     #[test]
