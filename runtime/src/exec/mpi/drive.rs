@@ -746,3 +746,53 @@ impl<'a> Driver<'a> {
         self.fill(c, reqs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::mpi::eager::tests::op;
+
+    /// Every member's record for its run, back to back, as the agreement exchange leaves them.
+    fn records(runs: &[&[Op]]) -> Vec<u8> {
+        let mut all = vec![0; RECORD * runs.len()];
+        for (r, run) in all.chunks_exact_mut(RECORD).zip(runs) {
+            record(run, r);
+        }
+        all
+    }
+
+    fn compared(runs: &[&[Op]]) -> Result<usize> {
+        let members: Vec<usize> = (0..runs.len()).collect();
+        compare(&Records::new(&records(runs), RECORD), &members, 7)
+    }
+
+    #[test]
+    fn records_agree_on_the_calls_before_a_difference() {
+        let big = || {
+            (0..8)
+                .map(|_| op(OpKind::AllReduce, 8192))
+                .collect::<Vec<_>>()
+        };
+        let same = big();
+        assert_eq!(compared(&[&same, &same, &same]).ok(), Some(8));
+        // The shortest proposal.
+        assert_eq!(compared(&[&same, &same[..2], &same]).ok(), Some(2));
+        // Call 5 differs: the four before it pack; call 5 heads a later agreement.
+        let mut other = big();
+        other[5].desc.op = Some(ReduceOp::Max);
+        assert_eq!(compared(&[&same, &other]).ok(), Some(4));
+        other[1].desc.shape = Shape::from_slice(&[8191]);
+        assert_eq!(compared(&[&same, &other]).ok(), Some(1));
+        // Heads that differ: a mismatch naming both calls, at this step.
+        match compared(&[&same, &other[5..]]) {
+            Err(Error::CollectiveMismatch(m)) => {
+                assert_eq!((m.step, m.rank_a, m.rank_b), (7, 0, 1));
+                assert!(
+                    m.what_a.contains("Sum") && m.what_b.contains("Max"),
+                    "{m:?}"
+                );
+            }
+            other => panic!("not a mismatch: {other:?}"),
+        }
+    }
+}

@@ -863,13 +863,14 @@ unsafe fn place(o: &Op, parts: &[*const u8], n: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::exec::Buf;
     use crate::model::{CallSite, GroupId, Shape};
     use crate::{DType, ReduceOp};
 
-    fn op(kind: OpKind, numel: usize) -> Op {
+    /// A call of `kind` on `numel` f32s (a sum where it reduces), with no buffers.
+    pub(in crate::exec::mpi) fn op(kind: OpKind, numel: usize) -> Op {
         Op {
             desc: OpDesc {
                 kind,
