@@ -4,7 +4,7 @@
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
 //! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, rooted,
-//! gathers, large, bucket, p2p, wait, posted, slow. (`slow` is correct: a long transfer that must not be taken for a
+//! gathers, large, bucket, roots, p2p, wait, posted, slow. (`slow` is correct: a long transfer that must not be taken for a
 //! hang.)
 
 use rankwise::prelude::*;
@@ -85,6 +85,28 @@ fn main() -> Result<()> {
                     b.all_reduce(u, op);
                 }
                 b.run()?;
+            }
+            // Rank 1 disagrees about a small broadcast's root, then all broadcast from it.
+            // (Under MPI with RANKWISE_MPI_CHECK=0 a small broadcast goes one way: the first
+            // disagreement goes unseen, and is found when its leftover message is read.)
+            "roots" => {
+                let mut u = ctx.zeros::<f32>([4])?;
+                ctx.broadcast(&mut u, if rank == 1 { 1 } else { 0 })?;
+                ctx.broadcast(&mut u, 1)?;
+            }
+            // Rank 0 batches a receive that rank 1 never sends with a collective every rank
+            // makes: the receive is what hangs, and the report must say so.
+            "batched" => {
+                let mut u = ctx.zeros::<f32>([4])?;
+                if rank == 0 {
+                    let mut y = ctx.zeros::<f32>([4])?;
+                    let mut b = ctx.batch();
+                    b.recv(&mut y, 1);
+                    b.all_reduce(&mut u, ReduceOp::Sum);
+                    b.run()?;
+                } else {
+                    ctx.all_reduce(&mut u, ReduceOp::Sum)?;
+                }
             }
             "p2p" if world >= 2 && rank < 2 => {
                 if rank == 0 {

@@ -226,7 +226,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 13] = [
+    let cases: [(&str, &[&str]); 15] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -282,6 +282,19 @@ fn failures_end_the_job_promptly_and_say_why() {
                 "rank 3 calls all_reduce(Max, f32[256])",
             ],
         ),
+        // A batch whose ops the backend reorders (collectives first): the board must describe
+        // the reordered ops (it did not, and the job hung instead of being reported).
+        (
+            "batched",
+            &["rank 0 cannot finish: rank 1 returned without making the matching call"],
+        ),
+        (
+            "roots",
+            &[
+                "step 1: rank 0 calls broadcast(root 0, f32[4])",
+                "rank 1 calls broadcast(root 1, f32[4])",
+            ],
+        ),
         (
             "p2p",
             &["rank 0 sends f32[more than 3], but the matching recv on rank 1 expects f32[3]"],
@@ -323,6 +336,21 @@ fn failures_end_the_job_promptly_and_say_why() {
     assert!(
         run.err.contains("calls broadcast(root 0, f32[3])")
             && run.err.contains("but rank 0's call differs"),
+        "{}",
+        run.err
+    );
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    // Ranks that disagree about a small broadcast's root do not hear from each other without
+    // the check; the message left over from the disagreement is found when it is read, never
+    // taken for a later step's data.
+    let run = mpirun(4, unchecked, "failures", &["roots"]);
+    assert!(!run.ok, "roots without the check: the job succeeded");
+    assert!(
+        run.err
+            .contains("at step 2 rank 0 calls broadcast(root 1, f32[4])")
+            && run
+                .err
+                .contains("the message rank 1 sent for it belongs to an earlier step"),
         "{}",
         run.err
     );

@@ -169,6 +169,8 @@ fn failures_end_promptly_with_an_error() {
         ("gathers", "collective mismatch"),
         ("large", "collective mismatch"),
         ("bucket", "step 281: rank 0 calls all_reduce(Sum, f32[256])"),
+        ("roots", "step 1: rank 0 calls broadcast(root 0, f32[4])"),
+        ("batched", "rank 0 waits in recv(from 1, f32[4])"),
         ("p2p", "f32[4]"),
     ];
     for (case, says) in cases {

@@ -528,6 +528,7 @@ impl<'a> Driver<'a> {
             Exchange::post(
                 &self.ops[run.clone()],
                 long,
+                self.waits[run.start].seq,
                 comm,
                 members,
                 me,

@@ -52,9 +52,10 @@ fn head_len(p: Proposal) -> usize {
 }
 const HEAD_MAX: usize = 16 + 8 * (MAX_PACK.trailing_zeros() as usize + 1) + 8;
 
-/// Writes the call record of `run` (proposed `long` or not) into `rec` and returns the
-/// header made from it (its first `head_len` bytes are meant).
-fn header_of(run: &[Op], long: bool, rec: &mut [u8; RECORD]) -> [u8; HEAD_MAX] {
+/// Writes the call record of `run` (proposed `long` or not, at collective step `step` of its
+/// group) into `rec` and returns the header made from it (its first `head_len` bytes are
+/// meant).
+fn header_of(run: &[Op], long: bool, step: u64, rec: &mut [u8; RECORD]) -> [u8; HEAD_MAX] {
     let proposal = Proposal {
         calls: run.len(),
         long,
@@ -63,7 +64,7 @@ fn header_of(run: &[Op], long: bool, rec: &mut [u8; RECORD]) -> [u8; HEAD_MAX] {
     let whole = record(run, rec);
     let mut header = [0u8; HEAD_MAX];
     header[..16].copy_from_slice(&rec[..16]);
-    header[8..16].copy_from_slice(&proposal.word().to_le_bytes());
+    header[8..16].copy_from_slice(&proposal.word(step).to_le_bytes());
     let hashes = head - if long { 8 } else { 0 };
     header[16..hashes].copy_from_slice(&rec[PREFIXES..PREFIXES + hashes - 16]);
     if long {
@@ -168,14 +169,27 @@ impl Proposal {
     fn carried(self) -> usize {
         if self.long { 1 } else { self.calls }
     }
-    /// The header word that says it.
-    fn word(self) -> u64 {
-        self.calls as u64 | u64::from(self.long) << LONG_BIT
+    /// The header word that says it, for collective step `step` (of which the word keeps the
+    /// low bits: enough to tell a message of this step from one left over from an earlier one).
+    fn word(self, step: u64) -> u64 {
+        self.calls as u64 | u64::from(self.long) << LONG_BIT | (step & STEP_MASK) << STEP_SHIFT
     }
 }
 
 /// The bit of a header's proposal word that marks a long proposal.
 const LONG_BIT: u32 = 32;
+/// Where the step's low bits sit in a header's proposal word, and how many there are.
+const STEP_SHIFT: u32 = LONG_BIT + 1;
+const STEP_MASK: u64 = (1 << (64 - STEP_SHIFT)) - 1;
+
+/// Why an exchange's headers do not agree: member `j`'s call differs, or its message belongs
+/// to another step (it is left over from an earlier collective on which the members
+/// disagreed without noticing: see [`one_way`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Disagreement {
+    Call(usize),
+    Step(usize),
+}
 
 /// What the exchange at the head of a run came to, the same on every member.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -286,7 +300,8 @@ pub(super) struct Progress {
 
 impl Exchange {
     /// Writes this member's header and payloads for `run` (a power of two of calls; a `long`
-    /// proposal carries the head's data alone, see [`Proposal`]) and posts
+    /// proposal carries the head's data alone, see [`Proposal`]; the head is collective step
+    /// `step` of the group) and posts
     /// its messages: a receive from, and a send to, every other member (only those that carry
     /// data, one way; the data after the header, directly), each handed to `push` with what it
     /// is. Returns the exchange and how many requests it posted.
@@ -300,6 +315,7 @@ impl Exchange {
     pub(super) unsafe fn post(
         run: &[Op],
         long: bool,
+        step: u64,
         comm: &Comm,
         members: &[usize],
         me: usize,
@@ -333,7 +349,7 @@ impl Exchange {
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
         };
-        let header = header_of(run, long, &mut ex.record);
+        let header = header_of(run, long, step, &mut ex.record);
         // Everything that can fail before posting is checked here: once a message is posted,
         // the exchange's memory must outlive it, so a later failure leaks the exchange (the
         // caller then ends the job) rather than free memory MPI may still use.
@@ -505,7 +521,7 @@ impl Exchange {
     fn proposal(&self, i: usize) -> Option<Proposal> {
         let h = self.header(i);
         let w = word(h, 8);
-        let long = w >> LONG_BIT == 1;
+        let long = (w >> LONG_BIT) & 1 == 1;
         let calls = usize::try_from(w & ((1 << LONG_BIT) - 1)).ok()?;
         let p = Proposal { calls, long };
         let well_formed = (1..=MAX_PACK).contains(&calls)
@@ -528,7 +544,7 @@ impl Exchange {
     /// of the run is packed — the whole run when every member proposed the same run (same
     /// length, same hash of all its calls), else the agreed prefix. Every member sees every
     /// header (long proposals are never one way), so all decide alike.
-    fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<Agreed, usize>> {
+    fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<Agreed, Disagreement>> {
         let heard = |i: &usize| self.got[*i] > 0;
         let (mut m, mut any_long, mut all_long) = (MAX_PACK, false, true);
         let mine = self.proposal(me);
@@ -545,9 +561,13 @@ impl Exchange {
             same_run &=
                 mine.is_some_and(|q| q.calls == p.calls && self.whole(i, p) == self.whole(me, q));
         }
+        let step = |i: usize| word(self.header(i), 8) >> STEP_SHIFT;
+        if let Some(j) = (0..n).filter(heard).find(|&j| step(j) != step(me)) {
+            return Ok(Err(Disagreement::Step(j)));
+        }
         let head = |i: usize| word(self.header(i), 0);
         if let Some(i) = (0..n).filter(heard).find(|&i| head(i) != head(me)) {
-            return Ok(Err(i));
+            return Ok(Err(Disagreement::Call(i)));
         }
         // The heads agree: the run is the longest power-of-two prefix whose hashes agree. A
         // disagreement further on is found by a later exchange — each one at least halves the
@@ -592,7 +612,23 @@ impl Exchange {
         let n = members.len();
         match self.agreed(n, me)? {
             Ok(a) => Ok(a),
-            Err(j) if self.one_way => Err(Error::Backend {
+            Err(Disagreement::Step(j)) => Err(Error::Backend {
+                backend: "mpi",
+                detail: format!(
+                    "collective mismatch on group {members:?}: at step {step} rank {} calls {} at \
+                     {}, but the message rank {} sent for it belongs to an earlier step — the \
+                     members disagreed about an earlier collective on this group without \
+                     noticing it (with RANKWISE_MPI_CHECK=0 a small broadcast, scatter, reduce \
+                     or gather goes one way, so ranks that disagree about its root are found \
+                     only here); run without RANKWISE_MPI_CHECK=0 to see the calls where they \
+                     first disagree",
+                    members[me],
+                    head.summary(),
+                    head.site,
+                    members[j]
+                ),
+            }),
+            Err(Disagreement::Call(j)) if self.one_way => Err(Error::Backend {
                 backend: "mpi",
                 detail: format!(
                     "collective mismatch on group {members:?}, step {step}: rank {} calls {} at \
@@ -605,7 +641,7 @@ impl Exchange {
                     members[j]
                 ),
             }),
-            Err(_) => {
+            Err(Disagreement::Call(_)) => {
                 let records = self.full_records(comm, n, me)?;
                 compare(&Records::new(records.bytes(), RECORD), members, step)?;
                 Err(Error::Internal(
@@ -947,7 +983,10 @@ pub(super) mod tests {
         assert_eq!(proposal(&bcast, 0, 1000, 4, false), Proposal::short(1));
         assert!(proposal(&bcast, 0, 1000, 4, true).long);
         // The header word round-trips.
-        assert_eq!(long.word(), 1000 | 1 << LONG_BIT);
+        assert_eq!(long.word(0), 1000 | 1 << LONG_BIT);
+        // The step's low bits ride along, and do not disturb the rest.
+        assert_eq!(long.word(3) >> STEP_SHIFT, 3);
+        assert_eq!(long.word(u64::MAX) & ((1 << STEP_SHIFT) - 1), long.word(0));
     }
 
     /// An exchange in which member `i`'s header arrived as `post` writes it for `runs[i]`
@@ -968,7 +1007,7 @@ pub(super) mod tests {
         let base = ex.recv.ptr();
         for (i, &(run, long)) in runs.iter().enumerate() {
             let mut rec = [0; RECORD];
-            let h = header_of(run, long, &mut rec);
+            let h = header_of(run, long, 5, &mut rec);
             let len = head_len(Proposal {
                 calls: run.len(),
                 long,
@@ -980,7 +1019,7 @@ pub(super) mod tests {
         ex
     }
 
-    fn agreed_as(runs: &[(&[Op], bool)]) -> std::result::Result<(usize, usize), usize> {
+    fn agreed_as(runs: &[(&[Op], bool)]) -> std::result::Result<(usize, usize), Disagreement> {
         let ex = heard(runs);
         // Every member decides alike.
         let all: Vec<_> = (0..runs.len())
@@ -1029,8 +1068,33 @@ pub(super) mod tests {
         assert_eq!(agreed_as(&[short(8), (&shapes[..], false)]), Ok((1, 0)));
         // Heads that differ are a mismatch, found by every member (naming the other one).
         let ex = heard(&[short(8), (&other[100..108], false)]);
-        assert_eq!(ex.agreed(2, 0).expect("well formed"), Err(1));
-        assert_eq!(ex.agreed(2, 1).expect("well formed"), Err(0));
+        assert_eq!(
+            ex.agreed(2, 0).expect("well formed"),
+            Err(Disagreement::Call(1))
+        );
+        assert_eq!(
+            ex.agreed(2, 1).expect("well formed"),
+            Err(Disagreement::Call(0))
+        );
+        // A message left over from an earlier step (the same call, even): found as such.
+        let mut ex = heard(&[short(8), short(8)]);
+        let stale = Proposal::short(8).word(4);
+        // SAFETY: the proposal word of member 1's header, within its region.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                stale.to_le_bytes().as_ptr(),
+                ex.recv.ptr().add(REGION + 8),
+                8,
+            )
+        };
+        assert_eq!(
+            ex.agreed(2, 0).expect("well formed"),
+            Err(Disagreement::Step(1))
+        );
+        assert_eq!(
+            ex.agreed(2, 1).expect("well formed"),
+            Err(Disagreement::Step(0))
+        );
     }
 
     #[test]

@@ -369,6 +369,10 @@ impl MpiBackend {
         if self.posted.iter().all(|p| p.done) && self.single_small(ops) {
             return self.run_small(&ops[0], pending);
         }
+        // Planning sorts the ops by target; the board's entries (and the steps the driver
+        // sends in its headers) are indexed like the sorted ops, so they are made after it.
+        // (Numbering is per target, which the stable sort keeps in program order.)
+        let plan = crate::plan::plan(ops);
         // The posted messages still open are waited for too, as far as the monitor can tell
         // (after the batch's own ops, so their board indices are `ops.len() + j`).
         let mut waits: Vec<Waiting> = ops.iter().map(|o| self.waiting(&o.desc)).collect();
@@ -383,7 +387,6 @@ impl MpiBackend {
                 s.done[ops.len() + j] = p.done;
             }
         });
-        let plan = crate::plan::plan(ops);
         let result = self.post_and_wait(ops, &plan, &waits, pending);
         self.board.update(|s| {
             s.phase = Phase::Running;
@@ -432,6 +435,7 @@ impl MpiBackend {
             eager::Exchange::post(
                 std::slice::from_ref(op),
                 false,
+                seq,
                 comm,
                 members,
                 me,
