@@ -350,7 +350,7 @@ fn failures_end_the_job_promptly_and_say_why() {
             .contains("at step 2 rank 0 calls broadcast(root 1, f32[4])")
             && run
                 .err
-                .contains("the message rank 1 sent for it belongs to an earlier step"),
+                .contains("the message rank 1 sent for it belongs to its step 1 — the members"),
         "{}",
         run.err
     );

@@ -41,9 +41,10 @@ const RECORDS: std::ffi::c_int = 1;
 /// Bytes of one member's region in the receive buffer: a header and a full payload.
 const REGION: usize = HEAD_MAX + CAP;
 
-/// The header of a message: the head call's hash, the proposal `p`, the hashes of the first 1,
-/// 2, 4, … calls up to `p` — the parts of the call record that agreement compares — and, for a
-/// long proposal, the hash of its whole run (whose length need not be a power of two). The
+/// The header of a message: the head call's hash, the proposal `p` (in a word that also holds
+/// the low bits of the head's collective step), the hashes of the first 1, 2, 4, … calls up to
+/// `p` — the parts of the call record that agreement compares — and, for a long proposal, the
+/// hash of its whole run (whose length need not be a power of two). The
 /// rest of the record (the calls as data, their sites) is sent only when headers disagree, to
 /// name the calls: shared memory moves a message of up to ~100 bytes markedly faster than one
 /// of 256.
@@ -111,11 +112,12 @@ pub(super) enum Msg {
     Data(usize),
 }
 
-/// Whether `d` is exchanged *directly*: a large gather or scatter whose blocks are contiguous
-/// (along dim 0, or dims before it of size 1), or a large broadcast between two, goes as a
-/// header message and then the data, straight from the input and into the output — no copy,
-/// each byte sent once, which is what these collectives need at any size. (Reductions need
-/// every member's data folded, which the schedule path does with ring bandwidth.)
+/// Whether `d` is exchanged *directly*: a gather or scatter of more than 4 KiB whose blocks
+/// are contiguous (along dim 0, or dims before it of size 1), or a large broadcast between two,
+/// goes as a header message and then the data, straight from the input and into the output —
+/// no copy, each byte sent once, which is what these collectives need at any size.
+/// (Reductions need every member's data folded, which the schedule path does with ring
+/// bandwidth.)
 pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
     let gathers = matches!(
         d.kind,
@@ -133,18 +135,18 @@ pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
 /// an exchange's buffers costs more than the header's separate message.
 const DIRECT_GATHER: usize = 4 * 1024;
 
-/// What a member proposes for the exchange at the head of its run: how many collectives (a
-/// power of two) the exchange agrees on, and whether they are a *long* run.
+/// What a member proposes for the exchange at the head of its run: how many collectives the
+/// exchange agrees on, and whether they are a *long* run.
 ///
 /// A short proposal's calls all travel in the exchange (their data after the header). A long
-/// proposal is a run of same-kind reductions or broadcasts (see `drive::packable`) whose data
-/// does not fit one exchange's payload cap: its message carries the hashes of the whole run
-/// but the data of the head call alone, and when every member proposes long, the rest of the
-/// agreed run is packed into one buffer and reduced as one large collective (two rounds of
-/// direct messages, each byte crossing twice, where an exchange sends every member's whole
-/// payload to every other member). Members that batch alike therefore move a bucket of small
-/// all_reduces at about the cost of one all_reduce of its size; members that do not still
-/// meet, one call per exchange.
+/// proposal is a run of small same-kind reductions or broadcasts (`drive::same_kind_run`)
+/// whose data does not fit one exchange's payload cap: its message carries the hashes of the
+/// whole run but the data of the head call alone, and when every member proposes long, the
+/// rest of the agreed run is packed into one buffer and reduced as one large collective (two
+/// rounds of direct messages, each byte crossing twice, where an exchange sends every
+/// member's whole payload to every other member). Members that batch alike therefore move a
+/// bucket of small all_reduces at about the cost of one all_reduce of its size; members that
+/// do not still meet, one call per exchange.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) struct Proposal {
     /// Calls proposed (a power of two unless long, at most [`MAX_PACK`]); 0: the head takes
@@ -183,12 +185,12 @@ const STEP_SHIFT: u32 = LONG_BIT + 1;
 const STEP_MASK: u64 = (1 << (64 - STEP_SHIFT)) - 1;
 
 /// Why an exchange's headers do not agree: member `j`'s call differs, or its message belongs
-/// to another step (it is left over from an earlier collective on which the members
-/// disagreed without noticing: see [`one_way`]).
+/// to another of its steps (whose low bits it says) — one left unread by a collective on which
+/// the members disagreed without noticing (see [`one_way`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Disagreement {
     Call(usize),
-    Step(usize),
+    Step(usize, u64),
 }
 
 /// What the exchange at the head of a run came to, the same on every member.
@@ -563,7 +565,7 @@ impl Exchange {
         }
         let step = |i: usize| word(self.header(i), 8) >> STEP_SHIFT;
         if let Some(j) = (0..n).filter(heard).find(|&j| step(j) != step(me)) {
-            return Ok(Err(Disagreement::Step(j)));
+            return Ok(Err(Disagreement::Step(j, step(j))));
         }
         let head = |i: usize| word(self.header(i), 0);
         if let Some(i) = (0..n).filter(heard).find(|&i| head(i) != head(me)) {
@@ -612,20 +614,22 @@ impl Exchange {
         let n = members.len();
         match self.agreed(n, me)? {
             Ok(a) => Ok(a),
-            Err(Disagreement::Step(j)) => Err(Error::Backend {
+            Err(Disagreement::Step(j, low)) => Err(Error::Backend {
                 backend: "mpi",
                 detail: format!(
                     "collective mismatch on group {members:?}: at step {step} rank {} calls {} at \
-                     {}, but the message rank {} sent for it belongs to an earlier step — the \
-                     members disagreed about an earlier collective on this group without \
-                     noticing it (with RANKWISE_MPI_CHECK=0 a small broadcast, scatter, reduce \
-                     or gather goes one way, so ranks that disagree about its root are found \
-                     only here); run without RANKWISE_MPI_CHECK=0 to see the calls where they \
-                     first disagree",
+                     {}, but the message rank {} sent for it belongs to its step {} — the \
+                     members disagreed about a collective on this group without noticing it \
+                     (with RANKWISE_MPI_CHECK=0 a small broadcast, scatter, reduce or gather \
+                     goes one way, so ranks that disagree about its root are found only here); \
+                     run without RANKWISE_MPI_CHECK=0 to see the calls where they first \
+                     disagree",
                     members[me],
                     head.summary(),
                     head.site,
-                    members[j]
+                    members[j],
+                    // The step's high bits are this member's (a leftover message is recent).
+                    step & !STEP_MASK | low
                 ),
             }),
             Err(Disagreement::Call(j)) if self.one_way => Err(Error::Backend {
@@ -1089,11 +1093,11 @@ pub(super) mod tests {
         };
         assert_eq!(
             ex.agreed(2, 0).expect("well formed"),
-            Err(Disagreement::Step(1))
+            Err(Disagreement::Step(1, 4))
         );
         assert_eq!(
             ex.agreed(2, 1).expect("well formed"),
-            Err(Disagreement::Step(0))
+            Err(Disagreement::Step(0, 5))
         );
     }
 
