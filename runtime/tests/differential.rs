@@ -18,14 +18,20 @@ use rankwise_runtime::{Code, Emulation, Error, Options, PeerFailure, spawn_with}
 
 /// Events of every kind, posted sends and receives (kinds 6 and 7) included.
 fn event() -> impl Strategy<Value = Event> {
-    (0u8..8, any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+    (0u8..9, any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
         .prop_map(|(kind, a, b, c, d)| Event { kind, a, b, c, d })
 }
 
 /// Events without posted messages: the NCCL lowering has no `isend`/`irecv` yet (an `Err`
 /// before any call, tested in `requests.rs`).
 fn blocking_event() -> impl Strategy<Value = Event> {
-    (0u8..6, any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>())
+    (
+        prop::sample::select(&programs::BLOCKING_KINDS[..]),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+        any::<u8>(),
+    )
         .prop_map(|(kind, a, b, c, d)| Event { kind, a, b, c, d })
 }
 

@@ -170,6 +170,21 @@ pub fn build(world: usize, group_masks: &[u8], events: &[Event]) -> Program {
                     .recv(DType::U8, &[2], x)
                     .send(DType::U8, &[1], x);
             }
+            8 => {
+                // A batch whose ops are not in the order backends run them (collectives,
+                // then sends, then receives): a ring exchange around an all_reduce of the
+                // world, written receive first (shift 0: to itself).
+                let shift = e.a as usize % w;
+                let dtype = DType::ALL[e.c as usize % 10];
+                for r in 0..w {
+                    p.rank(r)
+                        .batch()
+                        .recv(dtype, &[3], (r + w - shift) % w)
+                        .all_reduce(GroupId::WORLD, dtype, &[2], ReduceOp::Max)
+                        .send(dtype, &[3], (r + shift) % w)
+                        .end_batch();
+                }
+            }
             _ => {
                 for r in 0..w {
                     p.rank(r).barrier(GroupId::WORLD);
@@ -256,10 +271,13 @@ impl Rng {
     }
 }
 
+/// The kinds of events without posted messages (which the NCCL lowering lacks).
+pub const BLOCKING_KINDS: [u8; 7] = [0, 1, 2, 3, 4, 5, 8];
+
 impl Event {
     pub fn random(r: &mut Rng) -> Self {
         Event {
-            kind: r.byte() % 6,
+            kind: BLOCKING_KINDS[r.byte() as usize % BLOCKING_KINDS.len()],
             a: r.byte(),
             b: r.byte(),
             c: r.byte(),
