@@ -1014,9 +1014,15 @@ impl<'c, 'a> Batch<'c, 'a> {
             return Ok(());
         }
         let start = self.ctx.trace.as_ref().map(Recorder::now);
+        // The backend may reorder the ops (by target): the trace keeps them as written, each
+        // with the members recorded beside it.
+        let written: Vec<OpDesc> = match start {
+            Some(_) => self.ops.iter().map(|o| o.desc.clone()).collect(),
+            None => Vec::new(),
+        };
         let done = engine(&self.ctx.backend)?.execute(&mut self.ops);
         if let (Some(t), Some(start)) = (&mut self.ctx.trace, start) {
-            let calls = self.ops.iter().map(|o| &o.desc).zip(self.members.drain(..));
+            let calls = written.iter().zip(self.members.drain(..));
             t.record(calls, true, start, done.is_ok());
         }
         done?;

@@ -117,6 +117,52 @@ fn a_known_program_leaves_its_calls_in_order() -> Result<()> {
 }
 
 #[test]
+fn a_batch_the_backend_reorders_is_traced_as_written() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("rankwise-trace-order-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("order.json");
+    let options = Options::default().trace(path.display().to_string());
+    spawn_with(3, options, |ctx| {
+        let (r, w) = (ctx.rank(), ctx.world());
+        let g = ctx.new_group([0, 2])?;
+        let x = Tensor::full([2], 1u8)?;
+        let mut y = Tensor::<u8>::zeros([2])?;
+        let mut t = Tensor::full([3], r as f32)?;
+        let mut s = Tensor::full([1], r as i64)?;
+        // Receive first, collectives last: backends run collectives, then sends, then
+        // receives.
+        let mut b = ctx.batch();
+        b.recv(&mut y, (r + w - 1) % w).send(&x, (r + 1) % w);
+        if g.contains(r) {
+            b.group(&g).all_reduce(&mut s, ReduceOp::Max);
+        }
+        b.all_reduce(&mut t, ReduceOp::Sum);
+        b.run()
+    })?;
+    let events = read(&path);
+    for rank in 0..3u64 {
+        let got = calls(&events, rank);
+        let kinds: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        let mut want = vec!["recv", "send", "all_reduce"];
+        if rank != 1 {
+            want.push("all_reduce");
+        }
+        assert_eq!(kinds, want, "rank {rank}");
+        assert_eq!(got[0].1["peer"], (rank + 2) % 3, "rank {rank}");
+        assert!(got[0].1.get("group").is_none(), "rank {rank}: {}", got[0].1);
+        let world = &got[got.len() - 1].1;
+        assert_eq!(world["group"], serde_json::json!([0, 1, 2]), "rank {rank}");
+        assert_eq!(world["dtype"], "f32");
+        if rank != 1 {
+            assert_eq!(got[2].1["group"], serde_json::json!([0, 2]), "rank {rank}");
+            assert_eq!(got[2].1["dtype"], "i64");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[test]
 fn a_failing_program_still_leaves_its_trace() {
     let dir = std::env::temp_dir().join(format!("rankwise-trace-fail-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
