@@ -353,11 +353,15 @@ struct Incoming {
 }
 
 impl HostBackend {
-    /// Stops the world with a world-level error (mismatch, deadlock) and returns it.
-    fn fail(&self, err: Error) -> Error {
-        self.nccl.shared.abort(Abort::Error(err.clone()));
+    /// Stops the world with a world-level error (mismatch, deadlock) found while waiting at
+    /// `site`, and returns what stops it: that error, or an earlier cause. (A rank that panics
+    /// aborts the world and then exits; a peer that checked for an abort just before, and
+    /// finds it exited just after, sees every other rank stuck — a deadlock by the numbers,
+    /// but the panic is what happened, and what every rank must report.)
+    fn fail(&self, err: Error, site: Option<CallSite>) -> Error {
+        self.nccl.shared.abort(Abort::Error(err));
         self.nccl.changed.notify_all();
-        err
+        self.nccl.shared.abort_error(self.rank, site)
     }
 
     fn run(&mut self, ops: &mut [Op]) -> Result<()> {
@@ -517,6 +521,7 @@ impl HostBackend {
                 }
             }
         }
+        let first_site = bufs.ops.first().map(|o| o.desc.site);
         let nccl = Arc::clone(&self.nccl);
         let mut st = lock(&nccl.state);
         for (comm, seq, me, n, post) in posted_colls {
@@ -531,7 +536,7 @@ impl HostBackend {
                     Ok(results) => step.results = Some(results),
                     Err(e) => {
                         drop(st);
-                        return Err(self.fail(e));
+                        return Err(self.fail(e, first_site));
                     }
                 }
             }
@@ -542,7 +547,6 @@ impl HostBackend {
         st.generation += 1;
         nccl.changed.notify_all();
 
-        let first_site = bufs.ops.first().map(|o| o.desc.site);
         let started = Instant::now();
         let deadline = nccl.shared.timeout.and_then(|t| started.checked_add(t));
         loop {
@@ -609,7 +613,7 @@ impl HostBackend {
                         recv_what: format!("{dtype}[{count}]"),
                     }));
                     drop(st);
-                    return Err(self.fail(err));
+                    return Err(self.fail(err, first_site));
                 }
                 bufs.write(buf, &msg.data)?;
                 recvs.swap_remove(i);
@@ -670,7 +674,7 @@ impl HostBackend {
                 );
                 if let Some(report) = deadlock(&st, &nccl.shared) {
                     drop(st);
-                    return Err(self.fail(Error::Deadlock(report)));
+                    return Err(self.fail(Error::Deadlock(report), first_site));
                 }
             }
             if let Some(d) = deadline
