@@ -200,12 +200,23 @@ pub(super) struct Agreed {
     pub(super) delivered: usize,
     /// Calls after those to run as one packed collective (every member proposed long).
     pub(super) packed: usize,
+    /// This member proposed long, and some member short: they batch differently, so it should
+    /// stop proposing long runs on this communicator for the rest of the batch.
+    pub(super) met_short: bool,
 }
 
-/// How many collectives from `k` go into one exchange (see [`Proposal`]); none when the head
-/// is neither small nor direct (it then takes the schedule path of `steps`). Every member
-/// decides the head's path alike, from the description all members share.
-pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) -> Proposal {
+/// How many collectives from `k` go into one exchange (see [`Proposal`]; a long one only if
+/// `long` allows); none when the head is neither small nor direct (it then takes the schedule
+/// path of `steps`). Every member decides the head's path alike, from the description all
+/// members share.
+pub(super) fn proposal(
+    ops: &[Op],
+    k: usize,
+    end: usize,
+    n: usize,
+    check: bool,
+    long: bool,
+) -> Proposal {
     if direct(&ops[k].desc, n) {
         return Proposal::short(1);
     }
@@ -227,16 +238,17 @@ pub(super) fn proposal(ops: &[Op], k: usize, end: usize, n: usize, check: bool) 
         .count();
     // Only a run that the payload cap (or the largest run) cuts short is worth a collective
     // of its own.
-    let same = super::drive::same_kind_run(ops, k, end);
-    let long = ops[k..k + same]
+    let same = if long {
+        super::drive::same_kind_run(ops, k, end)
+    } else {
+        1
+    };
+    let calls = ops[k..k + same]
         .iter()
         .take_while(|o| bound(&o.desc) <= SMALL)
         .count();
-    if long > run {
-        Proposal {
-            calls: long,
-            long: true,
-        }
+    if calls > run {
+        Proposal { calls, long: true }
     } else {
         Proposal::short(1 << run.max(1).ilog2())
     }
@@ -584,6 +596,7 @@ impl Exchange {
             (false, _) => Agreed {
                 delivered: m,
                 packed: 0,
+                met_short: false,
             },
             (true, true) => Agreed {
                 delivered: 1,
@@ -591,10 +604,12 @@ impl Exchange {
                     Some(p) if same_run => p.calls - 1,
                     _ => m - 1,
                 },
+                met_short: false,
             },
             (true, false) => Agreed {
                 delivered: 1,
                 packed: 0,
+                met_short: mine.is_some_and(|p| p.long),
             },
         }))
     }
@@ -683,6 +698,7 @@ impl Exchange {
             return Ok(Agreed {
                 delivered: 1,
                 packed: 0,
+                met_short: false,
             });
         }
         let mut at = [0usize; MAX_MEMBERS];
@@ -933,16 +949,16 @@ pub(super) mod tests {
         // run of 100 is cut to 64.
         let kinds = [OpKind::AllReduce, OpKind::AllGather];
         let kib: Vec<Op> = (0..100).map(|i| op(kinds[i % 2], 256)).collect();
-        assert_eq!(proposal(&kib, 0, 100, 2, true), Proposal::short(64));
+        assert_eq!(proposal(&kib, 0, 100, 2, true, true), Proposal::short(64));
         // 3 left: the largest power of two within them.
-        assert_eq!(proposal(&kib, 97, 100, 2, true).calls, 2);
+        assert_eq!(proposal(&kib, 97, 100, 2, true, true).calls, 2);
         // Too many members, or a large head: the schedule path.
-        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1, true).calls, 0);
+        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1, true, true).calls, 0);
         let mut mixed = vec![op(OpKind::AllGather, 4)];
         mixed.push(op(OpKind::AllReduce, SMALL / 4 + 1));
-        assert_eq!(proposal(&mixed, 1, 2, 4, true).calls, 0);
+        assert_eq!(proposal(&mixed, 1, 2, 4, true, true).calls, 0);
         // A small head packs until the first large call.
-        assert_eq!(proposal(&mixed, 0, 2, 4, true).calls, 1);
+        assert_eq!(proposal(&mixed, 0, 2, 4, true, true).calls, 1);
         // Mixed kinds pack together; barriers carry no data.
         let kinds = [
             OpKind::Barrier,
@@ -951,10 +967,10 @@ pub(super) mod tests {
             OpKind::Gather,
         ];
         let mixed: Vec<Op> = kinds.iter().map(|&k| op(k, 8)).collect();
-        assert_eq!(proposal(&mixed, 0, 4, 4, true).calls, 4);
+        assert_eq!(proposal(&mixed, 0, 4, 4, true, true).calls, 4);
         // Without the check, a rooted head goes one way, alone; other heads still pack.
-        assert_eq!(proposal(&mixed, 1, 4, 4, false).calls, 1);
-        assert_eq!(proposal(&kib, 0, 100, 2, false).calls, 64);
+        assert_eq!(proposal(&mixed, 1, 4, 4, false, true).calls, 1);
+        assert_eq!(proposal(&kib, 0, 100, 2, false, true).calls, 64);
         assert!(one_way(&mixed[3].desc, false) && !one_way(&mixed[3].desc, true));
         assert!(!one_way(&mixed[2].desc, false));
     }
@@ -963,29 +979,40 @@ pub(super) mod tests {
     fn a_run_the_payload_cap_cuts_short_is_proposed_long() {
         // 1000 all_reduces of 1 KiB: 64 fit in an exchange, 512 pack.
         let kib: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
-        let long = proposal(&kib, 0, 1000, 4, true);
+        let long = proposal(&kib, 0, 1000, 4, true, true);
         assert_eq!((long.calls, long.long), (1000, true));
         assert_eq!(long.prefixes(), 512);
         assert_eq!(long.carried(), 1);
         // Without the check too (all_reduce is never one way).
-        assert_eq!(proposal(&kib, 0, 1000, 4, false), long);
+        assert_eq!(proposal(&kib, 0, 1000, 4, false, true), long);
         // The tail of 40: all fit, so the exchange carries them (short).
-        assert_eq!(proposal(&kib, 960, 1000, 4, true), Proposal::short(32));
+        assert_eq!(
+            proposal(&kib, 960, 1000, 4, true, true),
+            Proposal::short(32)
+        );
         // A kind change ends the packable run: 64 all_reduces then gathers is short.
         let mut mixed: Vec<Op> = (0..64).map(|_| op(OpKind::AllReduce, 256)).collect();
         mixed.extend((0..64).map(|_| op(OpKind::AllGather, 64)));
-        assert_eq!(proposal(&mixed, 0, 128, 4, true), Proposal::short(64));
+        assert_eq!(proposal(&mixed, 0, 128, 4, true, true), Proposal::short(64));
         // A large call ends a long run (it would pay for a copy into the packed buffer).
         let mut big: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
         big[100] = op(OpKind::AllReduce, SMALL);
-        assert_eq!(proposal(&big, 0, 1000, 4, true).calls, 100);
+        assert_eq!(proposal(&big, 0, 1000, 4, true, true).calls, 100);
         // Tiny tensors fit however many: short.
         let tiny: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 2)).collect();
-        assert_eq!(proposal(&tiny, 0, 1000, 4, true), Proposal::short(512));
+        assert_eq!(
+            proposal(&tiny, 0, 1000, 4, true, true),
+            Proposal::short(512)
+        );
         // Rooted heads one way (no check) stay alone.
         let bcast: Vec<Op> = (0..1000).map(|_| op(OpKind::Broadcast, 256)).collect();
-        assert_eq!(proposal(&bcast, 0, 1000, 4, false), Proposal::short(1));
-        assert!(proposal(&bcast, 0, 1000, 4, true).long);
+        assert_eq!(
+            proposal(&bcast, 0, 1000, 4, false, true),
+            Proposal::short(1)
+        );
+        assert!(proposal(&bcast, 0, 1000, 4, true, true).long);
+        // A member whose peers batch differently stops proposing long: short again.
+        assert_eq!(proposal(&kib, 0, 1000, 4, true, false), Proposal::short(64));
         // The header word round-trips.
         assert_eq!(long.word(0), 1000 | 1 << LONG_BIT);
         // The step's low bits ride along, and do not disturb the rest.
@@ -1025,14 +1052,21 @@ pub(super) mod tests {
 
     fn agreed_as(runs: &[(&[Op], bool)]) -> std::result::Result<(usize, usize), Disagreement> {
         let ex = heard(runs);
-        // Every member decides alike.
+        // Every member decides alike; only a long proposer learns that it met a short one.
         let all: Vec<_> = (0..runs.len())
-            .map(|me| ex.agreed(runs.len(), me).expect("well formed"))
+            .map(|me| {
+                let a = ex.agreed(runs.len(), me).expect("well formed");
+                if let Ok(a) = a {
+                    let met = runs[me].1 && runs.iter().any(|r| !r.1);
+                    assert_eq!(a.met_short, met, "member {me}");
+                }
+                a.map(|a| (a.delivered, a.packed))
+            })
             .collect();
         for a in &all[1..] {
             assert_eq!(a, &all[0], "members decide differently");
         }
-        all[0].map(|a| (a.delivered, a.packed))
+        all[0]
     }
 
     #[test]
