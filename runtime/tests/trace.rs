@@ -14,6 +14,14 @@ fn read(path: &std::path::Path) -> Vec<Value> {
         .clone()
 }
 
+/// A fresh directory for one test's trace (this process's own), and the trace's path in it.
+fn scratch(test: &str, file: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("rankwise-trace-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join(file);
+    (dir, path)
+}
+
 /// The calls of `rank`, in order: (name, args).
 fn calls(events: &[Value], rank: u64) -> Vec<(String, Value)> {
     events
@@ -30,9 +38,7 @@ fn calls(events: &[Value], rank: u64) -> Vec<(String, Value)> {
 
 #[test]
 fn a_known_program_leaves_its_calls_in_order() -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("rankwise-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let path = dir.join("known.json");
+    let (dir, path) = scratch("known", "known.json");
     let options = Options::default().trace(path.display().to_string());
     spawn_with(3, options, |ctx| {
         let (r, w) = (ctx.rank(), ctx.world());
@@ -118,9 +124,7 @@ fn a_known_program_leaves_its_calls_in_order() -> Result<()> {
 
 #[test]
 fn a_batch_the_backend_reorders_is_traced_as_written() -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("rankwise-trace-order-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let path = dir.join("order.json");
+    let (dir, path) = scratch("order", "order.json");
     let options = Options::default().trace(path.display().to_string());
     spawn_with(3, options, |ctx| {
         let (r, w) = (ctx.rank(), ctx.world());
@@ -164,9 +168,7 @@ fn a_batch_the_backend_reorders_is_traced_as_written() -> Result<()> {
 
 #[test]
 fn a_failing_program_still_leaves_its_trace() {
-    let dir = std::env::temp_dir().join(format!("rankwise-trace-fail-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let path = dir.join("deadlock.json");
+    let (dir, path) = scratch("fail", "deadlock.json");
     let options = Options::default().trace(path.display().to_string());
     // Both ranks receive first: a deadlock, reported as an error.
     let r = spawn_with(2, options, |ctx| {
@@ -189,9 +191,8 @@ fn a_failing_program_still_leaves_its_trace() {
 /// Several worlds traced to one path by one process: each its own Chrome process, in order.
 #[test]
 fn worlds_of_one_process_share_the_file() -> Result<()> {
-    let dir = std::env::temp_dir().join(format!("rankwise-trace-worlds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let path = dir.join("worlds.json").display().to_string();
+    let (dir, path) = scratch("worlds", "worlds.json");
+    let path = path.display().to_string();
     for world in [2, 3] {
         spawn_with(world, Options::default().trace(path.clone()), |ctx| {
             ctx.barrier()
