@@ -206,9 +206,9 @@ pub(super) struct Agreed {
 }
 
 /// How many collectives from `k` go into one exchange (see [`Proposal`]; a long one only if
-/// `long` allows); none when the head is neither small nor direct (it then takes the schedule
-/// path of `steps`). Every member decides the head's path alike, from the description all
-/// members share.
+/// `long` allows, a short one of at most `cap`, a power of two); none when the head is neither
+/// small nor direct (it then takes the schedule path of `steps`). Every member decides the
+/// head's path alike, from the description all members share.
 pub(super) fn proposal(
     ops: &[Op],
     k: usize,
@@ -216,6 +216,7 @@ pub(super) fn proposal(
     n: usize,
     check: bool,
     long: bool,
+    cap: usize,
 ) -> Proposal {
     if direct(&ops[k].desc, n) {
         return Proposal::short(1);
@@ -250,7 +251,7 @@ pub(super) fn proposal(
     if calls > run {
         Proposal { calls, long: true }
     } else {
-        Proposal::short(1 << run.max(1).ilog2())
+        Proposal::short((1 << run.max(1).ilog2()).min(cap.max(1)))
     }
 }
 
@@ -949,16 +950,22 @@ pub(super) mod tests {
         // run of 100 is cut to 64.
         let kinds = [OpKind::AllReduce, OpKind::AllGather];
         let kib: Vec<Op> = (0..100).map(|i| op(kinds[i % 2], 256)).collect();
-        assert_eq!(proposal(&kib, 0, 100, 2, true, true), Proposal::short(64));
+        assert_eq!(
+            proposal(&kib, 0, 100, 2, true, true, MAX_PACK),
+            Proposal::short(64)
+        );
         // 3 left: the largest power of two within them.
-        assert_eq!(proposal(&kib, 97, 100, 2, true, true).calls, 2);
+        assert_eq!(proposal(&kib, 97, 100, 2, true, true, MAX_PACK).calls, 2);
         // Too many members, or a large head: the schedule path.
-        assert_eq!(proposal(&kib, 0, 100, MAX_MEMBERS + 1, true, true).calls, 0);
+        assert_eq!(
+            proposal(&kib, 0, 100, MAX_MEMBERS + 1, true, true, MAX_PACK).calls,
+            0
+        );
         let mut mixed = vec![op(OpKind::AllGather, 4)];
         mixed.push(op(OpKind::AllReduce, SMALL / 4 + 1));
-        assert_eq!(proposal(&mixed, 1, 2, 4, true, true).calls, 0);
+        assert_eq!(proposal(&mixed, 1, 2, 4, true, true, MAX_PACK).calls, 0);
         // A small head packs until the first large call.
-        assert_eq!(proposal(&mixed, 0, 2, 4, true, true).calls, 1);
+        assert_eq!(proposal(&mixed, 0, 2, 4, true, true, MAX_PACK).calls, 1);
         // Mixed kinds pack together; barriers carry no data.
         let kinds = [
             OpKind::Barrier,
@@ -967,10 +974,10 @@ pub(super) mod tests {
             OpKind::Gather,
         ];
         let mixed: Vec<Op> = kinds.iter().map(|&k| op(k, 8)).collect();
-        assert_eq!(proposal(&mixed, 0, 4, 4, true, true).calls, 4);
+        assert_eq!(proposal(&mixed, 0, 4, 4, true, true, MAX_PACK).calls, 4);
         // Without the check, a rooted head goes one way, alone; other heads still pack.
-        assert_eq!(proposal(&mixed, 1, 4, 4, false, true).calls, 1);
-        assert_eq!(proposal(&kib, 0, 100, 2, false, true).calls, 64);
+        assert_eq!(proposal(&mixed, 1, 4, 4, false, true, MAX_PACK).calls, 1);
+        assert_eq!(proposal(&kib, 0, 100, 2, false, true, MAX_PACK).calls, 64);
         assert!(one_way(&mixed[3].desc, false) && !one_way(&mixed[3].desc, true));
         assert!(!one_way(&mixed[2].desc, false));
     }
@@ -979,40 +986,51 @@ pub(super) mod tests {
     fn a_run_the_payload_cap_cuts_short_is_proposed_long() {
         // 1000 all_reduces of 1 KiB: 64 fit in an exchange, 512 pack.
         let kib: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
-        let long = proposal(&kib, 0, 1000, 4, true, true);
+        let long = proposal(&kib, 0, 1000, 4, true, true, MAX_PACK);
         assert_eq!((long.calls, long.long), (1000, true));
         assert_eq!(long.prefixes(), 512);
         assert_eq!(long.carried(), 1);
         // Without the check too (all_reduce is never one way).
-        assert_eq!(proposal(&kib, 0, 1000, 4, false, true), long);
+        assert_eq!(proposal(&kib, 0, 1000, 4, false, true, MAX_PACK), long);
         // The tail of 40: all fit, so the exchange carries them (short).
         assert_eq!(
-            proposal(&kib, 960, 1000, 4, true, true),
+            proposal(&kib, 960, 1000, 4, true, true, MAX_PACK),
             Proposal::short(32)
         );
         // A kind change ends the packable run: 64 all_reduces then gathers is short.
         let mut mixed: Vec<Op> = (0..64).map(|_| op(OpKind::AllReduce, 256)).collect();
         mixed.extend((0..64).map(|_| op(OpKind::AllGather, 64)));
-        assert_eq!(proposal(&mixed, 0, 128, 4, true, true), Proposal::short(64));
+        assert_eq!(
+            proposal(&mixed, 0, 128, 4, true, true, MAX_PACK),
+            Proposal::short(64)
+        );
         // A large call ends a long run (it would pay for a copy into the packed buffer).
         let mut big: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
         big[100] = op(OpKind::AllReduce, SMALL);
-        assert_eq!(proposal(&big, 0, 1000, 4, true, true).calls, 100);
+        assert_eq!(proposal(&big, 0, 1000, 4, true, true, MAX_PACK).calls, 100);
         // Tiny tensors fit however many: short.
         let tiny: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 2)).collect();
         assert_eq!(
-            proposal(&tiny, 0, 1000, 4, true, true),
+            proposal(&tiny, 0, 1000, 4, true, true, MAX_PACK),
             Proposal::short(512)
         );
         // Rooted heads one way (no check) stay alone.
         let bcast: Vec<Op> = (0..1000).map(|_| op(OpKind::Broadcast, 256)).collect();
         assert_eq!(
-            proposal(&bcast, 0, 1000, 4, false, true),
+            proposal(&bcast, 0, 1000, 4, false, true, MAX_PACK),
             Proposal::short(1)
         );
-        assert!(proposal(&bcast, 0, 1000, 4, true, true).long);
+        assert!(proposal(&bcast, 0, 1000, 4, true, true, MAX_PACK).long);
         // A member whose peers batch differently stops proposing long: short again.
-        assert_eq!(proposal(&kib, 0, 1000, 4, true, false), Proposal::short(64));
+        assert_eq!(
+            proposal(&kib, 0, 1000, 4, true, false, MAX_PACK),
+            Proposal::short(64)
+        );
+        // A member whose last exchange took fewer calls proposes at most the cap it set.
+        assert_eq!(
+            proposal(&kib, 960, 1000, 4, true, false, 2),
+            Proposal::short(2)
+        );
         // The header word round-trips.
         assert_eq!(long.word(0), 1000 | 1 << LONG_BIT);
         // The step's low bits ride along, and do not disturb the rest.

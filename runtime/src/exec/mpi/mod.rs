@@ -405,7 +405,7 @@ impl MpiBackend {
             return false;
         }
         self.eager_of(op.desc.group).is_ok_and(|(_, members)| {
-            eager::proposal(ops, 0, 1, members.len(), self.check, false).calls == 1
+            eager::proposal(ops, 0, 1, members.len(), self.check, false, 1).calls == 1
         })
     }
 
