@@ -228,10 +228,10 @@ impl<'a> Records<'a> {
 /// reported there with its own call and step, rather than here under the head's name.)
 pub(super) fn compare(recs: &Records, members: &[usize], step: u64) -> Result<usize> {
     let n = members.len();
-    let mut m = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
-    while m > 1 && (1..n).any(|j| recs.prefix(j, m) != recs.prefix(0, m)) {
-        m /= 2;
-    }
+    let shortest = (0..n).map(|j| recs.proposal(j)).min().unwrap_or(1);
+    let m = agreeing_prefix(shortest, |m| {
+        (1..n).any(|j| recs.prefix(j, m) != recs.prefix(0, m))
+    });
     if let Some(j) = (1..n).find(|&j| recs.word(j, 0) != recs.word(0, 0)) {
         let ((what_a, site_a), (what_b, site_b)) = (recs.call(0), recs.call(j));
         return Err(Error::CollectiveMismatch(Box::new(CollectiveMismatch {
@@ -246,6 +246,16 @@ pub(super) fn compare(recs: &Records, members: &[usize], step: u64) -> Result<us
         })));
     }
     Ok(m)
+}
+
+/// The longest power-of-two prefix, at most `m` (a power of two), on which the members'
+/// hashes agree (`differ(p)`: whether they differ on the first `p` calls); at least 1, the
+/// head alone, whose agreement is checked apart.
+pub(super) fn agreeing_prefix(mut m: usize, differ: impl Fn(usize) -> bool) -> usize {
+    while m > 1 && differ(m) {
+        m /= 2;
+    }
+    m
 }
 
 /// How many collectives, from `k`, could go into one packed call: a run of all_reduces with
@@ -516,14 +526,20 @@ impl<'a> Driver<'a> {
         }
         // A negotiating slot leaves `next` alone: `agree` sets it once the pack size is known,
         // and the slot blocks the chain until then.
-        let idle = slot.outstanding == 0;
+        self.open(slot, reqs)
+    }
+
+    /// Adds `slot` (index `self.slots.len()`, its first phase posted or its pack size being
+    /// negotiated) to its chain: it blocks the chain until it has initiated every phase, and
+    /// completes at once if it posted nothing (never the case today).
+    fn open(&mut self, slot: Slot, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let (s, c, idle) = (self.slots.len(), slot.chain, slot.outstanding == 0);
         self.slots.push(slot);
         self.chains[c].inflight += 1;
         if !self.initiated_all(s) {
             self.chains[c].blocker = Some(s);
         }
         if idle {
-            // Nothing posted (never the case today): complete it now.
             return self.finish(s, reqs);
         }
         Ok(())
@@ -668,7 +684,7 @@ impl<'a> Driver<'a> {
         let outstanding = new.len();
         reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
         self.chains[c].next = run.end;
-        self.slots.push(Slot {
+        let slot = Slot {
             ops: run,
             chain: c,
             outstanding,
@@ -678,15 +694,8 @@ impl<'a> Driver<'a> {
             records: Scratch::default(),
             posted: u8::from(outstanding > 0),
             eager: None,
-        });
-        self.chains[c].inflight += 1;
-        if !self.initiated_all(s) {
-            self.chains[c].blocker = Some(s);
-        }
-        if outstanding == 0 {
-            return self.finish(s, reqs);
-        }
-        Ok(())
+        };
+        self.open(slot, reqs)
     }
 
     /// One request of slot `s` completed (`check`: its record exchange).

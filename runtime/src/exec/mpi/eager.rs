@@ -562,6 +562,7 @@ impl Exchange {
     fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<Agreed, Disagreement>> {
         let heard = |i: &usize| self.got[*i] > 0;
         let (mut m, mut any_long, mut all_long) = (MAX_PACK, false, true);
+        // (`m`: the shortest proposal's power-of-two prefix.)
         let mine = self.proposal(me);
         let mut same_run = mine.is_some_and(|p| p.long);
         for i in (0..n).filter(heard) {
@@ -589,10 +590,12 @@ impl Exchange {
         // run — whose head it then is, reported with that exact call and step.
         let prefix =
             |i: usize, m: usize| word(self.header(i), 16 + 8 * m.trailing_zeros() as usize);
-        while m > 1 && (0..n).filter(heard).any(|i| prefix(i, m) != prefix(me, m)) {
-            m /= 2;
-            same_run = false;
-        }
+        let shortest = m;
+        let m = super::drive::agreeing_prefix(shortest, |m| {
+            (0..n).filter(heard).any(|i| prefix(i, m) != prefix(me, m))
+        });
+        // A run whose prefixes differ is not the same run, whatever its whole hash says.
+        same_run &= m == shortest;
         Ok(Ok(match (any_long, all_long) {
             (false, _) => Agreed {
                 delivered: m,
