@@ -182,13 +182,11 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
             if numel == 0 || (desc.kind == OpKind::Reduce && me != root) {
                 return;
             }
-            let dsts = [op.output.ptr];
             let red = desc.op.unwrap_or(crate::ReduceOp::Sum);
             with_dtype!(desc.dtype, T => {
-                let r = crate::reduce::Reducer::<T>::new(red, n);
                 // SAFETY: every input holds `numel` elements, our output too, and no input
                 // aliases it (they are copies in the slots).
-                unsafe { super::kernels::reduce_strided::<T>(&r, inputs, 0, 0, &dsts, 0, 1, numel) }
+                unsafe { reduce_into::<T>(red, inputs, op.output.ptr, numel) }
             })
         }
         OpKind::Broadcast if me != root => {
@@ -241,6 +239,35 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
         }
         _ => {}
     }
+}
+
+/// Reduces `inputs` into `out`, in member order, with the operations the in-place kernels
+/// apply (`Reducer`: start, combine each further input, finish), so both paths give the same
+/// bits. A few elements at most: straight into the output, no blocking.
+///
+/// # Safety
+/// Every input holds `numel` elements of `T`, aligned (slot data is 8-byte aligned); `out`
+/// holds `numel`, is written by this call alone and aliases no input.
+unsafe fn reduce_into<T: crate::element::Arith>(
+    red: crate::ReduceOp,
+    inputs: &[*const u8],
+    out: *mut u8,
+    numel: usize,
+) {
+    let r = crate::reduce::Reducer::<T>::new(red, inputs.len());
+    // SAFETY: the contract.
+    let acc = unsafe { std::slice::from_raw_parts_mut(out.cast::<T>(), numel) };
+    for (j, &x) in inputs.iter().enumerate() {
+        // SAFETY: the contract; `x` is not `out`.
+        let x = unsafe { std::slice::from_raw_parts(x.cast::<T>(), numel) };
+        if j == 0 {
+            acc.copy_from_slice(x);
+            r.start(acc);
+        } else {
+            r.combine(acc, x);
+        }
+    }
+    r.finish(acc);
 }
 
 /// Writes every member's input, in member order, as the contiguous parts of `op`'s output.

@@ -340,35 +340,14 @@ impl LocalBackend {
     fn publish(&self, ops: &[Op], runs: &mut [TargetRun]) {
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
         for run in runs {
-            // Peers only ever read through this pointer.
-            let entries = ops[run.start..].as_ptr().cast_mut();
             match run.target {
                 Target::Coll(_) => {
-                    run.packs = pack::table(&ops[run.start..run.start + run.len]);
-                    let packs = if run.packs.is_empty() {
-                        std::ptr::null_mut()
-                    } else {
-                        run.packs.as_mut_ptr()
-                    };
-                    let g = self.group_of(run);
-                    if run.len == 1 {
-                        let op = &ops[run.start];
-                        run.eager = Sig::of(op);
-                        if let Some(sig) = run.eager {
-                            // SAFETY: our own slot; its previous use (step `base - 2`) was
-                            // finished by every member before we could complete `base - 1`
-                            // (see `eager`); `Sig::of` checked the input's size, host memory.
-                            unsafe { g.eager_slot(run.me, run.base).fill(run.base, sig, op) };
-                        }
-                    }
-                    let slot = &g.slots[run.me];
-                    slot.base.store(run.base, Ordering::Relaxed);
-                    slot.entries.store(entries, Ordering::Relaxed);
-                    slot.packs.store(packs, Ordering::Relaxed);
-                    slot.posted.store(run.end(), Ordering::Release);
+                    let g = self.post_coll(ops, run);
                     woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
                 }
                 Target::Send(dst) => {
+                    // Peers only ever read through this pointer.
+                    let entries = ops[run.start..].as_ptr().cast_mut();
                     if self.try_publish_send(run, entries, dst) {
                         woken.push(dst);
                     }
@@ -378,6 +357,36 @@ impl LocalBackend {
         }
         fail_point!("post");
         self.shared.wake(woken);
+    }
+
+    /// Makes a collective run visible to its communicator's members (its pack table built, a
+    /// run of one small op also posted eagerly); the communicator, for the caller to wake.
+    fn post_coll(&self, ops: &[Op], run: &mut TargetRun) -> &GroupState {
+        // Peers only ever read through this pointer.
+        let entries = ops[run.start..].as_ptr().cast_mut();
+        run.packs = pack::table(&ops[run.start..run.start + run.len]);
+        let packs = if run.packs.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            run.packs.as_mut_ptr()
+        };
+        let g = self.group_of(run);
+        if run.len == 1 {
+            let op = &ops[run.start];
+            run.eager = run.eager.or_else(|| Sig::of(op));
+            if let Some(sig) = run.eager {
+                // SAFETY: our own slot; its previous use (step `base - 2`) was finished by
+                // every member before we could complete `base - 1` (see `eager`); `Sig::of`
+                // checked the input's size, host memory.
+                unsafe { g.eager_slot(run.me, run.base).fill(run.base, sig, op) };
+            }
+        }
+        let slot = &g.slots[run.me];
+        slot.base.store(run.base, Ordering::Relaxed);
+        slot.entries.store(entries, Ordering::Relaxed);
+        slot.packs.store(packs, Ordering::Relaxed);
+        slot.posted.store(run.end(), Ordering::Release);
+        g
     }
 
     /// Publishes a send run on its channel if every earlier message there is delivered (the
@@ -1074,6 +1083,12 @@ unsafe impl Backend for LocalBackend {
             let site = ops.first().map(|o| o.desc.site);
             return Err(self.shared.abort_error(self.rank, site));
         }
+        if let [op] = &*ops
+            && self.posted.is_empty()
+            && let Some(sig) = Sig::of(op)
+        {
+            return self.execute_eager(op, sig);
+        }
         let plan = crate::plan::plan(ops);
         // Declared before the guard: the runs own their pack tables, which peers read, so on
         // the way out through an error they must outlive the guard's quiescing (dropped inside
@@ -1164,6 +1179,60 @@ unsafe impl Backend for LocalBackend {
 }
 
 impl LocalBackend {
+    /// Runs a lone small collective (see `eager`) while no posted message needs progress: the
+    /// same protocol as a batch of one, minus the batch machinery (plan, run list, passes) on
+    /// the way in and out, which costs more than the step itself. If the step cannot complete
+    /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
+    /// over from where it stands, with the deadlock detector and every check.
+    fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
+        let Target::Coll(id) = crate::plan::target(op) else {
+            return Err(Error::Internal(
+                "an eager step that is not a collective".into(),
+            ));
+        };
+        let (gi, me) = self.group_state(id)?;
+        let base = self.steps[gi];
+        self.steps[gi] += 1;
+        let mut run = TargetRun {
+            target: Target::Coll(id),
+            start: 0,
+            len: 1,
+            base,
+            next: base,
+            me,
+            group: Some(gi),
+            published: true,
+            complete: false,
+            packs: Vec::new(),
+            eager: Some(sig),
+        };
+        let ops = std::slice::from_ref(op);
+        self.guarded(|b| {
+            let g = b.post_coll(ops, &mut run);
+            fail_point!("post");
+            b.shared
+                .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+            let spins = if b.shared.oversubscribed {
+                SPINS_OVERSUBSCRIBED
+            } else {
+                SPINS
+            };
+            for _ in 0..spins {
+                // Inside a pass, as `drive` is: a mismatch reads the members' ops.
+                let Some(_busy) = b.shared.enter(b.rank) else {
+                    break; // aborted: `drive` reports it
+                };
+                fail_point!("pass");
+                match b.step_eager(&mut run, g, ops)? {
+                    Eager::Done => return Ok(()),
+                    Eager::InPlace => break,
+                    Eager::Wait(_) => std::hint::spin_loop(),
+                }
+            }
+            b.drive(std::slice::from_mut(&mut run), ops, &mut [], Until::Runs)
+        })
+    }
+
     /// Runs `f`, which may publish buffers peers then read. If it leaves early — an error, or
     /// a panic unwinding through here — the world must stop and every access under way must
     /// end before the buffers are freed; the guard does that on every path out but success.
