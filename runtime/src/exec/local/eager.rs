@@ -5,8 +5,8 @@
 //! loss, a norm, a flag, a barrier — that round trip is the whole cost. So a collective run of
 //! one small op (see [`Sig::of`]) is also posted *eagerly*: before its regular publication the
 //! member writes its description's exact signature and a copy of its input into its eager slot
-//! for the step (one cache line, as NCCL's LL protocol and MPI's eager messages carry the data
-//! with the flag), and a member that finds every member's slot filled for the step, with equal
+//! for the step (flag, signature and the first 32 bytes share a cache line, as NCCL's LL
+//! protocol and MPI's eager messages carry the data with the flag), and a member that finds every member's slot filled for the step, with equal
 //! signatures, computes its own output from the copies — every member the same way, in member
 //! order, so the results are bit-identical to the in-place path's — and returns without waiting
 //! for anyone.
@@ -38,8 +38,9 @@ use crate::model::OpKind;
 
 use super::pack::{NO_KEY, shape_key};
 
-/// The largest input an eager step carries, in bytes.
-pub(crate) const EAGER_BYTES: usize = 32;
+/// The largest input an eager step carries, in bytes. Under Miri, 32: the same code, at sizes
+/// its interpretation gets through (the tests probe both sides of the limit).
+pub(crate) const EAGER_BYTES: usize = if cfg!(miri) { 32 } else { 1024 };
 
 /// What agreement compares, as three words: equal signatures mean agreeing descriptions.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -94,8 +95,8 @@ impl Sig {
     }
 }
 
-/// One member's eager slot for one step parity: a cache line holding the step, the signature
-/// and the input.
+/// One member's eager slot for one step parity: the step, the signature and the input (the
+/// first cache line holds the step, the signature and the first 32 bytes).
 #[repr(C, align(64))]
 pub(crate) struct EagerSlot {
     /// One past the step the slot holds (Release after the body; readers Acquire).
@@ -104,7 +105,6 @@ pub(crate) struct EagerSlot {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
 struct Body {
     sig: Sig,
     data: [u8; EAGER_BYTES],
@@ -137,17 +137,22 @@ impl EagerSlot {
     /// made for (at most [`EAGER_BYTES`]).
     pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op) {
         let bytes = op.input.len * op.desc.dtype.size();
-        let mut body = Body {
-            sig,
-            data: [0; EAGER_BYTES],
-        };
-        if bytes > 0 {
-            // SAFETY: the input holds `bytes` (≤ EAGER_BYTES) bytes (contract).
-            let input = unsafe { std::slice::from_raw_parts(op.input.ptr.cast_const(), bytes) };
-            body.data[..bytes].copy_from_slice(input);
+        let body = self.body.get();
+        // SAFETY: no peer reads the body now (contract). Written in place, through raw
+        // pointers: only the first `bytes` of the data are read for this step (equal
+        // signatures, equal sizes), so the rest is left as it is.
+        unsafe {
+            (&raw mut (*body).sig).write(sig);
+            // The input holds `bytes` (≤ EAGER_BYTES) bytes (contract); the data has room. A
+            // missing input (a non-root's scatter) is a null pointer: nothing to copy.
+            if bytes > 0 {
+                std::ptr::copy_nonoverlapping(
+                    op.input.ptr.cast_const(),
+                    (&raw mut (*body).data).cast::<u8>(),
+                    bytes,
+                );
+            }
         }
-        // SAFETY: no peer reads the body now (contract).
-        unsafe { *self.body.get() = body };
         self.seq.store(step + 1, Ordering::Release);
     }
 
