@@ -94,6 +94,38 @@ fn a_posted_receive_progresses_while_the_rank_blocks_in_a_send() {
 }
 
 #[test]
+fn posted_sends_progress_while_the_rank_waits_in_a_lone_small_collective() {
+    // Rank 0 posts two sends to rank 1. The channel holds one at a time, so the second is
+    // published by a later progress pass of rank 0 — made while it waits in a small all_reduce
+    // (a call the threads backend can complete eagerly), which rank 1 reaches only after
+    // receiving both. Skipping those passes would be a deadlock.
+    let got = spawn_with(2, quick(), |ctx| {
+        let mut x = ctx.tensor([1], vec![1.0f32 + ctx.rank() as f32])?;
+        let mut got = Vec::new();
+        if ctx.rank() == 0 {
+            let a = ctx.tensor([1], vec![5i32])?;
+            let b = ctx.tensor([2], vec![6i32, 7])?;
+            let first = ctx.isend(&a, 1)?;
+            let second = ctx.isend(&b, 1)?;
+            ctx.all_reduce(&mut x, rankwise_runtime::ReduceOp::Sum)?;
+            first.wait()?;
+            second.wait()?;
+        } else {
+            let mut a = ctx.zeros::<i32>([1])?;
+            let mut b = ctx.zeros::<i32>([2])?;
+            ctx.recv(&mut a, 0)?;
+            ctx.recv(&mut b, 0)?;
+            ctx.all_reduce(&mut x, rankwise_runtime::ReduceOp::Sum)?;
+            got.extend(a.to_vec());
+            got.extend(b.to_vec());
+        }
+        Ok((x.to_vec(), got))
+    })
+    .unwrap();
+    assert_eq!(got, vec![(vec![3.0], vec![]), (vec![3.0], vec![5, 6, 7])]);
+}
+
+#[test]
 fn posted_and_blocking_messages_on_one_pair_keep_their_order() {
     // Ten posted sends (the channel holds one at a time, so nine wait their turn), then a
     // blocking one; the receiver posts ten receives, waits for them in reverse, then receives.
