@@ -430,7 +430,7 @@ pub fn validate(
             .get(desc.dim)
             .is_some_and(|d| d.checked_mul(n).is_none())
     };
-    if concatenates && (dim_overflows() || !fits(&concatenated(desc, n), es)) {
+    if concatenates && (dim_overflows() || !fits_dims(with_dim(desc, n, Scale::Times), es)) {
         return bad(format!(
             "{kind} of {} over {n} members along dim {} would need a tensor larger than any \
              can be",
@@ -474,8 +474,8 @@ pub fn validate(
                 ));
             }
             (true, Some(input)) => {
-                let want = concatenated(desc, n);
-                if input != want.as_slice() {
+                if !input.iter().copied().eq(with_dim(desc, n, Scale::Times)) {
+                    let want = concatenated(desc, n);
                     return bad(format!(
                         "the root's input has shape {}, but scattering {} parts of {} along dim \
                          {} needs {}",
@@ -491,10 +491,13 @@ pub fn validate(
         },
         _ => {}
     }
+    // Compared dimension by dimension, without building the expected shape: a small call's
+    // whole validation costs about what building it did.
     if let Some(got) = aux.output
-        && let Some(want) = expected_output(desc, n)
-        && got != want.as_slice()
+        && let Some(scale) = Scale::of_output(kind)
+        && !got.iter().copied().eq(with_dim(desc, n, scale))
     {
+        let want = expected_output(desc, n).unwrap_or_default();
         return bad(format!(
             "the output has shape {}, but {} of {} over {} members along dim {} gives {}",
             ShapeFmt(got),
@@ -511,11 +514,52 @@ pub fn validate(
 /// Whether a tensor of `shape` with `elem_size`-byte elements can exist (its byte size fits
 /// an allocation, `isize::MAX`).
 pub fn fits(shape: &[usize], elem_size: usize) -> bool {
-    shape
-        .iter()
-        .try_fold(elem_size, |acc, &d| acc.checked_mul(d))
+    fits_dims(shape.iter().copied(), elem_size)
+}
+
+/// [`fits`] for a shape given dimension by dimension.
+fn fits_dims(dims: impl Iterator<Item = usize> + Clone, elem_size: usize) -> bool {
+    dims.clone()
+        .try_fold(elem_size, |acc, d| acc.checked_mul(d))
         .is_some_and(|bytes| bytes <= isize::MAX as usize)
-        || shape.contains(&0)
+        || dims.into_iter().any(|d| d == 0)
+}
+
+/// What a call over `n` members does to dimension `dim` of its shape.
+#[derive(Clone, Copy)]
+enum Scale {
+    /// Concatenates: `n` times as long (saturating, as [`concatenated`]).
+    Times,
+    /// Splits: an `n`th.
+    Part,
+    /// Keeps it.
+    Same,
+}
+
+impl Scale {
+    /// How the separate output of `kind` relates to its shape (as [`expected_output`]).
+    fn of_output(kind: OpKind) -> Option<Scale> {
+        match kind {
+            OpKind::Gather | OpKind::AllGather => Some(Scale::Times),
+            OpKind::ReduceScatter => Some(Scale::Part),
+            OpKind::AllToAll => Some(Scale::Same),
+            _ => None,
+        }
+    }
+}
+
+/// `desc.shape` with dimension `dim` scaled for `n` members, dimension by dimension.
+fn with_dim(desc: &OpDesc, n: usize, scale: Scale) -> impl Iterator<Item = usize> + Clone + '_ {
+    desc.shape.iter().enumerate().map(move |(i, &d)| {
+        if i != desc.dim {
+            return d;
+        }
+        match scale {
+            Scale::Times => d.saturating_mul(n),
+            Scale::Part => d / n.max(1),
+            Scale::Same => d,
+        }
+    })
 }
 
 /// `desc.shape` with dimension `dim` multiplied by `n` (saturating: [`validate`] refuses a call
@@ -551,4 +595,67 @@ pub fn rows(shape: &[usize], dim: usize) -> (usize, usize) {
     let outer = shape[..dim.min(shape.len())].iter().product();
     let row = shape[dim.min(shape.len())..].iter().product();
     (outer, row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CallSite, GroupId};
+    use crate::{DType, ReduceOp};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `validate` compares outputs dimension by dimension (`with_dim`); the shapes it names
+        /// in its errors, and other callers use, come from `expected_output` and
+        /// `concatenated`. They must be the same shapes, overflowing dimensions included.
+        #[test]
+        fn scaled_dimensions_are_the_shapes_the_errors_name(
+            shape in prop::collection::vec(prop_oneof![0usize..7, Just(usize::MAX / 3)], 0..4),
+            dim in 0usize..5,
+            n in 0usize..9,
+        ) {
+            for kind in [OpKind::Gather, OpKind::AllGather, OpKind::ReduceScatter, OpKind::AllToAll] {
+                let desc = OpDesc {
+                    kind,
+                    group: GroupId::WORLD,
+                    peer: None,
+                    op: Some(ReduceOp::Sum),
+                    dtype: DType::F32,
+                    shape: Shape::from_slice(&shape),
+                    dim,
+                    site: CallSite::caller(),
+                };
+                let scale = Scale::of_output(kind).expect("these kinds have an output");
+                let got: Vec<usize> = with_dim(&desc, n, scale).collect();
+                let want = expected_output(&desc, n).map(|s| s.to_vec());
+                prop_assert_eq!(Some(got), want);
+                let times: Vec<usize> = with_dim(&desc, n, Scale::Times).collect();
+                prop_assert_eq!(&times, &concatenated(&desc, n).to_vec());
+                prop_assert_eq!(fits_dims(times.iter().copied(), 4), fits(&times, 4));
+            }
+        }
+    }
+
+    #[test]
+    fn a_wrong_output_shape_names_the_expected_one() {
+        let desc = OpDesc {
+            kind: OpKind::AllGather,
+            group: GroupId::WORLD,
+            peer: None,
+            op: None,
+            dtype: DType::F32,
+            shape: Shape::from_slice(&[2, 3]),
+            dim: 1,
+            site: CallSite::caller(),
+        };
+        let aux = |output| Aux {
+            output,
+            root_input: None,
+        };
+        let members = [0, 1, 2];
+        assert!(validate(&desc, 0, 3, &members, false, aux(Some(&[2, 9]))).is_ok());
+        let err = validate(&desc, 0, 3, &members, false, aux(Some(&[6, 3])))
+            .expect_err("[6, 3] is not [2, 9]");
+        assert!(err.to_string().contains("[2, 9]"), "{err}");
+    }
 }

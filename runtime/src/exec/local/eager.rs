@@ -233,13 +233,11 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
             let srcs: SmallVec<[*const u8; 8]> =
                 // SAFETY: part `me` lies within every input (`n` contiguous parts).
                 inputs.iter().map(|&x| unsafe { x.add(me * part * es) }).collect();
-            let dsts = [op.output.ptr];
             let red = desc.op.unwrap_or(crate::ReduceOp::Sum);
             with_dtype!(desc.dtype, T => {
-                let r = crate::reduce::Reducer::<T>::new(red, n);
                 // SAFETY: every source holds `part` elements, our output too, and no source
                 // aliases it (they are copies in the slots).
-                unsafe { super::kernels::reduce_strided::<T>(&r, &srcs, 0, 0, &dsts, 0, 1, part) }
+                unsafe { reduce_into::<T>(red, &srcs, op.output.ptr, part) }
             })
         }
         _ => {}
