@@ -473,19 +473,17 @@ pub fn validate(
                     desc.peer.unwrap_or_default()
                 ));
             }
-            (true, Some(input)) => {
-                if !input.iter().copied().eq(with_dim(desc, n, Scale::Times)) {
-                    let want = concatenated(desc, n);
-                    return bad(format!(
-                        "the root's input has shape {}, but scattering {} parts of {} along dim \
-                         {} needs {}",
-                        ShapeFmt(input),
-                        n,
-                        ShapeFmt(&desc.shape),
-                        desc.dim,
-                        ShapeFmt(&want)
-                    ));
-                }
+            (true, Some(input)) if !input.iter().copied().eq(with_dim(desc, n, Scale::Times)) => {
+                let want = concatenated(desc, n);
+                return bad(format!(
+                    "the root's input has shape {}, but scattering {} parts of {} along dim {} \
+                     needs {}",
+                    ShapeFmt(input),
+                    n,
+                    ShapeFmt(&desc.shape),
+                    desc.dim,
+                    ShapeFmt(&want)
+                ));
             }
             _ => {}
         },
