@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench -p rankwise-runtime --bench collectives` (set `RANKWISE_BENCH_QUICK=1`
 //! for a fast smoke run with small sizes only; `RANKWISE_BENCH_ONLY=sizes` or `=batch` runs one
-//! of the two tables).
+//! of the two tables; `RANKWISE_PIN=1` pins rank threads to cores, as `mpirun` binds Open MPI's
+//! processes at 2 ranks).
 //!
 //! *Size* is the larger per-rank buffer, as in nccl-tests: the buffer of all_reduce and
 //! broadcast, the output of all_gather, the input of reduce_scatter, both buffers of
@@ -291,7 +292,15 @@ fn main() -> Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    println!("# rankwise local backend, {cores} core(s)\n");
+    let pinned = std::env::var("RANKWISE_PIN").is_ok_and(|v| v == "1");
+    println!(
+        "# rankwise local backend, {cores} core(s), rank threads {}\n",
+        if pinned {
+            "pinned (RANKWISE_PIN=1)"
+        } else {
+            "unpinned (the default; RANKWISE_PIN=1 pins them)"
+        }
+    );
     let openmpi = if only == "batch" {
         None
     } else {

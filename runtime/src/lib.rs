@@ -39,6 +39,7 @@ mod exec;
 mod group;
 mod guard;
 mod launch;
+mod pin;
 mod plan;
 mod reduce;
 mod replay;

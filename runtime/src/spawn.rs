@@ -25,6 +25,8 @@ pub struct Options {
     /// Record every call of every rank and write them to this file as Chrome trace-event JSON
     /// (see [`Options::trace`]); `RANKWISE_TRACE` sets it too.
     pub trace: Option<String>,
+    /// Pin each rank's thread to a core (see [`Options::pin`]); `RANKWISE_PIN=1` sets it too.
+    pub pin: bool,
 }
 
 /// What carries the communication of ranks started by [`spawn_with`].
@@ -89,6 +91,22 @@ impl Options {
         self.emulate = emulation;
         self
     }
+
+    /// Pins rank `r`'s thread to the `r`-th CPU this process may use (round robin when ranks
+    /// outnumber them), as MPI launchers bind processes to cores. Off by default: leave it off
+    /// when several worlds run at once or the cores are shared with other work. Small calls
+    /// gain the most (rank threads the scheduler would otherwise move, or stack on one core,
+    /// hand their cache lines across farther); see BENCHMARKS.md. A hint: where the system
+    /// refuses (or is not Linux), ranks run unpinned.
+    pub fn pin(mut self, on: bool) -> Self {
+        self.pin = on;
+        self
+    }
+}
+
+/// Whether `RANKWISE_PIN` asks for pinned rank threads.
+fn pin_from_env() -> bool {
+    std::env::var("RANKWISE_PIN").is_ok_and(|v| v == "1")
 }
 
 /// Checks the program attached to `options`, if any, for a world of `world` ranks.
@@ -170,7 +188,12 @@ where
             }
         })
         .collect();
-    run_on(shared, backends, options.trace.clone(), f)
+    let cpus = if options.pin || pin_from_env() {
+        crate::pin::allowed_cpus()
+    } else {
+        Vec::new()
+    };
+    run_on(shared, backends, options.trace.clone(), &cpus, f)
 }
 
 /// Runs `f` on `world` threads over backends that `make` builds, one per rank in rank order,
@@ -200,18 +223,20 @@ where
             backends.len()
         )));
     }
-    let (results, shared) = run_on(shared, backends, None, &f)?;
+    let (results, shared) = run_on(shared, backends, None, &[], &f)?;
     if results.iter().all(Result::is_ok) {
         return Ok(results.into_iter().filter_map(Result::ok).collect());
     }
     Err(root_cause(results, shared.abort_cause()))
 }
 
-/// Runs rank `r` of `f` on a thread of its own over `backends[r]`.
+/// Runs rank `r` of `f` on a thread of its own over `backends[r]`, pinned to
+/// `cpus[r % cpus.len()]` unless `cpus` is empty.
 fn run_on<T, F>(
     shared: Arc<WorldState>,
     backends: Vec<Box<dyn Backend>>,
     trace: Option<String>,
+    cpus: &[usize],
     f: &F,
 ) -> Result<RankResults<T>>
 where
@@ -228,9 +253,14 @@ where
         for (rank, backend) in backends.into_iter().enumerate() {
             let rank_shared = Arc::clone(&shared);
             let traces = traces.as_ref();
+            let cpu = (!cpus.is_empty()).then(|| cpus[rank % cpus.len()]);
             let handle = std::thread::Builder::new()
                 .name(format!("rank-{rank}"))
                 .spawn_scoped(scope, move || {
+                    if let Some(cpu) = cpu {
+                        // A hint: a refusal leaves the rank where the scheduler puts it.
+                        crate::pin::pin_current_thread(cpu);
+                    }
                     run_rank(rank, world, rank_shared, backend, f, traces)
                 });
             match handle {
