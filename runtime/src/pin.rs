@@ -81,7 +81,8 @@ mod tests {
     fn each_rank_runs_on_its_own_core_round_robin() {
         let cpus = super::allowed_cpus();
         assert!(!cpus.is_empty(), "this process may run on no CPU?");
-        let world = 2 * cpus.len() + 1;
+        // One rank more than CPUs (so that pinning wraps), unless that is a crowd.
+        let world = if cpus.len() <= 32 { cpus.len() + 1 } else { 3 };
         let got = spawn_with(world, Options::default().pin(true), |ctx| {
             ctx.barrier()?;
             Ok(super::imp::current())
