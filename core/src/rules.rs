@@ -612,7 +612,8 @@ mod tests {
             dim in 0usize..5,
             n in 0usize..9,
         ) {
-            for kind in [OpKind::Gather, OpKind::AllGather, OpKind::ReduceScatter, OpKind::AllToAll] {
+            use OpKind::{AllGather, AllToAll, Gather, ReduceScatter};
+            for kind in [Gather, AllGather, ReduceScatter, AllToAll] {
                 let desc = OpDesc {
                     kind,
                     group: GroupId::WORLD,

@@ -6,10 +6,10 @@
 //! one small op (see [`Sig::of`]) is also posted *eagerly*: before its regular publication the
 //! member writes its description's exact signature and a copy of its input into its eager slot
 //! for the step (flag, signature and the first 32 bytes share a cache line, as NCCL's LL
-//! protocol and MPI's eager messages carry the data with the flag), and a member that finds every member's slot filled for the step, with equal
-//! signatures, computes its own output from the copies — every member the same way, in member
-//! order, so the results are bit-identical to the in-place path's — and returns without waiting
-//! for anyone.
+//! protocol and MPI's eager messages carry the data with the flag), and a member that finds
+//! every member's slot filled for the step, with equal signatures, computes its own output from
+//! the copies — every member the same way, in member order, so the results are bit-identical to
+//! the in-place path's — and returns without waiting for anyone.
 //!
 //! **Mixing with the in-place path.** Members that record the same call differently (alone on
 //! one rank, inside a batch on another) must still meet. A member that posted step `k` without
@@ -246,7 +246,7 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
 
 /// Reduces `inputs` into `out`, in member order, with the operations the in-place kernels
 /// apply (`Reducer`: start, combine each further input, finish), so both paths give the same
-/// bits. A few elements at most: straight into the output, no blocking.
+/// bits. At most [`EAGER_BYTES`] of elements: straight into the output, no blocking.
 ///
 /// # Safety
 /// Every input holds `numel` elements of `T`, aligned (slot data is 8-byte aligned); `out`
