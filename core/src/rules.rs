@@ -563,27 +563,12 @@ fn with_dim(desc: &OpDesc, n: usize, scale: Scale) -> impl Iterator<Item = usize
 /// `desc.shape` with dimension `dim` multiplied by `n` (saturating: [`validate`] refuses a call
 /// whose concatenation overflows, see [`fits`]).
 pub fn concatenated(desc: &OpDesc, n: usize) -> Shape {
-    let mut s = desc.shape.clone();
-    if let Some(d) = s.get_mut(desc.dim) {
-        *d = d.saturating_mul(n);
-    }
-    s
+    with_dim(desc, n, Scale::Times).collect()
 }
 
 /// The shape of the separate output of a call over `n` members, for calls that have one.
 pub fn expected_output(desc: &OpDesc, n: usize) -> Option<Shape> {
-    match desc.kind {
-        OpKind::Gather | OpKind::AllGather => Some(concatenated(desc, n)),
-        OpKind::ReduceScatter => {
-            let mut s = desc.shape.clone();
-            if let Some(d) = s.get_mut(desc.dim) {
-                *d /= n.max(1);
-            }
-            Some(s)
-        }
-        OpKind::AllToAll => Some(desc.shape.clone()),
-        _ => None,
-    }
+    Scale::of_output(desc.kind).map(|scale| with_dim(desc, n, scale).collect())
 }
 
 /// Row-major geometry of a split or concatenation along `dim` of `shape`: `outer` rows of
@@ -603,16 +588,25 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// `validate` compares outputs dimension by dimension (`with_dim`); the shapes it names
-        /// in its errors, and other callers use, come from `expected_output` and
-        /// `concatenated`. They must be the same shapes, overflowing dimensions included.
+        /// The shapes `validate` compares outputs with (and names in its errors), against a
+        /// reference written out per kind: the dimension `dim` concatenated (saturating), split
+        /// or kept, the others as they are — overflowing dimensions and `dim` past the shape
+        /// included; and whether the concatenated shape's bytes fit.
         #[test]
-        fn scaled_dimensions_are_the_shapes_the_errors_name(
+        fn output_shapes_match_a_reference(
             shape in prop::collection::vec(prop_oneof![0usize..7, Just(usize::MAX / 3)], 0..4),
             dim in 0usize..5,
             n in 0usize..9,
         ) {
             use OpKind::{AllGather, AllToAll, Gather, ReduceScatter};
+            let scaled = |f: &dyn Fn(usize) -> usize| -> Vec<usize> {
+                let mut s = shape.clone();
+                if let Some(d) = s.get_mut(dim) {
+                    *d = f(*d);
+                }
+                s
+            };
+            let times = scaled(&|d| d.saturating_mul(n));
             for kind in [Gather, AllGather, ReduceScatter, AllToAll] {
                 let desc = OpDesc {
                     kind,
@@ -624,14 +618,19 @@ mod tests {
                     dim,
                     site: CallSite::caller(),
                 };
-                let scale = Scale::of_output(kind).expect("these kinds have an output");
-                let got: Vec<usize> = with_dim(&desc, n, scale).collect();
-                let want = expected_output(&desc, n).map(|s| s.to_vec());
-                prop_assert_eq!(Some(got), want);
-                let times: Vec<usize> = with_dim(&desc, n, Scale::Times).collect();
-                prop_assert_eq!(&times, &concatenated(&desc, n).to_vec());
-                prop_assert_eq!(fits_dims(times.iter().copied(), 4), fits(&times, 4));
+                let want = match kind {
+                    Gather | AllGather => times.clone(),
+                    ReduceScatter => scaled(&|d| d / n.max(1)),
+                    _ => shape.clone(),
+                };
+                let got = expected_output(&desc, n).map(|s| s.to_vec());
+                prop_assert_eq!(got, Some(want));
+                prop_assert_eq!(concatenated(&desc, n).to_vec(), times.clone());
             }
+            // Whether the bytes fit, in wide arithmetic.
+            let bytes = times.iter().try_fold(4u128, |b, &d| b.checked_mul(d as u128));
+            let fit = bytes.is_some_and(|b| b <= isize::MAX as u128) || times.contains(&0);
+            prop_assert_eq!(fits_dims(times.iter().copied(), 4), fit);
         }
     }
 
