@@ -7,7 +7,8 @@
 //! suite) or shares its cores with other work is better left to the scheduler. Pinning is a
 //! hint: where it is unsupported or refused, ranks run unpinned.
 
-/// The CPUs this process may run on, in increasing order (empty if unknown).
+/// The CPUs the calling thread may run on, in increasing order (empty if unknown); called
+/// before the ranks start, the process's.
 pub(crate) fn allowed_cpus() -> Vec<usize> {
     imp::allowed_cpus()
 }
@@ -53,12 +54,6 @@ mod imp {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
         }
     }
-
-    /// The CPUs the calling thread may run on (for tests).
-    #[cfg(test)]
-    pub(super) fn current() -> Vec<usize> {
-        allowed_cpus()
-    }
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -85,14 +80,14 @@ mod tests {
         let world = if cpus.len() <= 32 { cpus.len() + 1 } else { 3 };
         let got = spawn_with(world, Options::default().pin(true), |ctx| {
             ctx.barrier()?;
-            Ok(super::imp::current())
+            Ok(super::allowed_cpus())
         })
         .unwrap();
         for (rank, mask) in got.iter().enumerate() {
             assert_eq!(mask, &vec![cpus[rank % cpus.len()]], "rank {rank}");
         }
         // Unpinned ranks keep the process's whole mask.
-        let free = spawn_with(2, Options::default(), |_| Ok(super::imp::current())).unwrap();
+        let free = spawn_with(2, Options::default(), |_| Ok(super::allowed_cpus())).unwrap();
         assert_eq!(free, vec![cpus.clone(), cpus]);
     }
 }

@@ -298,40 +298,45 @@ impl LocalBackend {
     /// four of them.)
     fn number(&mut self, plan: &[(Target, Range<usize>)], runs: &mut Runs) -> Result<()> {
         for (t, range) in plan {
-            let (t, i, len) = (*t, range.start, range.len());
-            let (base, me, group) = match t {
-                Target::Coll(id) => {
-                    let (gi, me) = self.group_state(id)?;
-                    let base = self.steps[id.0 as usize];
-                    self.steps[id.0 as usize] += len as u64;
-                    (base, me, Some(gi))
-                }
-                Target::Send(dst) => {
-                    let base = self.sent[dst];
-                    self.sent[dst] += len as u64;
-                    (base, 0, None)
-                }
-                Target::Recv(src) => {
-                    let base = self.received[src];
-                    self.received[src] += len as u64;
-                    (base, 0, None)
-                }
-            };
-            runs.push(TargetRun {
-                target: t,
-                start: i,
-                len,
-                base,
-                next: base,
-                me,
-                group,
-                published: !matches!(t, Target::Send(_)),
-                complete: false,
-                packs: Vec::new(),
-                eager: None,
-            });
+            runs.push(self.numbered(*t, range.start, range.len())?);
         }
         Ok(())
+    }
+
+    /// The run of `len` ops from index `start` on target `t`, numbered after the target's
+    /// earlier ones (its steps or messages counted here); nothing is visible to peers yet.
+    fn numbered(&mut self, t: Target, start: usize, len: usize) -> Result<TargetRun> {
+        let (base, me, group) = match t {
+            Target::Coll(id) => {
+                let (gi, me) = self.group_state(id)?;
+                let base = self.steps[gi];
+                self.steps[gi] += len as u64;
+                (base, me, Some(gi))
+            }
+            Target::Send(dst) => {
+                let base = self.sent[dst];
+                self.sent[dst] += len as u64;
+                (base, 0, None)
+            }
+            Target::Recv(src) => {
+                let base = self.received[src];
+                self.received[src] += len as u64;
+                (base, 0, None)
+            }
+        };
+        Ok(TargetRun {
+            target: t,
+            start,
+            len,
+            base,
+            next: base,
+            me,
+            group,
+            published: !matches!(t, Target::Send(_)),
+            complete: false,
+            packs: Vec::new(),
+            eager: None,
+        })
     }
 
     /// Makes the runs visible to peers, who may read `ops` and their buffers from here on; a
@@ -776,6 +781,16 @@ impl LocalBackend {
         Err(err)
     }
 
+    /// How many times a waiting rank looks again before it yields: few when ranks outnumber
+    /// cores (spinning then holds the core the awaited rank needs).
+    fn spins(&self) -> u32 {
+        if self.shared.oversubscribed {
+            SPINS_OVERSUBSCRIBED
+        } else {
+            SPINS
+        }
+    }
+
     /// Stops the world on buffers that do not fit their step (a bug caught before any access).
     fn unfit(&self, op: &Op, members: &[usize], step: u64) -> Error {
         let err = Error::Internal(format!(
@@ -925,11 +940,7 @@ impl LocalBackend {
         // read only then (most calls never wait that long, and reading it costs as much as a
         // pass). A timeout too long to represent as an instant (`Duration::MAX`) is none.
         let mut clock: Option<(Instant, Option<Instant>)> = None;
-        let spins = if self.shared.oversubscribed {
-            SPINS_OVERSUBSCRIBED
-        } else {
-            SPINS
-        };
+        let spins = self.spins();
         let mut idle: u32 = 0;
         let mut idle_since: Option<Instant> = None;
         let mut announced = false;
@@ -1185,27 +1196,8 @@ impl LocalBackend {
     /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
     /// over from where it stands, with the deadlock detector and every check.
     fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
-        let Target::Coll(id) = crate::plan::target(op) else {
-            return Err(Error::Internal(
-                "an eager step that is not a collective".into(),
-            ));
-        };
-        let (gi, me) = self.group_state(id)?;
-        let base = self.steps[gi];
-        self.steps[gi] += 1;
-        let mut run = TargetRun {
-            target: Target::Coll(id),
-            start: 0,
-            len: 1,
-            base,
-            next: base,
-            me,
-            group: Some(gi),
-            published: true,
-            complete: false,
-            packs: Vec::new(),
-            eager: Some(sig),
-        };
+        let mut run = self.numbered(crate::plan::target(op), 0, 1)?;
+        run.eager = Some(sig);
         let ops = std::slice::from_ref(op);
         self.guarded(|b| {
             let g = b.post_coll(ops, &mut run);
@@ -1216,8 +1208,7 @@ impl LocalBackend {
             // up at once rather than spin (measured at worlds 3, 4 and 8: 20–35 % faster per
             // small call; see `docs/decisions.md`, "Waiting: spin, yield, park").
             let crowded = b.shared.oversubscribed;
-            let tries = if crowded { SPINS_OVERSUBSCRIBED } else { SPINS };
-            for _ in 0..tries {
+            for _ in 0..b.spins() {
                 // Inside a pass, as `drive` is: a mismatch reads the members' ops.
                 let Some(_busy) = b.shared.enter(b.rank) else {
                     break; // aborted: `drive` reports it
