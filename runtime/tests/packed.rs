@@ -285,3 +285,78 @@ fn whole_stretches_that_disagree_are_a_mismatch_at_their_first_step() {
         assert_eq!(m.rank_b, 2, "{err}");
     }
 }
+
+#[test]
+fn buckets_that_change_between_iterations_are_checked_and_reduced_anew() {
+    // Each rank keeps its pack table from one bucket to the next and rewrites only what
+    // changed: a bucket that repeats, shrinks, moves to other tensors or changes shapes must
+    // still be reduced exactly, and a disagreement at a step where the previous bucket agreed
+    // must still be found.
+    let world = 3;
+    let err = spawn(world, move |ctx| {
+        let rank = ctx.rank();
+        let fill = |t: &mut Tensor<f32>, iter: usize, i: usize| {
+            let v = ((rank + 1) * (iter + 1) + i) as f32;
+            t.fill(v);
+        };
+        // What every member's value `(rank + 1) * (iter + 1) + i` sums to.
+        let want =
+            |iter: usize, i: usize| ((1..=world).sum::<usize>() * (iter + 1) + world * i) as f32;
+        let mut a: Vec<Tensor<f32>> = (0..12)
+            .map(|_| Tensor::full([2, 3], 0.0))
+            .collect::<Result<_>>()?;
+        let mut b: Vec<Tensor<f32>> = (0..12)
+            .map(|_| Tensor::full([3, 2], 0.0))
+            .collect::<Result<_>>()?;
+        // (tensors, how many of them, iteration)
+        let plan: [(bool, usize); 6] = [
+            (false, 12),
+            (false, 12),
+            (false, 6),
+            (true, 12),
+            (false, 9),
+            (false, 12),
+        ];
+        for (iter, &(use_b, n)) in plan.iter().enumerate() {
+            let ts = if use_b { &mut b } else { &mut a };
+            for (i, t) in ts.iter_mut().enumerate() {
+                fill(t, iter, i);
+            }
+            let mut batch = ctx.batch();
+            for t in ts[..n].iter_mut() {
+                batch.all_reduce(t, ReduceOp::Sum);
+            }
+            batch.run()?;
+            for (i, t) in ts.iter().enumerate() {
+                let expect = if i < n {
+                    want(iter, i)
+                } else {
+                    ((rank + 1) * (iter + 1) + i) as f32
+                };
+                assert!(
+                    t.to_vec().iter().all(|&x| x == expect),
+                    "iteration {iter}, tensor {i} on rank {rank}: {:?}, want {expect}",
+                    t.to_vec()
+                );
+            }
+        }
+        // Rank 2 reshapes step 4 of a bucket that agreed at step 4 last time, in place: the
+        // same buffer, only the shape differs.
+        if rank == 2 {
+            let t = std::mem::replace(&mut a[4], Tensor::full([1], 0.0)?);
+            a[4] = t.reshape([3, 2])?;
+        }
+        let mut batch = ctx.batch();
+        for t in a.iter_mut() {
+            batch.all_reduce(t, ReduceOp::Sum);
+        }
+        batch.run()
+    })
+    .unwrap_err();
+    let Error::CollectiveMismatch(m) = &err else {
+        panic!("expected a mismatch, got {err}")
+    };
+    // 63 steps in the six buckets before it.
+    assert_eq!(m.step, 67, "{err}");
+    assert_eq!(m.rank_b, 2, "{err}");
+}

@@ -76,6 +76,8 @@ pub(crate) struct LocalBackend {
     groups: Vec<Option<Arc<GroupState>>>,
     /// Collective steps posted so far, per communicator id.
     steps: Vec<u64>,
+    /// This rank's pack table per communicator id, kept between runs (see `pack::Table`).
+    tables: Vec<pack::Table>,
     /// Messages posted to each peer, and received from each peer.
     sent: Vec<u64>,
     received: Vec<u64>,
@@ -169,8 +171,9 @@ struct TargetRun {
     published: bool,
     complete: bool,
     /// The run's pack table (collectives; see `pack`), empty when nothing packs. Peers read it
-    /// while the run is posted; its heap block does not move when the run does.
-    packs: Vec<PackEntry>,
+    /// while the run is posted; its heap block does not move when the run does. Lent by the
+    /// backend's `tables` for the run and given back when the run succeeds.
+    packs: pack::Table,
     /// The signature of a run of one small collective posted eagerly as well (see `eager`);
     /// cleared if the step runs in place.
     eager: Option<Sig>,
@@ -256,6 +259,7 @@ impl LocalBackend {
             rank,
             groups: Vec::new(),
             steps: Vec::new(),
+            tables: Vec::new(),
             sent: vec![0; world],
             received: vec![0; world],
             posted: Vec::new(),
@@ -271,6 +275,7 @@ impl LocalBackend {
         if self.groups.len() <= i {
             self.groups.resize(i + 1, None);
             self.steps.resize(i + 1, 0);
+            self.tables.resize_with(i + 1, pack::Table::default);
         }
         if self.groups[i].is_none() {
             self.groups[i] = self.shared.group(id);
@@ -306,11 +311,15 @@ impl LocalBackend {
     /// The run of `len` ops from index `start` on target `t`, numbered after the target's
     /// earlier ones (its steps or messages counted here); nothing is visible to peers yet.
     fn numbered(&mut self, t: Target, start: usize, len: usize) -> Result<TargetRun> {
+        let mut packs = pack::Table::default();
         let (base, me, group) = match t {
             Target::Coll(id) => {
                 let (gi, me) = self.group_state(id)?;
                 let base = self.steps[gi];
                 self.steps[gi] += len as u64;
+                if len > 1 {
+                    packs = std::mem::take(&mut self.tables[gi]);
+                }
                 (base, me, Some(gi))
             }
             Target::Send(dst) => {
@@ -334,7 +343,7 @@ impl LocalBackend {
             group,
             published: !matches!(t, Target::Send(_)),
             complete: false,
-            packs: Vec::new(),
+            packs,
             eager: None,
         })
     }
@@ -369,12 +378,8 @@ impl LocalBackend {
     fn post_coll(&self, ops: &[Op], run: &mut TargetRun) -> &GroupState {
         // Peers only ever read through this pointer.
         let entries = ops[run.start..].as_ptr().cast_mut();
-        run.packs = pack::table(&ops[run.start..run.start + run.len]);
-        let packs = if run.packs.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            run.packs.as_mut_ptr()
-        };
+        run.packs.build(&ops[run.start..run.start + run.len]);
+        let packs = run.packs.as_ptr();
         let g = self.group_of(run);
         if run.len == 1 {
             let op = &ops[run.start];
@@ -622,7 +627,7 @@ impl LocalBackend {
     fn step_packed(&self, run: &mut TargetRun, g: &GroupState, ops: &[Op]) -> Result<bool> {
         let k = run.next;
         let at = (k - run.base) as usize;
-        let Some(mine) = run.packs.get(at) else {
+        let Some(mine) = run.packs.entries().get(at) else {
             return Ok(false);
         };
         // Steps k.. that every member has posted, within our stretch.
@@ -649,7 +654,7 @@ impl LocalBackend {
                 // through the stretch from them. `run.start + at` is in `ops` and `at` in the
                 // table (`mine` exists).
                 firsts.push(ops[run.start + at..].as_ptr());
-                tables.push(run.packs[at..].as_ptr());
+                tables.push(run.packs.entries()[at..].as_ptr());
                 continue;
             }
             let table = slot.packs.load(Ordering::Relaxed);
@@ -1113,6 +1118,14 @@ unsafe impl Backend for LocalBackend {
             me.drive(&mut runs, ops, &mut reqs, Until::Runs)
         });
         self.posted = reqs;
+        if result.is_ok() {
+            // Every member has finished every step, so nobody reads the tables any more.
+            for run in runs.iter_mut().filter(|r| r.packs.is_allocated()) {
+                if let Some(gi) = run.group {
+                    self.tables[gi] = std::mem::take(&mut run.packs);
+                }
+            }
+        }
         drop(runs);
         result
     }

@@ -16,6 +16,7 @@ use super::kernels::{packs_with, small_reduction};
 pub(crate) const NO_KEY: u64 = u64::MAX;
 
 /// One step of a member's run, as the packed pass reads it.
+#[derive(Clone, Copy, PartialEq)]
 pub(crate) struct PackEntry {
     pub input: *const u8,
     pub output: *mut u8,
@@ -25,6 +26,18 @@ pub(crate) struct PackEntry {
     /// How many steps from this one (itself included) form a stretch with it: small reductions
     /// of the same kind, root, reduction and element type. 0: not a small reduction.
     pub rest: u32,
+}
+
+impl Default for PackEntry {
+    fn default() -> Self {
+        PackEntry {
+            input: std::ptr::null(),
+            output: std::ptr::null_mut(),
+            key: NO_KEY,
+            numel: 0,
+            rest: 0,
+        }
+    }
 }
 
 // SAFETY: as for `Op`, whose buffers these are: plain addresses, dereferenced only under the
@@ -47,40 +60,84 @@ pub(crate) fn shape_key(shape: &[usize]) -> u64 {
         .fold(shape.len() as u64, |key, &d| (key << 14) | d as u64)
 }
 
-/// The pack table of a run of collective ops: empty unless two of them could share a pass.
+/// A member's pack table for one communicator, kept from run to run.
 ///
-/// Built for every collective run a rank posts, so it looks at each op once (a bucket of a
-/// thousand small all_reduces pays this per op, beside a kernel of a few hundred instructions).
-pub(crate) fn table(ops: &[Op]) -> Vec<PackEntry> {
-    if ops.len() < 2 {
-        return Vec::new();
-    }
-    let mut table: Vec<PackEntry> = Vec::with_capacity(ops.len());
-    let mut pairs = false;
-    for o in ops {
-        let numel = o.desc.numel();
-        let small =
-            small_reduction(&o.desc, numel) && o.input.len == numel && o.output.len == numel;
-        pairs |= small && table.last().is_some_and(|e| e.rest > 0);
-        table.push(PackEntry {
-            input: o.input.ptr.cast_const(),
-            output: o.output.ptr,
-            key: shape_key(&o.desc.shape),
-            // Small: below 8 KiB of elements.
-            numel: u32::try_from(numel).unwrap_or(0),
-            rest: u32::from(small),
-        });
-    }
-    if !pairs {
-        return Vec::new();
-    }
-    for i in (0..ops.len() - 1).rev() {
-        if table[i].rest > 0 && table[i + 1].rest > 0 && packs_with(&ops[i].desc, &ops[i + 1].desc)
-        {
-            table[i].rest = table[i + 1].rest + 1;
+/// Programs repeat their buckets (the same tensors, every iteration), and peers read a
+/// member's table from their own cores: a table rewritten from scratch would take every line
+/// back from the peers that read it last time, one cross-core transfer per two steps on both
+/// sides. So a rebuild writes only the entries that changed, and an unchanged table stays in
+/// the peers' caches.
+#[derive(Default)]
+pub(crate) struct Table {
+    entries: Vec<PackEntry>,
+    /// How many entries describe the current run; 0 when nothing in it packs.
+    live: usize,
+}
+
+impl Table {
+    /// Describes the run of collective ops `ops` (empty unless two of them could share a
+    /// pass), rewriting only what differs from the last run's table.
+    ///
+    /// Built for every collective run of two or more ops a rank posts, so it looks at each op
+    /// once (a bucket of a thousand small all_reduces pays this per op, beside a kernel of a
+    /// few hundred instructions).
+    pub(crate) fn build(&mut self, ops: &[Op]) {
+        self.live = 0;
+        if ops.len() < 2 {
+            return;
+        }
+        if self.entries.len() < ops.len() {
+            self.entries.resize_with(ops.len(), PackEntry::default);
+        }
+        // Backwards, so that each entry is final (its `rest` known) when it is compared.
+        let mut pairs = false;
+        let mut next: Option<(&Op, u32)> = None;
+        for (o, slot) in ops.iter().zip(&mut self.entries).rev() {
+            let numel = o.desc.numel();
+            let small =
+                small_reduction(&o.desc, numel) && o.input.len == numel && o.output.len == numel;
+            let rest = match next {
+                _ if !small => 0,
+                Some((n, r)) if r > 0 && packs_with(&o.desc, &n.desc) => r + 1,
+                _ => 1,
+            };
+            pairs |= rest > 1;
+            let entry = PackEntry {
+                input: o.input.ptr.cast_const(),
+                output: o.output.ptr,
+                key: shape_key(&o.desc.shape),
+                // Small: below 8 KiB of elements.
+                numel: u32::try_from(numel).unwrap_or(0),
+                rest,
+            };
+            if *slot != entry {
+                *slot = entry;
+            }
+            next = Some((o, rest));
+        }
+        if pairs {
+            self.live = ops.len();
         }
     }
-    table
+
+    /// The current run's entries (empty when nothing packs).
+    pub(crate) fn entries(&self) -> &[PackEntry] {
+        &self.entries[..self.live]
+    }
+
+    /// Where peers read the entries: null when nothing packs.
+    pub(crate) fn as_ptr(&self) -> *mut PackEntry {
+        if self.live == 0 {
+            std::ptr::null_mut()
+        } else {
+            self.entries.as_ptr().cast_mut()
+        }
+    }
+
+    /// Whether it holds entries worth keeping for the next run.
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.entries.capacity() > 0
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +169,100 @@ mod tests {
         }
         assert_eq!(shape_key(&[16384]), NO_KEY);
         assert_eq!(shape_key(&[1, 1, 1, 1, 1]), NO_KEY);
+    }
+
+    use crate::exec::Buf;
+    use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
+    use crate::{DType, ReduceOp};
+
+    /// A call for the table: kind 0 all_reduce, 1 reduce to rank 0, 2 broadcast; reduction 0
+    /// Sum, else Max; `len` f32s at a fake address (the table never dereferences them).
+    fn call(kind: u8, max: bool, len: usize, addr: usize) -> Op {
+        let (kind, peer) = match kind {
+            0 => (OpKind::AllReduce, None),
+            1 => (OpKind::Reduce, Some(0)),
+            _ => (OpKind::Broadcast, Some(0)),
+        };
+        let buf = Buf::host(std::ptr::without_provenance_mut(addr), len);
+        Op {
+            desc: OpDesc {
+                kind,
+                group: GroupId::WORLD,
+                peer,
+                op: Some(if max { ReduceOp::Max } else { ReduceOp::Sum }),
+                dtype: DType::F32,
+                shape: Shape::from_slice(&[len]),
+                dim: 0,
+                site: CallSite::caller(),
+            },
+            input: buf,
+            output: buf,
+        }
+    }
+
+    /// What each step's `rest` must be, counted forwards: how many steps from it are small
+    /// reductions of one kind, root, reduction and element type.
+    fn rests(ops: &[Op]) -> Vec<u32> {
+        let small = |o: &Op| {
+            matches!(o.desc.kind, OpKind::AllReduce | OpKind::Reduce) && o.desc.numel() * 4 < 8192
+        };
+        let same = |a: &Op, b: &Op| {
+            (a.desc.kind, a.desc.peer, a.desc.op) == (b.desc.kind, b.desc.peer, b.desc.op)
+        };
+        (0..ops.len())
+            .map(|i| {
+                if !small(&ops[i]) {
+                    return 0;
+                }
+                let run = ops[i..]
+                    .iter()
+                    .take_while(|o| small(o) && same(o, &ops[i]))
+                    .count();
+                run as u32
+            })
+            .collect()
+    }
+
+    fn calls() -> impl proptest::strategy::Strategy<Value = Vec<Op>> {
+        use proptest::prelude::*;
+        let one = (
+            0u8..3,
+            any::<bool>(),
+            prop_oneof![1usize..8, 2040usize..2050],
+        )
+            .prop_map(|(k, m, len)| (k, m, len));
+        proptest::collection::vec(one, 0..24).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (k, m, len))| call(k, m, len, 0x1000 * (i + 1) + len))
+                .collect()
+        })
+    }
+
+    proptest::proptest! {
+        /// A table rebuilt over the last run's (for any two runs in a row) holds exactly what a
+        /// new table would: every field of every entry, nothing left over from before.
+        #[test]
+        #[cfg_attr(miri, ignore)]
+        fn a_rebuilt_table_holds_the_new_run_only(first in calls(), second in calls()) {
+            let mut kept = Table::default();
+            kept.build(&first);
+            kept.build(&second);
+            let want = rests(&second);
+            if want.iter().all(|&r| r < 2) {
+                proptest::prop_assert!(kept.entries().is_empty());
+                proptest::prop_assert!(kept.as_ptr().is_null());
+            } else {
+                proptest::prop_assert_eq!(kept.entries().len(), second.len());
+                for ((e, o), rest) in kept.entries().iter().zip(&second).zip(want) {
+                    proptest::prop_assert_eq!(e.rest, rest);
+                    proptest::prop_assert_eq!(e.input, o.input.ptr.cast_const());
+                    proptest::prop_assert_eq!(e.output, o.output.ptr);
+                    proptest::prop_assert_eq!(e.key, shape_key(&o.desc.shape));
+                    proptest::prop_assert_eq!(e.numel as usize, o.desc.numel());
+                }
+            }
+        }
     }
 
     proptest::proptest! {
