@@ -4,8 +4,8 @@
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
 //! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, rooted,
-//! gathers, large, bucket, roots, p2p, wait, posted, slow. (`slow` is correct: a long transfer that must not be taken for a
-//! hang.)
+//! gathers, large, bucket, roots, batched, refilled, p2p, wait, posted, slow. (`slow` is
+//! correct: a long transfer that must not be taken for a hang.)
 
 use rankwise::prelude::*;
 
@@ -100,6 +100,25 @@ fn main() -> Result<()> {
                 let mut u = ctx.zeros::<f32>([4])?;
                 if rank == 0 {
                     let mut y = ctx.zeros::<f32>([4])?;
+                    let mut b = ctx.batch();
+                    b.recv(&mut y, 1);
+                    b.all_reduce(&mut u, ReduceOp::Sum);
+                    b.run()?;
+                } else {
+                    ctx.all_reduce(&mut u, ReduceOp::Sum)?;
+                }
+            }
+            // The same, after a batch of the same length that completed: the board's list of
+            // what the batch waits for is refilled in place, and must name the new batch's ops.
+            "refilled" => {
+                let mut u = ctx.zeros::<f32>([4])?;
+                let mut v = ctx.zeros::<f32>([2])?;
+                let mut b = ctx.batch();
+                b.all_reduce(&mut u, ReduceOp::Sum);
+                b.all_reduce(&mut v, ReduceOp::Max);
+                b.run()?;
+                if rank == 0 {
+                    let mut y = ctx.zeros::<f32>([5])?;
                     let mut b = ctx.batch();
                     b.recv(&mut y, 1);
                     b.all_reduce(&mut u, ReduceOp::Sum);

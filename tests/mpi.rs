@@ -325,6 +325,20 @@ fn failures_end_the_job_promptly_and_say_why() {
             run.took
         );
     }
+    // A batch as long as the one before it: the board's list is refilled in place, and the
+    // report must name the new batch's receive, not the earlier batch's calls.
+    let source = std::fs::read_to_string("examples/failures.rs").expect("the example's source");
+    let case = source.find("\"refilled\" =>").expect("the refilled case");
+    let recv = case + source[case..].find("b.recv(").expect("its receive");
+    let line = source[..recv].lines().count();
+    let run = mpirun(4, PLAIN, "failures", &["refilled"]);
+    let want = format!("examples/failures.rs:{line}:23: rank 0 cannot finish: rank 1 returned");
+    assert!(
+        !run.ok && run.err.contains(&want),
+        "no {want:?} in:\n{}",
+        run.err
+    );
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
     // Without the check a small broadcast goes one way; its receivers still find the
     // disagreement (though not the root's call).
     let unchecked = Opts {

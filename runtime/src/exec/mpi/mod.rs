@@ -96,6 +96,9 @@ pub(super) struct MpiBackend {
     /// Posted sends and receives not yet waited for, in posting order.
     posted: Vec<MpiPosted>,
     next_ticket: u64,
+    /// The last batch's board list, kept to be refilled in place by the next batch of the same
+    /// length (see [`MpiBackend::board_list`]).
+    spare_waits: Arc<[Waiting]>,
 }
 
 /// A posted send or receive: its request works on `data`, which the backend owns.
@@ -226,6 +229,7 @@ impl MpiBackend {
             lists: Lists::default(),
             posted: Vec::new(),
             next_ticket: 0,
+            spare_waits: Arc::default(),
         })
     }
 
@@ -373,11 +377,7 @@ impl MpiBackend {
         // sends in its headers) are indexed like the sorted ops, so they are made after it.
         // (Numbering is per target, which the stable sort keeps in program order.)
         let plan = crate::plan::plan(ops);
-        // The posted messages still open are waited for too, as far as the monitor can tell
-        // (after the batch's own ops, so their board indices are `ops.len() + j`).
-        let mut waits: Vec<Waiting> = ops.iter().map(|o| self.waiting(&o.desc)).collect();
-        waits.extend(self.posted.iter().map(|p| p.wait.clone()));
-        let waits: Arc<[Waiting]> = waits.into();
+        let waits = self.board_list(ops);
         self.board.update(|s| {
             s.phase = Phase::Blocked;
             s.waiting = Arc::clone(&waits);
@@ -393,7 +393,32 @@ impl MpiBackend {
             s.waiting = Arc::default();
             s.done.clear();
         });
+        self.spare_waits = waits;
         result
+    }
+
+    /// What the batch `ops` waits for, for the board: each op, then the posted messages still
+    /// open (board index `ops.len() + j`). A bucket repeated every step would otherwise build,
+    /// copy and free a list of a thousand entries per batch — over 100 KiB, which the allocator
+    /// hands back to the system and pages in again each time — so the last batch's list is
+    /// refilled in place when nobody else holds it (the monitor clones it only while judging).
+    fn board_list(&mut self, ops: &[Op]) -> Arc<[Waiting]> {
+        let n = ops.len() + self.posted.len();
+        let mut waits = std::mem::take(&mut self.spare_waits);
+        if let Some(list) = Arc::get_mut(&mut waits).filter(|l| l.len() == n) {
+            let (mine, posted) = list.split_at_mut(ops.len());
+            for (w, o) in mine.iter_mut().zip(ops) {
+                *w = self.waiting(&o.desc);
+            }
+            for (w, p) in posted.iter_mut().zip(&self.posted) {
+                *w = p.wait.clone();
+            }
+            return waits;
+        }
+        let mut list: Vec<Waiting> = Vec::with_capacity(n);
+        list.extend(ops.iter().map(|o| self.waiting(&o.desc)));
+        list.extend(self.posted.iter().map(|p| p.wait.clone()));
+        list.into()
     }
 
     /// Whether the batch is one small collective on a communicator that exists: the common
