@@ -316,14 +316,10 @@ impl Task {
                     self.send = Layout::chunks(numel, n)?;
                     let (counts, displs) = (&self.send.counts, &self.send.displs);
                     let mine = counts[me] as usize;
+                    // Block `me` stays unused: our own chunk is folded where it is (phase 1).
                     self.a = Scratch::with_bytes(n * mine * es)?;
                     let a = self.a.ptr();
                     let chunk = |j: usize| displs[j] as usize * es;
-                    std::ptr::copy_nonoverlapping(
-                        op.input.ptr.add(chunk(me)),
-                        a.add(me * mine * es),
-                        mine * es,
-                    );
                     let input = op.input.ptr;
                     pair_round(n, me, ty, SPREAD, pairs, |j| {
                         (
@@ -339,7 +335,15 @@ impl Task {
                     let mine = counts[me] as usize;
                     let chunk = |j: usize| displs[j] as usize * es;
                     let out = op.output.ptr;
-                    fold(op, self.a.ptr(), n, mine, out.add(chunk(me)));
+                    let (a, own) = (self.a.ptr(), op.input.ptr.add(chunk(me)));
+                    let parts: Vec<*const u8> = (0..n)
+                        .map(|j| if j == me { own } else { a.add(j * mine * es) }.cast_const())
+                        .collect();
+                    if own == out.add(chunk(me)) {
+                        fold_into_own(op, &parts, me, mine, out.add(chunk(me)));
+                    } else {
+                        fold_parts(op, &parts, mine, out.add(chunk(me)));
+                    }
                     pair_round(n, me, ty, SHARE, pairs, |j| {
                         (out.add(chunk(j)), counts[j], out.add(chunk(me)), counts[me])
                     })
@@ -501,6 +505,55 @@ unsafe fn fold(op: &Op, blocks: *const u8, n: usize, len: usize, dst: *mut u8) {
     unsafe { fold_parts(op, &parts, len, dst) }
 }
 
+/// [`fold_parts`] where `parts[me]` is `dst` itself (an in-place all_reduce's own chunk):
+/// block by block, the own block set aside in a small buffer first, so the result keeps member
+/// order without copying the whole chunk out before the fold (a pass over memory that cost as
+/// much as the fold's own).
+///
+/// # Safety
+/// As for [`fold_parts`], except that `parts[me] == dst`.
+pub(super) unsafe fn fold_into_own(
+    op: &Op,
+    parts: &[*const u8],
+    me: usize,
+    len: usize,
+    dst: *mut u8,
+) {
+    /// Elements per block: 16 KiB at most, so the set-aside block stays in L1.
+    const BLOCK: usize = 2048;
+    let d = &op.desc;
+    let rop = d.op.unwrap_or(crate::ReduceOp::Sum);
+    with_dtype!(d.dtype, T => {
+        let r = Reducer::<T>::new(rop, parts.len());
+        let mut own: Vec<T> = vec![T::default(); BLOCK.min(len)];
+        let mut at = 0;
+        while at < len {
+            let m = (len - at).min(BLOCK);
+            // SAFETY: the caller's contract: every part holds `len` elements; `at + m <= len`.
+            let part = |p: *const u8| unsafe {
+                std::slice::from_raw_parts((p as *const T).add(at), m)
+            };
+            // SAFETY: as above, for `dst`, which only this slice touches from here on (our
+            // own part is read through `own` once set aside).
+            let acc = unsafe { std::slice::from_raw_parts_mut((dst as *mut T).add(at), m) };
+            if me != 0 {
+                own[..m].copy_from_slice(acc);
+                acc.copy_from_slice(part(parts[0]));
+            }
+            r.start(acc);
+            for (j, &p) in parts.iter().enumerate().skip(1) {
+                if j == me {
+                    r.combine(acc, &own[..m]);
+                } else {
+                    r.combine(acc, part(p));
+                }
+            }
+            r.finish(acc);
+            at += m;
+        }
+    })
+}
+
 /// `dst[..len] = parts[0] ∘ parts[1] ∘ …`, left to right, with `op`'s reduce operator.
 ///
 /// # Safety
@@ -522,4 +575,71 @@ pub(super) unsafe fn fold_parts(op: &Op, parts: &[*const u8], len: usize, dst: *
         }
         r.finish(acc);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Buf;
+    use crate::model::{CallSite, GroupId, OpDesc, Shape};
+    use crate::{DType, ReduceOp};
+
+    fn all_reduce(dtype: DType, op: ReduceOp, len: usize) -> Op {
+        Op {
+            desc: OpDesc {
+                kind: OpKind::AllReduce,
+                group: GroupId::WORLD,
+                peer: None,
+                op: Some(op),
+                dtype,
+                shape: Shape::from_slice(&[len]),
+                dim: 0,
+                site: CallSite::caller(),
+            },
+            input: Buf::NONE,
+            output: Buf::NONE,
+        }
+    }
+
+    /// Folding a member's own chunk in place gives the bits the fold from separate parts
+    /// gives, for every member position, on both sides of the block size, with the operators
+    /// that have a first or last step (PreMulSum, Avg) and one that has neither.
+    #[test]
+    fn folding_into_the_own_chunk_matches_folding_from_parts() {
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::PreMulSum(0.3),
+            ReduceOp::Avg,
+            ReduceOp::Max,
+        ] {
+            for n in 2..=4 {
+                for len in [1usize, 7, 2048, 2049, 5000] {
+                    let o = all_reduce(DType::F32, op, len);
+                    let inputs: Vec<Vec<f32>> = (0..n)
+                        .map(|j| {
+                            (0..len)
+                                .map(|i| ((i * 7 + j * 13) % 29) as f32 * 0.37 - 3.1)
+                                .collect()
+                        })
+                        .collect();
+                    let parts: Vec<*const u8> = inputs.iter().map(|v| v.as_ptr().cast()).collect();
+                    let mut want = vec![0f32; len];
+                    // SAFETY: every part and `want` hold `len` f32s; none overlap.
+                    unsafe { fold_parts(&o, &parts, len, want.as_mut_ptr().cast()) };
+                    for me in 0..n {
+                        let mut own = inputs[me].clone();
+                        let mut with_own = parts.clone();
+                        with_own[me] = own.as_ptr().cast();
+                        // SAFETY: as above, with part `me` being `own`, the destination.
+                        unsafe { fold_into_own(&o, &with_own, me, len, own.as_mut_ptr().cast()) };
+                        let same = own
+                            .iter()
+                            .zip(&want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{op:?}, {n} members, {len} elements, member {me}");
+                    }
+                }
+            }
+        }
+    }
 }
