@@ -220,6 +220,53 @@ fn packed_stretches_of_small_reductions_touch_peers_buffers_soundly() {
     }
 }
 
+/// A rank keeps its pack table from one bucket to the next and rewrites what changed: the same
+/// bucket twice, a longer one over other tensors, a shorter one, then a disagreement in a
+/// table that agreed last time (after which the table is dropped, not kept).
+#[test]
+fn pack_tables_kept_between_buckets_are_rewritten_soundly() {
+    for world in [2, 3] {
+        let each = spawn_each(world, Options::default(), move |ctx| {
+            let r = ctx.rank();
+            let mut a: Vec<Tensor<f32>> = (0..4)
+                .map(|i| Tensor::full([i + 1], 1.0))
+                .collect::<Result<_>>()?;
+            let mut b: Vec<Tensor<f32>> = (0..6)
+                .map(|_| Tensor::full([2, 2], 1.0))
+                .collect::<Result<_>>()?;
+            for (ts, n) in [(0, 4), (0, 4), (1, 6), (0, 2)] {
+                let ts = if ts == 0 { &mut a } else { &mut b };
+                for t in ts.iter_mut() {
+                    t.fill(r as f32 + 1.0);
+                }
+                let mut batch = ctx.batch();
+                for t in ts[..n].iter_mut() {
+                    batch.all_reduce(t, ReduceOp::Sum);
+                }
+                batch.run()?;
+                let total: f32 = (1..=world).map(|x| x as f32).sum();
+                for (i, t) in ts.iter().enumerate() {
+                    let want = if i < n { total } else { r as f32 + 1.0 };
+                    assert!(t.to_vec().iter().all(|&x| x == want), "tensor {i}");
+                }
+            }
+            if r == 1 {
+                let t = std::mem::replace(&mut a[1], Tensor::full([1], 0.0)?);
+                a[1] = t.reshape([1, 2])?;
+            }
+            let mut batch = ctx.batch();
+            for t in a.iter_mut() {
+                batch.all_reduce(t, ReduceOp::Sum);
+            }
+            batch.run()
+        })
+        .unwrap();
+        for res in each {
+            assert!(matches!(res, Err(Error::CollectiveMismatch(_))), "{res:?}");
+        }
+    }
+}
+
 /// A disagreement in the middle of packed stretches: the rank that finds it stops the world
 /// and leaves while peers may still be reading its pack table, which must outlive their reads
 /// (it once was freed before the world was quiesced).
