@@ -222,12 +222,30 @@ fn packed_stretches_of_small_reductions_touch_peers_buffers_soundly() {
 
 /// A rank keeps its pack table from one bucket to the next and rewrites what changed: the same
 /// bucket twice, a longer one over other tensors, a shorter one, then a disagreement in a
-/// table that agreed last time (after which the table is dropped, not kept).
+/// table that agreed last time (after which the table is dropped, not kept). In between,
+/// buckets of tensors made anew each time: the allocator hands back the addresses just freed,
+/// so entries compare equal while the tensors are new (the table once kept the old pointers,
+/// whose provenance was the freed tensors').
 #[test]
 fn pack_tables_kept_between_buckets_are_rewritten_soundly() {
     for world in [2, 3] {
         let each = spawn_each(world, Options::default(), move |ctx| {
             let r = ctx.rank();
+            for round in 0..4 {
+                let mut fresh: Vec<Tensor<f64>> = (0..3)
+                    .map(|_| Tensor::full([2], (r + round) as f64))
+                    .collect::<Result<_>>()?;
+                let mut batch = ctx.batch();
+                for t in fresh.iter_mut() {
+                    batch.all_reduce(t, ReduceOp::Sum);
+                }
+                batch.run()?;
+                let total: f64 = (0..world).map(|x| (x + round) as f64).sum();
+                assert!(
+                    fresh.iter().all(|t| t.to_vec() == [total; 2]),
+                    "round {round}"
+                );
+            }
             let mut a: Vec<Tensor<f32>> = (0..4)
                 .map(|i| Tensor::full([i + 1], 1.0))
                 .collect::<Result<_>>()?;

@@ -194,8 +194,9 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
 ///
 /// # Safety
 /// `tables[j]` points at member j's pack entries for the stretch; for every step the members'
-/// entries have equal element counts, below the small-reduction size, their buffers hold that
-/// many elements of `desc.dtype` and stay live until every member has marked the step done;
+/// entries have equal element counts, below the small-reduction size, their buffers (exposed
+/// addresses, see [`PackEntry`]) hold that many elements of `desc.dtype` and stay live until
+/// every member has marked the step done;
 /// every member's op is a `desc.kind` (all_reduce or reduce) with `desc`'s root and reduction;
 /// `root` is the root's member index for a reduce.
 pub(crate) unsafe fn reduce_pack(
@@ -216,17 +217,18 @@ pub(crate) unsafe fn reduce_pack(
         let r = Reducer::<T>::new(op, n);
         for i in 0..len as usize {
             // SAFETY: step `i` of the stretch is in every member's table (contract).
-            if reducer(unsafe { (*tables[0].add(i)).input }, n) != me {
+            if reducer_at(unsafe { (*tables[0].add(i)).input }, n) != me {
                 continue;
             }
             for (j, table) in tables.iter().enumerate() {
                 // SAFETY: step `i` of the stretch is in every member's table (contract).
                 let e = unsafe { &*table.add(i) };
-                srcs[j] = e.input;
+                // The member exposed these addresses when it built its table (see `PackEntry`).
+                srcs[j] = std::ptr::with_exposed_provenance(e.input);
                 if all {
-                    dsts[j] = e.output;
+                    dsts[j] = std::ptr::with_exposed_provenance_mut(e.output);
                 } else if j == root {
-                    dsts[0] = e.output;
+                    dsts[0] = std::ptr::with_exposed_provenance_mut(e.output);
                 }
             }
             // SAFETY: as above, for our own table.
@@ -289,7 +291,12 @@ const REDUCER_BLOCK_SHIFT: u32 = 16;
 /// too. (Measured on a bucket of 1000 × 1 KiB at world 2: 4 KiB blocks cost ~1.4× the time of
 /// 64 KiB ones; alternating by step, ~1.5–2×.)
 pub(crate) fn reducer(first_input: *const u8, n: usize) -> usize {
-    (first_input as usize >> REDUCER_BLOCK_SHIFT) % n
+    reducer_at(first_input.addr(), n)
+}
+
+/// [`reducer`] for the address of member 0's input.
+pub(crate) fn reducer_at(first_input: usize, n: usize) -> usize {
+    (first_input >> REDUCER_BLOCK_SHIFT) % n
 }
 
 /// Whether member `me` of `n` must wait for step `seq` and take part in it, whatever the other

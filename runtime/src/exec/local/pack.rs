@@ -16,10 +16,18 @@ use super::kernels::{packs_with, small_reduction};
 pub(crate) const NO_KEY: u64 = u64::MAX;
 
 /// One step of a member's run, as the packed pass reads it.
+///
+/// The buffers are *exposed addresses* (`expose_provenance`), which the reading peer turns back
+/// into pointers with `with_exposed_provenance`. Plain pointers would be unsound here: a table
+/// kept from the last run keeps an entry whose address equals the new one's, and a tensor freed
+/// since and allocated anew at the same address has the same address but not the same
+/// provenance — reading the new tensor through the old pointer is undefined behaviour (Miri
+/// found it). The address is exposed at every build, so it is always the live tensor's
+/// provenance the peer picks up.
 #[derive(Clone, Copy, PartialEq)]
 pub(crate) struct PackEntry {
-    pub input: *const u8,
-    pub output: *mut u8,
+    pub input: usize,
+    pub output: usize,
     /// The shape, encoded exactly ([`shape_key`]), or [`NO_KEY`].
     pub key: u64,
     pub numel: u32,
@@ -31,21 +39,14 @@ pub(crate) struct PackEntry {
 impl Default for PackEntry {
     fn default() -> Self {
         PackEntry {
-            input: std::ptr::null(),
-            output: std::ptr::null_mut(),
+            input: 0,
+            output: 0,
             key: NO_KEY,
             numel: 0,
             rest: 0,
         }
     }
 }
-
-// SAFETY: as for `Op`, whose buffers these are: plain addresses, dereferenced only under the
-// local backend's protocol (a peer reads a member's table only while the member is blocked in
-// the steps it describes).
-unsafe impl Send for PackEntry {}
-// SAFETY: see `Send`; shared access only reads the fields.
-unsafe impl Sync for PackEntry {}
 
 /// The shape as one word, injectively: the number of dimensions, then each dimension in 14
 /// bits, for shapes of at most four dimensions below 2^14 (every small reduction in practice);
@@ -103,8 +104,8 @@ impl Table {
             };
             pairs |= rest > 1;
             let entry = PackEntry {
-                input: o.input.ptr.cast_const(),
-                output: o.output.ptr,
+                input: o.input.ptr.expose_provenance(),
+                output: o.output.ptr.expose_provenance(),
                 key: shape_key(&o.desc.shape),
                 // Small: below 8 KiB of elements.
                 numel: u32::try_from(numel).unwrap_or(0),
@@ -256,8 +257,8 @@ mod tests {
                 proptest::prop_assert_eq!(kept.entries().len(), second.len());
                 for ((e, o), rest) in kept.entries().iter().zip(&second).zip(want) {
                     proptest::prop_assert_eq!(e.rest, rest);
-                    proptest::prop_assert_eq!(e.input, o.input.ptr.cast_const());
-                    proptest::prop_assert_eq!(e.output, o.output.ptr);
+                    proptest::prop_assert_eq!(e.input, o.input.ptr.addr());
+                    proptest::prop_assert_eq!(e.output, o.output.ptr.addr());
                     proptest::prop_assert_eq!(e.key, shape_key(&o.desc.shape));
                     proptest::prop_assert_eq!(e.numel as usize, o.desc.numel());
                 }
