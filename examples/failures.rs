@@ -95,30 +95,20 @@ fn main() -> Result<()> {
                 ctx.broadcast(&mut u, 1)?;
             }
             // Rank 0 batches a receive that rank 1 never sends with a collective every rank
-            // makes: the receive is what hangs, and the report must say so.
-            "batched" => {
+            // makes: the receive is what hangs, and the report must say so. `refilled` first
+            // runs a batch of the same length that completes: the board's list of what a batch
+            // waits for is then refilled in place, and must name the new batch's ops.
+            "batched" | "refilled" => {
                 let mut u = ctx.zeros::<f32>([4])?;
+                if case == "refilled" {
+                    let mut v = ctx.zeros::<f32>([2])?;
+                    let mut b = ctx.batch();
+                    b.all_reduce(&mut u, ReduceOp::Sum);
+                    b.all_reduce(&mut v, ReduceOp::Max);
+                    b.run()?;
+                }
                 if rank == 0 {
                     let mut y = ctx.zeros::<f32>([4])?;
-                    let mut b = ctx.batch();
-                    b.recv(&mut y, 1);
-                    b.all_reduce(&mut u, ReduceOp::Sum);
-                    b.run()?;
-                } else {
-                    ctx.all_reduce(&mut u, ReduceOp::Sum)?;
-                }
-            }
-            // The same, after a batch of the same length that completed: the board's list of
-            // what the batch waits for is refilled in place, and must name the new batch's ops.
-            "refilled" => {
-                let mut u = ctx.zeros::<f32>([4])?;
-                let mut v = ctx.zeros::<f32>([2])?;
-                let mut b = ctx.batch();
-                b.all_reduce(&mut u, ReduceOp::Sum);
-                b.all_reduce(&mut v, ReduceOp::Max);
-                b.run()?;
-                if rank == 0 {
-                    let mut y = ctx.zeros::<f32>([5])?;
                     let mut b = ctx.batch();
                     b.recv(&mut y, 1);
                     b.all_reduce(&mut u, ReduceOp::Sum);
