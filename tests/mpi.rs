@@ -331,8 +331,11 @@ fn failures_end_the_job_promptly_and_say_why() {
     let case = source.find("\"refilled\" =>").expect("the refilled case");
     let recv = case + source[case..].find("b.recv(").expect("its receive");
     let line = source[..recv].lines().count();
+    // The call's column is its method name's (after `b.`), counted from 1.
+    let column = recv - source[..recv].rfind('\n').map_or(0, |i| i + 1) + 3;
     let run = mpirun(4, PLAIN, "failures", &["refilled"]);
-    let want = format!("examples/failures.rs:{line}:23: rank 0 cannot finish: rank 1 returned");
+    let want =
+        format!("examples/failures.rs:{line}:{column}: rank 0 cannot finish: rank 1 returned");
     assert!(
         !run.ok && run.err.contains(&want),
         "no {want:?} in:\n{}",

@@ -308,7 +308,7 @@ fn buckets_that_change_between_iterations_are_checked_and_reduced_anew() {
         let mut b: Vec<Tensor<f32>> = (0..12)
             .map(|_| Tensor::full([3, 2], 0.0))
             .collect::<Result<_>>()?;
-        // (tensors, how many of them, iteration)
+        // Per iteration: whether it uses the second set of tensors, and how many of them.
         let plan: [(bool, usize); 6] = [
             (false, 12),
             (false, 12),
