@@ -505,10 +505,19 @@ unsafe fn fold(op: &Op, blocks: *const u8, n: usize, len: usize, dst: *mut u8) {
     unsafe { fold_parts(op, &parts, len, dst) }
 }
 
-/// [`fold_parts`] where `parts[me]` is `dst` itself (an in-place all_reduce's own chunk):
-/// block by block, the own block set aside in a small buffer first, so the result keeps member
-/// order without copying the whole chunk out before the fold (one pass over the chunk's memory
-/// less; ~3 % of a 1 MiB all_reduce at world 2).
+/// `dst[..len] = parts[0] ∘ parts[1] ∘ …`, left to right, with `op`'s reduce operator.
+///
+/// # Safety
+/// Every part holds `len` elements of the op's dtype, aligned for it; `dst` holds `len`,
+/// aligned, and overlaps no part.
+pub(super) unsafe fn fold_parts(op: &Op, parts: &[*const u8], len: usize, dst: *mut u8) {
+    // SAFETY: the caller's contract.
+    unsafe { fold_blocks(op, parts, None, len, dst) }
+}
+
+/// [`fold_parts`] where `parts[me]` is `dst` itself (an in-place all_reduce's own chunk),
+/// folded where it is: one pass over the chunk's memory less than copying it out first (~3 %
+/// of a 1 MiB all_reduce at world 2).
 ///
 /// # Safety
 /// As for [`fold_parts`], except that `parts[me] == dst`.
@@ -519,31 +528,46 @@ pub(super) unsafe fn fold_into_own(
     len: usize,
     dst: *mut u8,
 ) {
-    /// Elements per block: 16 KiB at most, so the set-aside block stays in L1.
+    // SAFETY: the caller's contract.
+    unsafe { fold_blocks(op, parts, Some(me), len, dst) }
+}
+
+/// The fold of [`fold_parts`] and [`fold_into_own`], block by block; with `own = Some(me)`,
+/// part `me` is `dst`, and each of its blocks is set aside in a small buffer before the block
+/// of part 0 overwrites it, so the result keeps member order.
+///
+/// # Safety
+/// As for [`fold_parts`], except that `parts[me] == dst` when `own` is `Some(me)`.
+unsafe fn fold_blocks(op: &Op, parts: &[*const u8], own: Option<usize>, len: usize, dst: *mut u8) {
+    /// Elements per block: 16 KiB at most, so a set-aside block stays in L1.
     const BLOCK: usize = 2048;
     let d = &op.desc;
     let rop = d.op.unwrap_or(crate::ReduceOp::Sum);
     with_dtype!(d.dtype, T => {
         let r = Reducer::<T>::new(rop, parts.len());
-        let mut own: Vec<T> = vec![T::default(); BLOCK.min(len)];
+        let set_aside = own.is_some_and(|me| me != 0);
+        let mut saved: Vec<T> = vec![T::default(); if set_aside { BLOCK.min(len) } else { 0 }];
         let mut at = 0;
         while at < len {
             let m = (len - at).min(BLOCK);
             // SAFETY: the caller's contract: every part holds `len` elements; `at + m <= len`.
+            // Never called for part `own`, which is `dst`.
             let part = |p: *const u8| unsafe {
                 std::slice::from_raw_parts((p as *const T).add(at), m)
             };
-            // SAFETY: as above, for `dst`, which only this slice touches from here on (our
-            // own part is read through `own` once set aside).
+            // SAFETY: as above, for `dst`, which only this slice touches from here on (our own
+            // part, if any, is read through `saved` once set aside).
             let acc = unsafe { std::slice::from_raw_parts_mut((dst as *mut T).add(at), m) };
-            if me != 0 {
-                own[..m].copy_from_slice(acc);
+            if set_aside {
+                saved[..m].copy_from_slice(acc);
+            }
+            if own != Some(0) {
                 acc.copy_from_slice(part(parts[0]));
             }
             r.start(acc);
             for (j, &p) in parts.iter().enumerate().skip(1) {
-                if j == me {
-                    r.combine(acc, &own[..m]);
+                if Some(j) == own {
+                    r.combine(acc, &saved[..m]);
                 } else {
                     r.combine(acc, part(p));
                 }
@@ -551,29 +575,6 @@ pub(super) unsafe fn fold_into_own(
             r.finish(acc);
             at += m;
         }
-    })
-}
-
-/// `dst[..len] = parts[0] ∘ parts[1] ∘ …`, left to right, with `op`'s reduce operator.
-///
-/// # Safety
-/// Every part holds `len` elements of the op's dtype, aligned for it; `dst` holds `len`,
-/// aligned, and overlaps no part.
-pub(super) unsafe fn fold_parts(op: &Op, parts: &[*const u8], len: usize, dst: *mut u8) {
-    let d = &op.desc;
-    let rop = d.op.unwrap_or(crate::ReduceOp::Sum);
-    with_dtype!(d.dtype, T => {
-        // SAFETY: the caller's contract; `T` is the dtype's type, so sizes and alignment hold.
-        let part = |p: *const u8| unsafe { std::slice::from_raw_parts(p as *const T, len) };
-        // SAFETY: as above.
-        let acc = unsafe { std::slice::from_raw_parts_mut(dst as *mut T, len) };
-        let r = Reducer::<T>::new(rop, parts.len());
-        acc.copy_from_slice(part(parts[0]));
-        r.start(acc);
-        for &p in &parts[1..] {
-            r.combine(acc, part(p));
-        }
-        r.finish(acc);
     })
 }
 
