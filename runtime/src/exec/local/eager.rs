@@ -18,10 +18,29 @@
 //! regularly as well, so the in-place members find it. Nobody completes a step eagerly unless
 //! every member filled its slot, so a step is either eager for all or in place for all.
 //!
-//! **Slot reuse.** Each member has two slots per communicator, used by step parity. A member
-//! writes the slot of step `k + 2` only after completing step `k + 1`, which needs every member
-//! to have finished step `k` (eagerly: after reading every slot of `k`), so nobody still reads
-//! what it overwrites.
+//! **Slot reuse.** Each member has a ring of [`RING`] slots per communicator, by step. A member
+//! fills its slot for step `t` only once every member's `done` covers step `t - RING` (the
+//! slot's previous use, `LocalBackend::slot_free`); otherwise the step runs in place. Without
+//! broadcasts that leave early this always holds (completing step `t - 1` needs every member
+//! past `t - 2`); with them it is what keeps a slot from being refilled while a peer reads it.
+//!
+//! **Broadcasts leave early.** A non-root of a small broadcast needs only the root's data, and
+//! the root needs nothing: so a member completes a broadcast step as soon as the root's slot
+//! holds it with its own signature (a non-root), or at once (a root making the call alone), as
+//! MPI's eager broadcast and NCCL's LL protocol let a rank go. What that gives up, and how it
+//! is restored:
+//!
+//! * *Members still read a member that left.* Each broadcast slot also keeps a copy of the
+//!   member's op ([`EagerSlot::kept`]), its buffers pointing into the slot; members that run
+//!   the step in place, and mismatch reports, read that copy instead of the member's published
+//!   run (which it may since have replaced). The root's copy is what in-place members copy
+//!   from.
+//! * *Nobody compared everyone.* A non-root compares itself with the root only; a root that
+//!   left compared nothing. So a root that leaves keeps its `done` below the step until it has
+//!   compared every member's op for it (`LocalBackend::check_left`, in every later pass and at
+//!   the rank's return): members that ran the step in place wait for that `done`, and nobody
+//!   refills a slot of the step before it — a disagreement is still reported, from the full
+//!   descriptions, before any slot of the step is reused.
 //!
 //! **Disagreement.** Signatures are exact encodings of what [`OpDesc::agrees_with`] compares, so
 //! unequal signatures are a collective mismatch, reported from the full descriptions as the
@@ -33,7 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use smallvec::SmallVec;
 
 use crate::element::with_dtype;
-use crate::exec::Op;
+use crate::exec::{Buf, Op};
 use crate::model::OpKind;
 
 use super::pack::{NO_KEY, shape_key};
@@ -41,6 +60,10 @@ use super::pack::{NO_KEY, shape_key};
 /// The largest input an eager step carries, in bytes. Under Miri, 32: the same code, at sizes
 /// its interpretation gets through (the tests probe both sides of the limit).
 pub(crate) const EAGER_BYTES: usize = if cfg!(miri) { 32 } else { 1024 };
+
+/// Eager slots per member and communicator: how far a broadcast's root may run ahead of its
+/// slowest member.
+pub(crate) const RING: u64 = 8;
 
 /// What agreement compares, as three words: equal signatures mean agreeing descriptions.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -93,6 +116,12 @@ impl Sig {
         let w0 = kind | dtype << 4 | op_tag << 8 | (dim as u64) << 12 | peer << 32;
         Some(Sig([w0, key, scale]))
     }
+
+    /// Whether the signature is a broadcast's, whose members may leave the step early and so
+    /// keep a copy of their op in the slot (module docs).
+    pub(crate) fn leaves_early(self) -> bool {
+        self.0[0] & 0xf == OpKind::Broadcast as u64
+    }
 }
 
 /// One member's eager slot for one step parity: the step, the signature and the input (the
@@ -108,6 +137,8 @@ pub(crate) struct EagerSlot {
 struct Body {
     sig: Sig,
     data: [u8; EAGER_BYTES],
+    /// For a signature that leaves early: the member's op, its buffers pointing at `data`.
+    kept: Option<Op>,
 }
 
 impl Default for EagerSlot {
@@ -117,24 +148,25 @@ impl Default for EagerSlot {
             body: UnsafeCell::new(Body {
                 sig: Sig([0; 3]),
                 data: [0; EAGER_BYTES],
+                kept: None,
             }),
         }
     }
 }
 
 // SAFETY: `body` is written only by the slot's member, before it stores `seq` (Release), and
-// read by peers only after they load that `seq` (Acquire); the member rewrites it only for a
-// later step of the same parity, which it cannot reach before every peer has finished reading
-// (module docs, "Slot reuse").
+// read by peers only after they load that `seq` (Acquire); the member rewrites it only for the
+// step `RING` later, once every peer has finished the step it holds (module docs, "Slot
+// reuse"). The kept op's buffers point into the slot itself.
 unsafe impl Sync for EagerSlot {}
 
 impl EagerSlot {
     /// Fills the slot for `step` with `sig` and `op`'s input.
     ///
     /// # Safety
-    /// The caller is the slot's member, and every peer has finished reading the slot's
-    /// previous step (module docs); `op`'s input is a live host buffer of the size `sig` was
-    /// made for (at most [`EAGER_BYTES`]).
+    /// The caller is the slot's member, and every peer has finished the slot's previous step
+    /// (module docs); `op`'s input is a live host buffer of the size `sig` was made for (at most
+    /// [`EAGER_BYTES`]).
     pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op) {
         let bytes = op.input.len * op.desc.dtype.size();
         let body = self.body.get();
@@ -143,17 +175,41 @@ impl EagerSlot {
         // signatures, equal sizes), so the rest is left as it is.
         unsafe {
             (&raw mut (*body).sig).write(sig);
+            let data = (&raw mut (*body).data).cast::<u8>();
             // The input holds `bytes` (≤ EAGER_BYTES) bytes (contract); the data has room. A
             // missing input (a non-root's scatter) is a null pointer: nothing to copy.
             if bytes > 0 {
-                std::ptr::copy_nonoverlapping(
-                    op.input.ptr.cast_const(),
-                    (&raw mut (*body).data).cast::<u8>(),
-                    bytes,
-                );
+                std::ptr::copy_nonoverlapping(op.input.ptr.cast_const(), data, bytes);
             }
+            // A broadcast's member may leave before peers are done with its op: they read
+            // this copy, whose buffers (the same length: a broadcast's input and output are
+            // one tensor) are the slot's data, never the member's tensor.
+            let kept = sig.leaves_early().then(|| {
+                let at = |b: Buf| Buf { ptr: data, ..b };
+                Op {
+                    desc: op.desc.clone(),
+                    input: at(op.input),
+                    output: at(op.output),
+                }
+            });
+            *(&raw mut (*body).kept) = kept;
         }
         self.seq.store(step + 1, Ordering::Release);
+    }
+
+    /// The op the member kept in the slot for `step` (a broadcast's: see the module docs),
+    /// if the slot holds that step and kept one.
+    ///
+    /// # Safety
+    /// The caller has seen (with `Acquire`) that the member posted `step`, and the slot cannot
+    /// be refilled while the reference lives: the caller has not finished `step` (or, a root
+    /// that left it, has not yet released it).
+    pub(crate) unsafe fn kept(&self, step: u64) -> Option<&Op> {
+        if self.seq.load(Ordering::Acquire) != step + 1 {
+            return None;
+        }
+        // SAFETY: filled before `seq` (Acquire above), stable by the contract.
+        unsafe { (*self.body.get().cast_const()).kept.as_ref() }
     }
 
     /// The slot's signature and input if it holds `step`.
@@ -241,6 +297,21 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
             })
         }
         _ => {}
+    }
+}
+
+/// A broadcast's non-root output, from the root's slot (what [`complete`] does for it, without
+/// the other members' inputs, which it does not need).
+///
+/// # Safety
+/// `data` holds the root's input for `op`'s step (its signature equals `op`'s, so it has
+/// `op`'s size) and stays readable for the call; `op`'s output is writable by this call alone.
+pub(crate) unsafe fn copy_from(op: &Op, data: *const u8) {
+    fail_point!("kernel");
+    let bytes = op.input.len * op.desc.dtype.size();
+    if bytes > 0 {
+        // SAFETY: the contract; the slot's data is not our output.
+        unsafe { std::ptr::copy_nonoverlapping(data, op.output.ptr, bytes) };
     }
 }
 

@@ -42,6 +42,8 @@ mod kernels;
 mod pack;
 mod world;
 
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -54,7 +56,7 @@ use crate::exec::{Backend, Buf, Op, PostedOp, Ticket};
 use crate::model::{CallSite, GroupId};
 use crate::plan::Target;
 
-use eager::Sig;
+use eager::{RING, Sig};
 use kernels::{Step, copy_rows};
 use pack::{NO_KEY, PackEntry};
 use world::GroupState;
@@ -78,12 +80,49 @@ pub(crate) struct LocalBackend {
     steps: Vec<u64>,
     /// This rank's pack table per communicator id, kept between runs (see `pack::Table`).
     tables: Vec<pack::Table>,
+    /// This rank's bookkeeping of eager slots and early-left broadcasts, per communicator id.
+    local: Vec<GroupLocal>,
+    /// Whether this rank left a broadcast step early that not every member has reached yet
+    /// (or, as its root, that it has not checked yet); see `LocalBackend::settle`.
+    unsettled: Cell<bool>,
     /// Messages posted to each peer, and received from each peer.
     sent: Vec<u64>,
     received: Vec<u64>,
     /// Posted sends and receives not yet waited for, in posting order.
     posted: Vec<PostedReq>,
     next_ticket: u64,
+}
+
+/// A rank's own view of one communicator's eager slots (see `eager`).
+struct GroupLocal {
+    /// A lower bound on every member's `done`, refreshed only when a slot's reuse needs more
+    /// (reading every member's counter at every step would move those lines between cores).
+    floor: Cell<u64>,
+    /// Broadcast steps this rank left as their root before anyone was compared with it,
+    /// oldest first (see `LocalBackend::check_left`).
+    left: RefCell<VecDeque<u64>>,
+    /// The oldest of `left`, or `u64::MAX`: this rank's `done` stays at or below it.
+    hold: Cell<u64>,
+    /// Steps this rank has finished; its `done` is this, held at `hold`.
+    fin: Cell<u64>,
+    /// One past the last broadcast step this rank left early, until every member is done with
+    /// it; 0 when none.
+    reach: Cell<u64>,
+    /// This rank's member index.
+    me: usize,
+}
+
+impl Default for GroupLocal {
+    fn default() -> Self {
+        GroupLocal {
+            floor: Cell::new(0),
+            left: RefCell::new(VecDeque::new()),
+            hold: Cell::new(u64::MAX),
+            fin: Cell::new(0),
+            reach: Cell::new(0),
+            me: 0,
+        }
+    }
 }
 
 /// A posted send or receive, owned here until `wait` or `drain` takes it back.
@@ -105,6 +144,10 @@ enum Until {
     Posted(usize, CallSite),
     /// Every posted op.
     AllPosted,
+    /// Every broadcast step this rank left early has been reached by every member (and checked,
+    /// where it was the root), except on the communicator with this index
+    /// (`LocalBackend::settle`).
+    Settled(Option<usize>),
 }
 
 /// The op a [`Waiting`] names: indices past the batch's ops are posted ops, in order.
@@ -150,6 +193,22 @@ unsafe fn published_op<'a>(entries: &AtomicPtr<Op>, base: &AtomicU64, k: u64) ->
     let base = base.load(Ordering::Relaxed);
     // SAFETY: the caller's contract: the run holds `k`, so `k - base` is within its ops.
     unsafe { &*entries.load(Ordering::Relaxed).add((k - base) as usize) }
+}
+
+/// Member `j`'s op for collective step `k`: the copy it kept in its eager slot if it may have
+/// left the step early (a broadcast: see `eager`), otherwise the one in its published run.
+///
+/// # Safety
+/// Member `j` has posted step `k` (seen with `Acquire`), and the caller has not finished `k`
+/// (its `done` is at most `k`) while the reference lives: then the slot holds `k` still, and a
+/// member that cannot leave early cannot complete `k` nor publish another run.
+unsafe fn member_op(g: &GroupState, j: usize, k: u64) -> &Op {
+    // SAFETY: the caller's contract.
+    match unsafe { g.eager_slot(j, k).kept(k) } {
+        Some(op) => op,
+        // SAFETY: not kept, so member `j` stays in step `k` (the caller's contract).
+        None => unsafe { published_op(&g.slots[j].entries, &g.slots[j].base, k) },
+    }
 }
 
 /// A maximal run of a batch's ops with one target, and this rank's progress through it.
@@ -212,15 +271,13 @@ unsafe fn step_ops<'a>(
     mine: &'a Op,
     k: u64,
 ) -> SmallVec<[&'a Op; 8]> {
-    g.slots
-        .iter()
-        .enumerate()
-        .map(|(j, slot)| {
+    (0..g.slots.len())
+        .map(|j| {
             if j == run.me {
                 mine
             } else {
                 // SAFETY: the caller's contract.
-                unsafe { published_op(&slot.entries, &slot.base, k) }
+                unsafe { member_op(g, j, k) }
             }
         })
         .collect()
@@ -260,6 +317,8 @@ impl LocalBackend {
             groups: Vec::new(),
             steps: Vec::new(),
             tables: Vec::new(),
+            local: Vec::new(),
+            unsettled: Cell::new(false),
             sent: vec![0; world],
             received: vec![0; world],
             posted: Vec::new(),
@@ -276,6 +335,7 @@ impl LocalBackend {
             self.groups.resize(i + 1, None);
             self.steps.resize(i + 1, 0);
             self.tables.resize_with(i + 1, pack::Table::default);
+            self.local.resize_with(i + 1, GroupLocal::default);
         }
         if self.groups[i].is_none() {
             self.groups[i] = self.shared.group(id);
@@ -287,6 +347,7 @@ impl LocalBackend {
         let me = g.members.binary_search(&self.rank).map_err(|_| {
             Error::Internal(format!("rank {} posted to a group it is not in", self.rank))
         })?;
+        self.local[i].me = me;
         Ok((i, me))
     }
 
@@ -384,10 +445,12 @@ impl LocalBackend {
         if run.len == 1 {
             let op = &ops[run.start];
             run.eager = run.eager.or_else(|| Sig::of(op));
+            if run.eager.is_some() && !self.slot_free(run, g) {
+                run.eager = None;
+            }
             if let Some(sig) = run.eager {
-                // SAFETY: our own slot; its previous use (step `base - 2`) was finished by
-                // every member before we could complete `base - 1` (see `eager`); `Sig::of`
-                // checked the input's size, host memory.
+                // SAFETY: our own slot, whose previous use every member has finished
+                // (`slot_free`); `Sig::of` checked the input's size, host memory.
                 unsafe { g.eager_slot(run.me, run.base).fill(run.base, sig, op) };
             }
         }
@@ -397,6 +460,43 @@ impl LocalBackend {
         slot.packs.store(packs, Ordering::Relaxed);
         slot.posted.store(run.end(), Ordering::Release);
         g
+    }
+
+    /// Whether our eager slot for the run's step is free: every member has finished the step
+    /// it held last (`RING` steps earlier; see `eager`). From a cached bound when it suffices.
+    fn slot_free(&self, run: &TargetRun, g: &GroupState) -> bool {
+        let need = (run.base + 1).saturating_sub(RING);
+        let Some(l) = run.group.and_then(|i| self.local.get(i)) else {
+            return false;
+        };
+        if l.floor.get() >= need {
+            return true;
+        }
+        // Acquire: their reads of the slot happened before they stored `done`.
+        let floor = g
+            .slots
+            .iter()
+            .map(|s| s.done.0.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        l.floor.set(floor);
+        floor >= need
+    }
+
+    /// Marks our share of the run's steps before `upto` finished: our `done`, held below a
+    /// broadcast step we left as root and have not checked yet (see `eager`).
+    fn finish(&self, run: &TargetRun, g: &GroupState, upto: u64) {
+        let hold = match run.group.and_then(|i| self.local.get(i)) {
+            Some(l) => {
+                l.fin.set(upto);
+                l.hold.get()
+            }
+            None => u64::MAX,
+        };
+        g.slots[run.me]
+            .done
+            .0
+            .store(upto.min(hold), Ordering::Release);
     }
 
     /// Publishes a send run on its channel if every earlier message there is delivered (the
@@ -441,6 +541,17 @@ impl LocalBackend {
     ) -> Result<Pass> {
         let mut pass = Pass::default();
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
+        // Broadcasts left early go first: members that ran them in place wait for their check.
+        if self.unsettled.get() {
+            let keep = match until {
+                Until::Settled(keep) => keep,
+                _ => None,
+            };
+            let waiting = self.settle_all(&mut pass, keep)?;
+            if matches!(until, Until::Settled(_)) {
+                pass.blocked = waiting.map(|ranks| (0, ranks));
+            }
+        }
         // Posted ops hold the earlier messages of their pairs, so they go first.
         for (i, req) in posted.iter_mut().enumerate() {
             if req.run.complete {
@@ -451,7 +562,7 @@ impl LocalBackend {
             let awaited = match until {
                 Until::AllPosted => true,
                 Until::Posted(j, _) => j == i,
-                Until::Runs => false,
+                Until::Runs | Until::Settled(_) => false,
             };
             if awaited && pass.blocked.is_none() {
                 pass.blocked = waiting.map(|(_, ranks)| (ops.len() + i, ranks));
@@ -467,6 +578,7 @@ impl LocalBackend {
             Until::Runs => runs.iter().all(|r| r.complete),
             Until::Posted(i, _) => posted[i].run.complete,
             Until::AllPosted => posted.iter().all(|p| p.run.complete),
+            Until::Settled(keep) => !self.pending_besides(keep),
         };
         if !woken.is_empty() {
             self.shared.wake(woken);
@@ -583,7 +695,7 @@ impl LocalBackend {
                 // Nothing to move or check for us in this step: the step's owner checks that
                 // everyone agrees and does the work, and nobody completes the step before the
                 // owner's `done` says so. Marking ours now saves a round trip.
-                g.slots[run.me].done.0.store(k + 1, Ordering::Release);
+                self.finish(run, g, k + 1);
                 run.next += 1;
                 continue;
             }
@@ -609,7 +721,7 @@ impl LocalBackend {
                     &g.members,
                 )
             };
-            g.slots[run.me].done.0.store(k + 1, Ordering::Release);
+            self.finish(run, g, k + 1);
             run.next += 1;
         }
         Ok(None)
@@ -656,6 +768,11 @@ impl LocalBackend {
                 firsts.push(ops[run.start + at..].as_ptr());
                 tables.push(run.packs.entries()[at..].as_ptr());
                 continue;
+            }
+            // A member that may have left step k (a broadcast) has no stretch here, and its
+            // published run may be a later one. SAFETY: it posted k; we have not finished k.
+            if unsafe { g.eager_slot(j, k).kept(k) }.is_some() {
+                return Ok(false);
             }
             let table = slot.packs.load(Ordering::Relaxed);
             if table.is_null() {
@@ -716,7 +833,7 @@ impl LocalBackend {
         // counts, which every member's table holds only for buffers of that size); the
         // stretch is posted by every member, who stays in it until we mark it done.
         unsafe { kernels::reduce_pack(desc, root, &tables, len, run.me) };
-        g.slots[run.me].done.0.store(k + len, Ordering::Release);
+        self.finish(run, g, k + len);
         run.next = k + len;
         Ok(true)
     }
@@ -730,6 +847,10 @@ impl LocalBackend {
         let Some(mine) = run.eager else {
             return Ok(Eager::InPlace);
         };
+        let root = kernels::root_member(&op.desc, &g.members);
+        if mine.leaves_early() && root != run.me {
+            return self.step_from_root(run, g, ops, mine, root);
+        }
         let n = g.members.len();
         let mut inputs: SmallVec<[*const u8; 8]> = SmallVec::with_capacity(n);
         let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
@@ -753,14 +874,52 @@ impl LocalBackend {
         if !agree {
             return self.eager_mismatch(run, g, ops).map(Eager::Wait);
         }
-        let root = kernels::root_member(&op.desc, &g.members);
         fail_point!("step");
         // SAFETY: every member's slot holds step k with our signature, hence an input of our
         // op's size, stable until we finish this step; our output is ours alone.
         unsafe { eager::complete(op, &inputs, root, run.me) };
-        g.slots[run.me].done.0.store(k + 1, Ordering::Release);
+        self.finish(run, g, k + 1);
         run.next = k + 1;
         Ok(Eager::Done)
+    }
+
+    /// A broadcast's non-root completes its step from the root's slot alone, and leaves: it
+    /// needs nothing from anyone else, and the root checks every member before the step's slots
+    /// are reused (see `eager`).
+    fn step_from_root(
+        &self,
+        run: &mut TargetRun,
+        g: &GroupState,
+        ops: &[Op],
+        mine: Sig,
+        root: usize,
+    ) -> Result<Eager> {
+        let k = run.next;
+        // `posted` first, as in `step_eager`: a root that posted without filling its slot
+        // runs the step in place.
+        let posted = g.slots[root].posted.load(Ordering::Acquire);
+        match g.eager_slot(root, k).read(k) {
+            Some((sig, data)) if sig == mine => {
+                fail_point!("step");
+                let op = &ops[run.start];
+                // SAFETY: the root's slot holds step k with our signature, hence an input of
+                // our op's size, and stays until we finish k (`slot_free`); our output is ours.
+                unsafe { eager::copy_from(op, data) };
+                self.finish(run, g, k + 1);
+                run.next = k + 1;
+                if let Some(l) = run.group.and_then(|i| self.local.get(i)) {
+                    l.reach.set(k + 1);
+                    self.unsettled.set(true);
+                }
+                Ok(Eager::Done)
+            }
+            Some(_) => self.eager_mismatch(run, g, ops).map(Eager::Wait),
+            None if posted > k => Ok(Eager::InPlace),
+            None => Ok(Eager::Wait((
+                run.start,
+                SmallVec::from_slice(&[g.members[root]]),
+            ))),
+        }
     }
 
     /// Members' eager slots disagree: reports the mismatch from their full descriptions, as
@@ -824,10 +983,212 @@ impl LocalBackend {
         if slot.posted.load(Ordering::Acquire) <= k {
             return None;
         }
-        // SAFETY: member 0 posted step k (Acquire above) and cannot complete it before we mark
-        // it done, so its op for step k is live.
-        let op = unsafe { published_op(&slot.entries, &slot.base, k) };
+        // SAFETY: member 0 posted step k (Acquire above), and we have not finished it.
+        let op = unsafe { member_op(g, 0, k) };
         Some(op.input.ptr.cast_const())
+    }
+
+    /// Leaves a broadcast step whose root we are, right after filling our slot (see `eager`):
+    /// nobody has been compared with us yet, so the step joins those `check_left` will check,
+    /// and our `done` stays below it until then.
+    fn leave(&self, run: &TargetRun) -> Result<()> {
+        let Some(l) = run.group.and_then(|i| self.local.get(i)) else {
+            return Err(Error::Internal("a collective run without its group".into()));
+        };
+        let pending = {
+            let mut left = l.left.borrow_mut();
+            left.push_back(run.base);
+            left.len() as u64
+        };
+        if l.hold.get() == u64::MAX {
+            l.hold.set(run.base);
+        }
+        l.fin.set(run.end());
+        l.reach.set(run.end());
+        self.unsettled.set(true);
+        // Check before the ring runs out (a slot of the oldest step is needed again `RING`
+        // steps later), inside a pass: we read members' ops.
+        if pending >= RING / 2
+            && let Some(_busy) = self.shared.enter(self.rank)
+            && let Some(gi) = run.group
+        {
+            self.settle_group(gi)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the broadcast steps this rank left as root on communicator `gi`, oldest first,
+    /// as far as every member has posted them: every member's op must agree with ours (each
+    /// non-root compared itself with us only, and we compared nobody). Each step checked
+    /// releases our `done` past it. Then sees whether every member is done with the last step
+    /// we left early. `Some` names the members still awaited. Called inside a pass.
+    fn settle_group(&self, gi: usize) -> Result<Option<SmallVec<[usize; 8]>>> {
+        let (Some(l), Some(g)) = (
+            self.local.get(gi),
+            self.groups.get(gi).and_then(|g| g.as_deref()),
+        ) else {
+            return Ok(None);
+        };
+        let mut released = false;
+        let waiting = loop {
+            let Some(k) = l.left.borrow().front().copied() else {
+                break None;
+            };
+            let Some((mine, _)) = g.eager_slot(l.me, k).read(k) else {
+                return Err(Error::Internal(format!(
+                    "the broadcast step {k} this rank left is no longer in its slot"
+                )));
+            };
+            // A member whose slot holds the step with our signature agrees with us
+            // (signatures are exact); any other is compared in full once it has posted.
+            let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
+            let mut compare = false;
+            for (j, slot) in g.slots.iter().enumerate() {
+                if j == l.me || g.eager_slot(j, k).read(k).is_some_and(|(s, _)| s == mine) {
+                    continue;
+                }
+                if slot.posted.load(Ordering::Acquire) <= k {
+                    missing.push(g.members[j]);
+                } else {
+                    compare = true;
+                }
+            }
+            if !missing.is_empty() {
+                break Some(missing);
+            }
+            if compare {
+                let entries: SmallVec<[&Op; 8]> = (0..g.members.len())
+                    // SAFETY: every member posted k or filled its slot for it (above), and our
+                    // `done` is held at k; ours is our own slot.
+                    .map(|j| unsafe { member_op(g, j, k) })
+                    .collect();
+                self.check_agreement(&entries, &g.members, k)?;
+            }
+            let hold = {
+                let mut left = l.left.borrow_mut();
+                left.pop_front();
+                left.front().copied().unwrap_or(u64::MAX)
+            };
+            l.hold.set(hold);
+            g.slots[l.me]
+                .done
+                .0
+                .store(l.fin.get().min(hold), Ordering::Release);
+            released = true;
+        };
+        if released {
+            self.shared
+                .wake(g.members.iter().copied().filter(|&r| r != self.rank));
+        }
+        if waiting.is_some() || l.reach.get() == 0 {
+            return Ok(waiting);
+        }
+        // Every member done with it: every member arrived, and each step's root has checked it
+        // (a root's `done` stays below a step it left until then).
+        let reach = l.reach.get();
+        let behind: SmallVec<[usize; 8]> = g
+            .slots
+            .iter()
+            .zip(g.members.iter())
+            .filter(|(s, _)| s.done.0.load(Ordering::Acquire) < reach)
+            .map(|(_, &r)| r)
+            .collect();
+        if !behind.is_empty() {
+            return Ok(Some(behind));
+        }
+        l.reach.set(0);
+        Ok(None)
+    }
+
+    /// Whether a communicator other than `keep` has broadcast steps left early and unsettled.
+    fn pending_besides(&self, keep: Option<usize>) -> bool {
+        self.local
+            .iter()
+            .enumerate()
+            .any(|(i, l)| Some(i) != keep && l.reach.get() > 0)
+    }
+
+    /// Before any call but a broadcast on communicator `keep` (which may leave early too), and
+    /// before the rank returns, waits until every member is done with every broadcast step this
+    /// rank left early on the other communicators — which means every member arrived and every
+    /// step's root checked it: so past a broadcast, a rank does nothing else before every member
+    /// has arrived at it (the verifier's model), a member that never arrives is reported here
+    /// rather than as an error of a later call, and a disagreement reaches every member.
+    fn settle(&mut self, keep: Option<usize>) -> Result<()> {
+        if !self.unsettled.get() || !self.pending_besides(keep) {
+            return Ok(());
+        }
+        let mut reqs = std::mem::take(&mut self.posted);
+        let result = self.guarded(|me| me.drive(&mut [], &[], &mut reqs, Until::Settled(keep)));
+        self.posted = reqs;
+        result
+    }
+
+    /// [`LocalBackend::settle_group`] on every communicator with broadcast steps left early;
+    /// whom the first (other than `keep`) still waits for.
+    fn settle_all(
+        &self,
+        pass: &mut Pass,
+        keep: Option<usize>,
+    ) -> Result<Option<SmallVec<[usize; 8]>>> {
+        let mut first = None;
+        let mut pending = false;
+        for (gi, l) in self.local.iter().enumerate() {
+            if l.reach.get() == 0 {
+                continue;
+            }
+            let before = (l.left.borrow().len(), l.reach.get());
+            let waiting = self.settle_group(gi)?;
+            pass.progressed |= (l.left.borrow().len(), l.reach.get()) != before;
+            pending |= l.reach.get() > 0;
+            if Some(gi) != keep {
+                first = first.or(waiting);
+            }
+        }
+        self.unsettled.set(pending);
+        Ok(first)
+    }
+
+    /// Where a rank settling its broadcasts left early is blocked, for reports: at the last
+    /// one it left, waiting for every member to reach it.
+    fn left_call(&self, keep: Option<usize>) -> (CallSite, String) {
+        for (i, (l, g)) in self.local.iter().zip(&self.groups).enumerate() {
+            let (k, Some(g)) = (l.reach.get(), g.as_deref()) else {
+                continue;
+            };
+            if k == 0 || Some(i) == keep {
+                continue;
+            }
+            // SAFETY: our own slot of the last step we left on the communicator (refilled only
+            // by a later broadcast, which would have moved `reach`).
+            if let Some(op) = unsafe { g.eager_slot(l.me, k - 1).kept(k - 1) } {
+                let what = format!(
+                    "{}, which this rank left early: before its next call it waits for every \
+                     member of group {:?} to reach it",
+                    op.desc.summary(),
+                    g.members,
+                );
+                return (op.desc.site, what);
+            }
+        }
+        (
+            CallSite::caller(),
+            "a broadcast this rank left early, for every member to reach it".into(),
+        )
+    }
+
+    /// [`blocked_call`], or [`LocalBackend::left_call`] while waiting for left broadcasts.
+    fn blocked_at(
+        &self,
+        ops: &[Op],
+        posted: &[PostedReq],
+        i: usize,
+        until: Until,
+    ) -> (CallSite, String) {
+        if let Until::Settled(keep) = until {
+            return self.left_call(keep);
+        }
+        blocked_call(ops, posted, i, until)
     }
 
     /// Whether every member is done with the run's steps; if not, whom we wait for.
@@ -985,7 +1346,7 @@ impl LocalBackend {
                         rank: self.rank,
                         peer: gone,
                         reason: PeerFailure::Exited,
-                        site: Some(blocked_call(ops, posted, op_idx, until).0),
+                        site: Some(self.blocked_at(ops, posted, op_idx, until).0),
                     });
                 }
                 continue;
@@ -1002,7 +1363,7 @@ impl LocalBackend {
             if let Some(d) = deadline
                 && Instant::now() >= d
             {
-                let call = blocked_call(ops, posted, op_idx, until);
+                let call = self.blocked_at(ops, posted, op_idx, until);
                 return Err(self.timed_out(call, waiting_for.to_vec(), started, announced));
             }
             let since = *idle_since.get_or_insert_with(Instant::now);
@@ -1011,7 +1372,7 @@ impl LocalBackend {
                 continue;
             }
             if !announced {
-                let (site, what) = blocked_call(ops, posted, op_idx, until);
+                let (site, what) = self.blocked_at(ops, posted, op_idx, until);
                 let wait = RankWait {
                     rank: self.rank,
                     site,
@@ -1025,7 +1386,7 @@ impl LocalBackend {
             }
             announced = false;
             if self.shared.sleep(self.rank, deadline).is_err() {
-                let call = blocked_call(ops, posted, op_idx, until);
+                let call = self.blocked_at(ops, posted, op_idx, until);
                 return Err(self.timed_out(call, waiting_for.to_vec(), started, false));
             }
             idle = 0;
@@ -1103,8 +1464,15 @@ unsafe impl Backend for LocalBackend {
             && self.posted.is_empty()
             && let Some(sig) = Sig::of(op)
         {
+            // A broadcast may leave early after others on its own communicator.
+            let keep = match sig.leaves_early() {
+                true => Some(self.group_state(op.desc.group)?.0),
+                false => None,
+            };
+            self.settle(keep)?;
             return self.execute_eager(op, sig);
         }
+        self.settle(None)?;
         let plan = crate::plan::plan(ops);
         // Declared before the guard: the runs own their pack tables, which peers read, so on
         // the way out through an error they must outlive the guard's quiescing (dropped inside
@@ -1134,6 +1502,7 @@ unsafe impl Backend for LocalBackend {
         if self.shared.is_aborted() {
             return Err(self.shared.abort_error(self.rank, Some(posted.desc.site)));
         }
+        self.settle(None)?;
         let PostedOp { desc, mut data } = posted;
         let buf = Buf::host(data.as_mut_ptr(), desc.numel());
         let send = desc.kind == crate::model::OpKind::Send;
@@ -1173,6 +1542,7 @@ unsafe impl Backend for LocalBackend {
     }
 
     fn wait(&mut self, ticket: Ticket, site: CallSite) -> Result<Vec<u8>> {
+        self.settle(None)?;
         let Some(i) = self.posted.iter().position(|p| p.ticket == ticket) else {
             return Err(Error::Internal(format!(
                 "wait on request {} that this rank never posted or already waited for",
@@ -1189,6 +1559,7 @@ unsafe impl Backend for LocalBackend {
     }
 
     fn drain(&mut self) -> Result<()> {
+        self.settle(None)?;
         if self.posted.is_empty() {
             return Ok(());
         }
@@ -1217,6 +1588,12 @@ impl LocalBackend {
             fail_point!("post");
             b.shared
                 .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+            // A broadcast's root that filled its slot is done: the members copy from it.
+            if run.eager.is_some_and(Sig::leaves_early)
+                && kernels::root_member(&op.desc, &g.members) == run.me
+            {
+                return b.leave(&run);
+            }
             // With ranks outnumbering cores, the member we wait for may need our core: give it
             // up at once rather than spin (measured at worlds 3, 4 and 8: 20–35 % faster per
             // small call; see `docs/decisions.md`, "Waiting: spin, yield, park").

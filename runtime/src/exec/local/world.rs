@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::error::{DeadlockReport, Error, PeerFailure, RankWait};
 use crate::exec::Op;
 
-use super::eager::EagerSlot;
+use super::eager::{EagerSlot, RING};
 use super::pack::PackEntry;
 use crate::model::{CallSite, GroupId, WorldId};
 
@@ -35,11 +35,11 @@ pub(crate) struct CollSlot {
     pub done: PaddedU64,
 }
 
-/// A communicator: its members, one slot per member, and two eager slots per member.
+/// A communicator: its members, one slot per member, and a ring of eager slots per member.
 pub(crate) struct GroupState {
     pub members: Box<[usize]>,
     pub slots: Box<[CollSlot]>,
-    /// Member `j`'s eager slot for step `k` is `eager[2 * j + k % 2]` (see `eager`).
+    /// Member `j`'s eager slot for step `k` is `eager[RING * j + k % RING]` (see `eager`).
     pub eager: Box<[EagerSlot]>,
 }
 
@@ -49,13 +49,15 @@ impl GroupState {
         GroupState {
             members,
             slots: (0..n).map(|_| CollSlot::default()).collect(),
-            eager: (0..2 * n).map(|_| EagerSlot::default()).collect(),
+            eager: (0..RING as usize * n)
+                .map(|_| EagerSlot::default())
+                .collect(),
         }
     }
 
     /// Member `j`'s eager slot for `step`.
     pub(crate) fn eager_slot(&self, j: usize, step: u64) -> &EagerSlot {
-        &self.eager[2 * j + (step % 2) as usize]
+        &self.eager[RING as usize * j + (step % RING) as usize]
     }
 }
 
