@@ -466,3 +466,214 @@ fn sums_fold_in_member_order_like_the_in_place_path() {
         }
     }
 }
+
+/// The value rank `rank` holds before broadcast `(i, j)`: the root's is what every rank must hold
+/// after it.
+fn bvalue(i: u64, j: u64, rank: usize) -> Vec<f64> {
+    let v = (i * 100 + j * 10 + rank as u64) as f64;
+    vec![v, -v, 0.5 * v]
+}
+
+#[test]
+fn broadcasts_left_early_meet_ranks_that_batch_them_and_stragglers() {
+    // Small broadcasts leave early (a lone root at once, a non-root once the root's slot is
+    // there), so roots race ahead of their members by up to the slot ring. Against that: ranks
+    // that run the same broadcasts in place (batched with a barrier, or several in one batch),
+    // roots that change from call to call, stragglers, and enough calls to wrap the ring many
+    // times. Every rank must hold the root's values after every broadcast.
+    for world in if cfg!(miri) { 3..=3 } else { 2..=4 } {
+        let iters: u64 = if cfg!(miri) { 30 } else { 600 };
+        let got = spawn(world, |ctx| {
+            let rank = ctx.rank();
+            let mut seen: Vec<Vec<f64>> = Vec::new();
+            for i in 0..iters {
+                let pattern = draw(3, i) % 3;
+                let batched = draw(rank as u64 + 5, i).is_multiple_of(3);
+                if draw(rank as u64 + 17, i).is_multiple_of(41) {
+                    std::thread::sleep(std::time::Duration::from_micros(30));
+                }
+                let calls = if pattern == 1 { 3 } else { 1 };
+                let roots: Vec<usize> = (0..calls)
+                    .map(|j| (draw(9, i * 4 + j) % world as u64) as usize)
+                    .collect();
+                let mut ts: Vec<Tensor<f64>> = (0..calls)
+                    .map(|j| Tensor::from_vec([3], bvalue(i, j, rank)))
+                    .collect::<Result<_>>()?;
+                match (pattern, batched) {
+                    // A broadcast and a barrier, batched (in place) or one by one.
+                    (0, true) => {
+                        let mut b = ctx.batch();
+                        b.broadcast(&mut ts[0], roots[0]).barrier();
+                        b.run()?;
+                    }
+                    (0, false) => {
+                        ctx.broadcast(&mut ts[0], roots[0])?;
+                        ctx.barrier()?;
+                    }
+                    // Three broadcasts back to back, batched or one by one.
+                    (1, true) => {
+                        let mut b = ctx.batch();
+                        for (t, &root) in ts.iter_mut().zip(&roots) {
+                            b.broadcast(t, root);
+                        }
+                        b.run()?;
+                    }
+                    _ => {
+                        for (t, &root) in ts.iter_mut().zip(&roots) {
+                            ctx.broadcast(t, root)?;
+                        }
+                    }
+                }
+                seen.extend(ts.iter().map(|t| t.to_vec()));
+            }
+            Ok(seen)
+        })
+        .unwrap_or_else(|e| panic!("world {world}: {e}"));
+        let mut want = Vec::new();
+        for i in 0..iters {
+            let calls = if draw(3, i) % 3 == 1 { 3 } else { 1 };
+            for j in 0..calls {
+                let root = (draw(9, i * 4 + j) % world as u64) as usize;
+                want.push(bvalue(i, j, root));
+            }
+        }
+        for (rank, seen) in got.iter().enumerate() {
+            assert_eq!(seen.len(), want.len(), "world {world}, rank {rank}");
+            for (c, (s, w)) in seen.iter().zip(&want).enumerate() {
+                assert_eq!(s, w, "world {world}, rank {rank}, broadcast {c}");
+            }
+        }
+    }
+}
+
+/// How a rank makes the broadcast under test: alone, or batched with a barrier (in place).
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    Alone,
+    Batched,
+}
+
+/// `before` agreeing broadcasts (enough to wrap the slot ring), then rank `odd` makes a
+/// broadcast of `their_numel` elements from `their_root` (the others: 2 elements from root 0),
+/// each rank the way given. Every rank must stop with a collective mismatch at that step — the
+/// root, which left it early, included.
+fn late_mismatch(before: u64, odd: usize, their_root: usize, their_numel: usize, ways: [Way; 3]) {
+    let results = spawn_each(3, Options::default(), |ctx| {
+        let rank = ctx.rank();
+        for i in 0..before {
+            let mut t = Tensor::full([2], i as f32)?;
+            ctx.broadcast(&mut t, (i % 3) as usize)?;
+        }
+        let (root, numel) = if rank == odd {
+            (their_root, their_numel)
+        } else {
+            (0, 2)
+        };
+        let mut t = Tensor::<f32>::full([numel], 1.0)?;
+        match ways[rank] {
+            Way::Alone => {
+                ctx.broadcast(&mut t, root)?;
+                ctx.barrier()
+            }
+            Way::Batched => {
+                let mut b = ctx.batch();
+                b.broadcast(&mut t, root).barrier();
+                b.run()
+            }
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, r) in results.iter().enumerate() {
+        let case = format!(
+            "{before} before, rank {odd} with root {their_root}, {their_numel} elements, \
+             {ways:?}, rank {rank}"
+        );
+        let Err(Error::CollectiveMismatch(m)) = r else {
+            panic!("{case}: expected a mismatch, got {r:?}")
+        };
+        assert_eq!(m.step, before, "{case}");
+        assert_eq!(m.rank_b, odd.max(1), "{case}");
+    }
+}
+
+#[test]
+fn broadcasts_left_early_still_report_every_disagreement_to_every_rank() {
+    use Way::{Alone, Batched};
+    let befores: &[u64] = if cfg!(miri) { &[0, 3] } else { &[0, 5, 70] };
+    let wayss: &[[Way; 3]] = if cfg!(miri) {
+        &[[Alone; 3], [Alone, Batched, Alone]]
+    } else {
+        &[
+            [Alone; 3],
+            [Alone, Batched, Alone],
+            [Batched, Alone, Alone],
+            [Alone, Alone, Batched],
+        ]
+    };
+    for &before in befores {
+        for &ways in wayss {
+            for odd in 1..3 {
+                // Another root: both roots leave; only their checks can see it.
+                late_mismatch(before, odd, odd, 2, ways);
+                // Another shape: the odd member compares itself with the root.
+                late_mismatch(before, odd, 0, 3, ways);
+            }
+            // The root itself disagrees on the shape.
+            late_mismatch(before, 0, 0, 3, ways);
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_stops_broadcasting_is_reported_by_the_roots_that_left() {
+    // Rank 1 returns after a few broadcasts; the others keep broadcasting (rank 0 the root,
+    // leaving at once, far past the slot ring). They must be told rank 1 exited, not hang and
+    // not succeed.
+    let results = spawn_each(3, Options::default(), |ctx| {
+        let calls = if ctx.rank() == 1 { 4 } else { 100 };
+        for i in 0..calls {
+            let mut t = Tensor::full([2], i as f32)?;
+            ctx.broadcast(&mut t, 0)?;
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(results[1].is_ok(), "{:?}", results[1]);
+    for rank in [0, 2] {
+        match &results[rank] {
+            Err(Error::PeerFailed {
+                peer: 1,
+                reason: PeerFailure::Exited,
+                ..
+            }) => {}
+            other => panic!("rank {rank}: expected rank 1 reported as exited, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_broadcast_left_early_does_not_hide_a_deadlock_behind_it() {
+    // The verifier's model: rank 0 is blocked in the broadcast until rank 1 arrives, and rank
+    // 1 waits for rank 0's send first — a deadlock. Rank 0 leaves the broadcast early, but
+    // waits for every member to reach it before its next call, so the deadlock is reported,
+    // naming both ranks.
+    let err = spawn(2, |ctx| {
+        let mut t = Tensor::full([2], 1.0f32)?;
+        if ctx.rank() == 0 {
+            ctx.broadcast(&mut t, 0)?;
+            ctx.send(&t, 1)?;
+        } else {
+            ctx.recv(&mut t, 0)?;
+            ctx.broadcast(&mut t, 0)?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    let Error::Deadlock(report) = &err else {
+        panic!("expected a deadlock, got {err}")
+    };
+    assert_eq!(report.waits.len(), 2, "{err}");
+    assert_eq!(report.waits[0].waiting_for, vec![1], "{err}");
+    assert!(report.waits[0].what.starts_with("broadcast("), "{err}");
+    assert!(report.waits[1].what.starts_with("recv("), "{err}");
+}

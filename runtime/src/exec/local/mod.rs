@@ -1584,6 +1584,9 @@ impl LocalBackend {
         run.eager = Some(sig);
         let ops = std::slice::from_ref(op);
         self.guarded(|b| {
+            if sig.leaves_early() {
+                b.await_slot(&run)?;
+            }
             let g = b.post_coll(ops, &mut run);
             fail_point!("post");
             b.shared
@@ -1613,6 +1616,30 @@ impl LocalBackend {
             }
             b.drive(std::slice::from_mut(&mut run), ops, &mut [], Until::Runs)
         })
+    }
+
+    /// Before a broadcast that may leave early: while our slot for its step is still in use
+    /// (a member has not finished the step `RING` earlier — typically the root running ahead,
+    /// or its own checks of steps it left), checks what we left and gives up the core, for a
+    /// while. If the slot is still busy then, the step runs in place, where `drive` waits with
+    /// the deadlock detector and every check.
+    fn await_slot(&self, run: &TargetRun) -> Result<()> {
+        let (Some(gi), g) = (run.group, self.group_of(run)) else {
+            return Ok(());
+        };
+        let mut since: Option<Instant> = None;
+        while !self.slot_free(run, g) {
+            let Some(_busy) = self.shared.enter(self.rank) else {
+                return Ok(()); // aborted: the next step reports it
+            };
+            self.settle_group(gi)?;
+            drop(_busy);
+            if since.get_or_insert_with(Instant::now).elapsed() > YIELD_FOR {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
     }
 
     /// Runs `f`, which may publish buffers peers then read. If it leaves early — an error, or
