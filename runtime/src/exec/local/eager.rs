@@ -16,7 +16,9 @@
 //! filling its eager slot runs it in place; an eager member that sees such a peer (its regular
 //! `posted` covers `k`, its eager slot does not) runs step `k` in place too — its op is posted
 //! regularly as well, so the in-place members find it. Nobody completes a step eagerly unless
-//! every member filled its slot, so a step is either eager for all or in place for all.
+//! every member filled its slot, so a step is either eager for all or in place for all — except
+//! a broadcast (below), whose in-place members read the members that left through their kept
+//! ops.
 //!
 //! **Slot reuse.** Each member has a ring of [`RING`] slots per communicator, by step. A member
 //! fills its slot for step `t` only once every member's `done` covers step `t - RING` (the

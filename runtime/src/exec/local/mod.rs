@@ -22,7 +22,9 @@
 //!    access: a peer reads a posted op only while the step it belongs to is unfinished, and the
 //!    poster cannot finish it without that peer. (An eager step is finished by each member on
 //!    its own, but only once every member has taken the eager path, and then nobody reads
-//!    anybody's op or buffers: only the slots' copies.)
+//!    anybody's op or buffers: only the slots' copies. A small broadcast's members leave even
+//!    earlier, and are then read only through the copy of their op kept in their slot; see
+//!    `eager`.)
 //!
 //! **Posted messages** (`isend`/`irecv`, [`Backend::post`]) are runs of one op that outlive the
 //! call that made them: the backend owns their op and buffer, numbers them in order with the
