@@ -188,7 +188,7 @@ impl EagerSlot {
             // one tensor) are the slot's data, never the member's tensor.
             // A loop of the same broadcast finds its copy there already: rewriting it would
             // cost more than the step's data.
-            let kept = &mut *(&raw mut (*body).kept);
+            let kept = &mut (*body).kept;
             let at = |b: Buf| Buf { ptr: data, ..b };
             let same = |k: &Op| {
                 k.desc == op.desc && k.input.len == op.input.len && k.output.len == op.output.len
