@@ -641,11 +641,9 @@ impl LocalBackend {
         let blocked = self.step_coll(run, g, ops);
         if run.next > before {
             pass.progressed = true;
-            // Nobody waits for the `done` of a step completed eagerly (every member completes
-            // it from the slots), so that needs no wake-up.
-            if !(run.complete && run.eager.is_some()) {
-                woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
-            }
+            // Even a step completed eagerly: members that ran a broadcast in place, ranks
+            // settling a broadcast they left early and slot reuse all wait for `done`.
+            woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
         }
         if let Some(waiting) = blocked? {
             return Ok(Some(waiting));
@@ -1610,7 +1608,12 @@ impl LocalBackend {
                 };
                 fail_point!("pass");
                 match b.step_eager(&mut run, g, ops)? {
-                    Eager::Done => return Ok(()),
+                    Eager::Done => {
+                        // Our `done` moved: see `progress_coll`.
+                        b.shared
+                            .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+                        return Ok(());
+                    }
                     Eager::InPlace => break,
                     Eager::Wait(_) if crowded => std::thread::yield_now(),
                     Eager::Wait(_) => std::hint::spin_loop(),

@@ -140,3 +140,37 @@ fn a_peer_that_returns_after_taking_our_send_is_not_a_failure() {
     let got: Vec<Vec<f32>> = each.into_iter().map(|r| r.unwrap()).collect();
     assert_eq!(got, vec![vec![2.0, 2.0], vec![0.0, 0.0], vec![0.0, 0.0]]);
 }
+
+/// Regression (found by the differential test under load): a member that completes a broadcast
+/// eagerly must wake ranks waiting for its `done`. Rank 0 leaves the broadcast at once and,
+/// before its send, waits for every member to be done with it — long enough to park. Rank 1
+/// posts its slot (which wakes rank 0 once, too early), is paused before it copies, then
+/// completes and goes on to its receive, where it waits for rank 0's check of the broadcast.
+/// Without a wake-up from rank 1's completion both sleep, and the world reports a deadlock
+/// that is not there.
+#[test]
+fn an_eager_completion_wakes_the_ranks_waiting_for_it() {
+    let pause = Duration::from_millis(if cfg!(miri) { 20 } else { 5 });
+    let got = crate::spawn(3, |ctx| {
+        let mut t = Tensor::full([2], ctx.rank() as f32)?;
+        let mut m = Tensor::full([1], 0.0f32)?;
+        match ctx.rank() {
+            0 => {
+                ctx.broadcast(&mut t, 0)?;
+                ctx.send(&Tensor::full([1], 7.0f32)?, 1)?;
+            }
+            1 => {
+                crate::fail::arm_pause("step", pause);
+                ctx.broadcast(&mut t, 0)?;
+                ctx.recv(&mut m, 0)?;
+            }
+            _ => ctx.broadcast(&mut t, 0)?,
+        }
+        Ok((t.to_vec(), m.to_vec()))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (t, _) in &got {
+        assert_eq!(t, &vec![0.0, 0.0]);
+    }
+    assert_eq!(got[1].1, vec![7.0]);
+}
