@@ -474,6 +474,13 @@ fn bvalue(i: u64, j: u64, rank: usize) -> Vec<f64> {
     vec![v, -v, 0.5 * v]
 }
 
+/// The root's input of the scatter of iteration `i`: 3 elements per member.
+fn svalue(i: u64, root: usize, world: usize) -> Vec<f64> {
+    (0..3 * world)
+        .map(|e| (i * 1000 + root as u64 * 100 + e as u64) as f64)
+        .collect()
+}
+
 #[test]
 fn broadcasts_left_early_meet_ranks_that_batch_them_and_stragglers() {
     // Small broadcasts leave early (a lone root at once, a non-root once the root's slot is
@@ -499,6 +506,23 @@ fn broadcasts_left_early_meet_ranks_that_batch_them_and_stragglers() {
                 let mut ts: Vec<Tensor<f64>> = (0..calls)
                     .map(|j| Tensor::from_vec([3], bvalue(i, j, rank)))
                     .collect::<Result<_>>()?;
+                // Every fourth iteration also scatters (the other call that leaves early): the
+                // root's input of 3 parts per member, part `rank` to each member.
+                if i % 4 == 3 {
+                    let root = (draw(13, i) % world as u64) as usize;
+                    let all = Tensor::from_vec([3 * world], svalue(i, root, world))?;
+                    let input = (rank == root).then_some(&all);
+                    let mut part = Tensor::<f64>::zeros([3])?;
+                    if batched {
+                        let mut b = ctx.batch();
+                        b.scatter(input, &mut part, root, 0).barrier();
+                        b.run()?;
+                    } else {
+                        ctx.scatter(input, &mut part, root, 0)?;
+                        ctx.barrier()?;
+                    }
+                    seen.push(part.to_vec());
+                }
                 match (pattern, batched) {
                     // A broadcast and a barrier, batched (in place) or one by one.
                     (0, true) => {
@@ -531,16 +555,33 @@ fn broadcasts_left_early_meet_ranks_that_batch_them_and_stragglers() {
         .unwrap_or_else(|e| panic!("world {world}: {e}"));
         let mut want = Vec::new();
         for i in 0..iters {
+            if i % 4 == 3 {
+                want.push(None);
+            }
             let calls = if draw(3, i) % 3 == 1 { 3 } else { 1 };
             for j in 0..calls {
                 let root = (draw(9, i * 4 + j) % world as u64) as usize;
-                want.push(bvalue(i, j, root));
+                want.push(Some(bvalue(i, j, root)));
             }
         }
         for (rank, seen) in got.iter().enumerate() {
             assert_eq!(seen.len(), want.len(), "world {world}, rank {rank}");
+            let mut it = 0;
             for (c, (s, w)) in seen.iter().zip(&want).enumerate() {
-                assert_eq!(s, w, "world {world}, rank {rank}, broadcast {c}");
+                let w = match w {
+                    Some(w) => w.clone(),
+                    // The scatter of the iteration this entry belongs to.
+                    None => {
+                        while it % 4 != 3 {
+                            it += 1;
+                        }
+                        let root = (draw(13, it) % world as u64) as usize;
+                        let all = svalue(it, root, world);
+                        it += 1;
+                        all[3 * rank..3 * rank + 3].to_vec()
+                    }
+                };
+                assert_eq!(s, &w, "world {world}, rank {rank}, call {c}");
             }
         }
     }
@@ -676,4 +717,33 @@ fn a_broadcast_left_early_does_not_hide_a_deadlock_behind_it() {
     assert_eq!(report.waits[0].waiting_for, vec![1], "{err}");
     assert!(report.waits[0].what.starts_with("broadcast("), "{err}");
     assert!(report.waits[1].what.starts_with("recv("), "{err}");
+}
+
+#[test]
+fn scatters_left_early_report_a_disagreement_about_the_root_to_every_rank() {
+    // Scatters leave early like broadcasts: after enough agreeing ones to wrap the slot ring,
+    // rank `odd` names another root; both roots leave at once, so only their checks can see it.
+    let before: u64 = if cfg!(miri) { 3 } else { 70 };
+    for odd in 1..3 {
+        let results = spawn_each(3, Options::default(), |ctx| {
+            let rank = ctx.rank();
+            let mut part = Tensor::<f32>::zeros([2])?;
+            for i in 0..before {
+                let root = (i % 3) as usize;
+                let all = Tensor::full([6], i as f32)?;
+                ctx.scatter((rank == root).then_some(&all), &mut part, root, 0)?;
+            }
+            let root = if rank == odd { odd } else { 0 };
+            let all = Tensor::full([6], 1.0f32)?;
+            ctx.scatter((rank == root).then_some(&all), &mut part, root, 0)?;
+            ctx.barrier()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (rank, r) in results.iter().enumerate() {
+            let Err(Error::CollectiveMismatch(m)) = r else {
+                panic!("rank {odd} names itself root, rank {rank}: expected a mismatch, got {r:?}")
+            };
+            assert_eq!(m.step, before, "odd {odd}, rank {rank}");
+        }
+    }
 }

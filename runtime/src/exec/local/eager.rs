@@ -26,10 +26,11 @@
 //! broadcasts that leave early this always holds (completing step `t - 1` needs every member
 //! past `t - 2`); with them it is what keeps a slot from being refilled while a peer reads it.
 //!
-//! **Broadcasts leave early.** A non-root of a small broadcast needs only the root's data, and
-//! the root needs nothing: so a member completes a broadcast step as soon as the root's slot
-//! holds it with its own signature (a non-root), or at once (a root making the call alone), as
-//! MPI's eager broadcast and NCCL's LL protocol let a rank go. What that gives up, and how it
+//! **Broadcasts and scatters leave early.** A non-root of a small broadcast or scatter needs only
+//! the root's data, and the root needs nothing from anyone: so a member completes such a step as
+//! soon as the root's slot holds it with its own signature (a non-root), or at once (a root
+//! making the call alone, after copying a scatter's own part), as MPI's eager broadcast and
+//! NCCL's LL protocol let a rank go. What that gives up, and how it
 //! is restored:
 //!
 //! * *Members still read a member that left.* Each broadcast slot also keeps a copy of the
@@ -39,10 +40,15 @@
 //!   from.
 //! * *Nobody compared everyone.* A non-root compares itself with the root only; a root that
 //!   left compared nothing. So a root that leaves keeps its `done` below the step until it has
-//!   compared every member's op for it (`LocalBackend::check_left`, in every later pass and at
+//!   compared every member's op for it (`LocalBackend::settle_group`, in every later pass and at
 //!   the rank's return): members that ran the step in place wait for that `done`, and nobody
 //!   refills a slot of the step before it — a disagreement is still reported, from the full
 //!   descriptions, before any slot of the step is reused.
+//! * *The model says a collective blocks until every member arrives.* A rank that left a
+//!   broadcast early waits, before any call other than another broadcast on that communicator
+//!   and before it returns, until every member is done with it (`LocalBackend::settle`): so a
+//!   member that never comes, a deadlock behind the broadcast, or a disagreement is reported
+//!   where the verifier would put it, on every rank. Every `done` that moves wakes the members.
 //!
 //! **Disagreement.** Signatures are exact encodings of what [`OpDesc::agrees_with`] compares, so
 //! unequal signatures are a collective mismatch, reported from the full descriptions as the
@@ -119,10 +125,12 @@ impl Sig {
         Some(Sig([w0, key, scale]))
     }
 
-    /// Whether the signature is a broadcast's, whose members may leave the step early and so
-    /// keep a copy of their op in the slot (module docs).
+    /// Whether the signature is a broadcast's or a scatter's — calls whose non-roots need only
+    /// the root's data and whose root needs nothing — whose members may leave the step early
+    /// and so keep a copy of their op in the slot (module docs).
     pub(crate) fn leaves_early(self) -> bool {
-        self.0[0] & 0xf == OpKind::Broadcast as u64
+        let kind = self.0[0] & 0xf;
+        kind == OpKind::Broadcast as u64 || kind == OpKind::Scatter as u64
     }
 }
 
@@ -183,13 +191,19 @@ impl EagerSlot {
             if bytes > 0 {
                 std::ptr::copy_nonoverlapping(op.input.ptr.cast_const(), data, bytes);
             }
-            // A broadcast's member may leave before peers are done with its op: they read
-            // this copy, whose buffers (the same length: a broadcast's input and output are
-            // one tensor) are the slot's data, never the member's tensor.
+            // A member that may leave early (a broadcast's, a scatter's) may go before peers
+            // are done with its op: they read this copy, whose buffers are the slot's data,
+            // never the member's tensors (a root's input is all its peers read from it).
             // A loop of the same broadcast finds its copy there already: rewriting it would
             // cost more than the step's data.
             let kept = &mut (*body).kept;
-            let at = |b: Buf| Buf { ptr: data, ..b };
+            let at = |b: Buf| {
+                if b.is_none() {
+                    b
+                } else {
+                    Buf { ptr: data, ..b }
+                }
+            };
             let same = |k: &Op| {
                 k.desc == op.desc && k.input.len == op.input.len && k.output.len == op.output.len
             };
@@ -309,18 +323,26 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
     }
 }
 
-/// A broadcast's non-root output, from the root's slot (what [`complete`] does for it, without
-/// the other members' inputs, which it does not need).
+/// A broadcast's or a scatter's non-root output (member `me`), from the root's slot: what
+/// [`complete`] does for it, without the other members' inputs, which it does not need.
 ///
 /// # Safety
-/// `data` holds the root's input for `op`'s step (its signature equals `op`'s, so it has
-/// `op`'s size) and stays readable for the call; `op`'s output is writable by this call alone.
-pub(crate) unsafe fn copy_from(op: &Op, data: *const u8) {
+/// `data` holds the root's input for `op`'s step (its signature equals `op`'s, so it has the
+/// size `op`'s description gives the root's input) and stays readable for the call; `op`'s
+/// output is writable by this call alone.
+pub(crate) unsafe fn copy_from(op: &Op, data: *const u8, me: usize) {
     fail_point!("kernel");
-    let bytes = op.input.len * op.desc.dtype.size();
+    let bytes = op.output.len * op.desc.dtype.size();
+    // A scatter's part `me` of the root's input (contiguous: `Sig::of`); a broadcast's whole.
+    let at = if op.desc.kind == OpKind::Scatter {
+        me * bytes
+    } else {
+        0
+    };
     if bytes > 0 {
-        // SAFETY: the contract; the slot's data is not our output.
-        unsafe { std::ptr::copy_nonoverlapping(data, op.output.ptr, bytes) };
+        // SAFETY: the contract; `at + bytes` is within the root's input; the slot's data is not
+        // our output.
+        unsafe { std::ptr::copy_nonoverlapping(data.add(at), op.output.ptr, bytes) };
     }
 }
 

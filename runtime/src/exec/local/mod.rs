@@ -101,7 +101,7 @@ struct GroupLocal {
     /// (reading every member's counter at every step would move those lines between cores).
     floor: Cell<u64>,
     /// Broadcast steps this rank left as their root before anyone was compared with it,
-    /// oldest first (see `LocalBackend::check_left`).
+    /// oldest first (see `LocalBackend::settle_group`).
     left: RefCell<VecDeque<u64>>,
     /// The oldest of `left`, or `u64::MAX`: this rank's `done` stays at or below it.
     hold: Cell<u64>,
@@ -883,9 +883,9 @@ impl LocalBackend {
         Ok(Eager::Done)
     }
 
-    /// A broadcast's non-root completes its step from the root's slot alone, and leaves: it
-    /// needs nothing from anyone else, and the root checks every member before the step's slots
-    /// are reused (see `eager`).
+    /// A broadcast's (or scatter's) non-root completes its step from the root's slot alone, and
+    /// leaves: it needs nothing from anyone else, and the root checks every member before the
+    /// step's slots are reused (see `eager`).
     fn step_from_root(
         &self,
         run: &mut TargetRun,
@@ -904,7 +904,7 @@ impl LocalBackend {
                 let op = &ops[run.start];
                 // SAFETY: the root's slot holds step k with our signature, hence an input of
                 // our op's size, and stays until we finish k (`slot_free`); our output is ours.
-                unsafe { eager::copy_from(op, data) };
+                unsafe { eager::copy_from(op, data, run.me) };
                 self.finish(run, g, k + 1);
                 run.next = k + 1;
                 if let Some(l) = run.group.and_then(|i| self.local.get(i)) {
@@ -924,7 +924,8 @@ impl LocalBackend {
 
     /// Members' eager slots disagree: reports the mismatch from their full descriptions, as
     /// the in-place path does, once every member has posted its op (until then, whom we wait
-    /// for). Nobody leaves a step whose signatures differ, so the ops stay live.
+    /// for). Nobody leaves a step whose signatures differ, so the ops stay live (members of a
+    /// broadcast that left it are read through the ops they kept: `member_op`).
     fn eager_mismatch(&self, run: &TargetRun, g: &GroupState, ops: &[Op]) -> Result<Waiting> {
         let k = run.next;
         let idx = run.start;
@@ -989,7 +990,7 @@ impl LocalBackend {
     }
 
     /// Leaves a broadcast step whose root we are, right after filling our slot (see `eager`):
-    /// nobody has been compared with us yet, so the step joins those `check_left` will check,
+    /// nobody has been compared with us yet, so the step joins those `settle_group` checks,
     /// and our `done` stays below it until then.
     fn leave(&self, run: &TargetRun) -> Result<()> {
         let Some(l) = run.group.and_then(|i| self.local.get(i)) else {
@@ -1159,8 +1160,8 @@ impl LocalBackend {
             if k == 0 || Some(i) == keep {
                 continue;
             }
-            // SAFETY: our own slot of the last step we left on the communicator (refilled only
-            // by a later broadcast, which would have moved `reach`).
+            // SAFETY: our own slot, which only we refill, and not while this reference lives
+            // (`kept` checks that it still holds the step).
             if let Some(op) = unsafe { g.eager_slot(l.me, k - 1).kept(k - 1) } {
                 let what = format!(
                     "{}, which this rank left early: before its next call it waits for every \
@@ -1591,10 +1592,16 @@ impl LocalBackend {
             fail_point!("post");
             b.shared
                 .wake(g.members.iter().copied().filter(|&r| r != b.rank));
-            // A broadcast's root that filled its slot is done: the members copy from it.
+            // A broadcast's or scatter's root that filled its slot is done once it has its own
+            // part (a scatter's): the members copy from the slot.
             if run.eager.is_some_and(Sig::leaves_early)
                 && kernels::root_member(&op.desc, &g.members) == run.me
             {
+                if op.desc.kind == crate::model::OpKind::Scatter {
+                    // SAFETY: our input holds every member's part (validated), our output one;
+                    // distinct tensors.
+                    unsafe { eager::copy_from(op, op.input.ptr.cast_const(), run.me) };
+                }
                 return b.leave(&run);
             }
             // With ranks outnumbering cores, the member we wait for may need our core: give it
