@@ -177,6 +177,7 @@ impl EagerSlot {
     /// The caller is the slot's member, and every peer has finished the slot's previous step
     /// (module docs); `op`'s input is a live host buffer of the size `sig` was made for (at most
     /// [`EAGER_BYTES`]).
+    #[inline]
     pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op) {
         let bytes = op.input.len * op.desc.dtype.size();
         let body = self.body.get();
@@ -208,7 +209,9 @@ impl EagerSlot {
                 k.desc == op.desc && k.input.len == op.input.len && k.output.len == op.output.len
             };
             if !sig.leaves_early() {
-                *kept = None;
+                if kept.is_some() {
+                    *kept = None;
+                }
             } else if !kept.as_ref().is_some_and(same) {
                 *kept = Some(Op {
                     desc: op.desc.clone(),

@@ -641,9 +641,12 @@ impl LocalBackend {
         let blocked = self.step_coll(run, g, ops);
         if run.next > before {
             pass.progressed = true;
-            // Even a step completed eagerly: members that ran a broadcast in place, ranks
-            // settling a broadcast they left early and slot reuse all wait for `done`.
-            woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+            // A step completed eagerly needs no wake-up — every member completes it from the
+            // slots, and nobody runs it in place — unless members may leave it early: then
+            // members that ran it in place, and ranks settling it, wait for our `done`.
+            if !(run.complete && run.eager.is_some_and(|s| !s.leaves_early())) {
+                woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+            }
         }
         if let Some(waiting) = blocked? {
             return Ok(Some(waiting));
@@ -1115,8 +1118,18 @@ impl LocalBackend {
     /// step's root checked it: so past a broadcast, a rank does nothing else before every member
     /// has arrived at it (the verifier's model), a member that never arrives is reported here
     /// rather than as an error of a later call, and a disagreement reaches every member.
+    #[inline]
     fn settle(&mut self, keep: Option<usize>) -> Result<()> {
-        if !self.unsettled.get() || !self.pending_besides(keep) {
+        if !self.unsettled.get() {
+            return Ok(());
+        }
+        self.settle_slow(keep)
+    }
+
+    /// [`LocalBackend::settle`] once something was left early.
+    #[cold]
+    fn settle_slow(&mut self, keep: Option<usize>) -> Result<()> {
+        if !self.pending_besides(keep) {
             return Ok(());
         }
         let mut reqs = std::mem::take(&mut self.posted);
@@ -1616,9 +1629,11 @@ impl LocalBackend {
                 fail_point!("pass");
                 match b.step_eager(&mut run, g, ops)? {
                     Eager::Done => {
-                        // Our `done` moved: see `progress_coll`.
-                        b.shared
-                            .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+                        // Our `done` moved: see `progress_coll` for who may wait for it.
+                        if sig.leaves_early() {
+                            b.shared
+                                .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+                        }
                         return Ok(());
                     }
                     Eager::InPlace => break,
