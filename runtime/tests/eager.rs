@@ -2,8 +2,9 @@
 //! slots): results bit for bit against the sequential reference in `common` for every kind the
 //! eager path computes, every element type and reduction, sizes on both sides of its 1 KiB
 //! limit; ranks that make a call alone meeting ranks that batch it (so one side is eager and the
-//! other in place); slots reused thousands of times under stragglers; and disagreements, which
-//! must be reported as collective mismatches whichever path each rank took.
+//! other in place); slots reused thousands of times under stragglers; disagreements, which must
+//! be reported as collective mismatches whichever path each rank took; and broadcasts and
+//! scatters, whose ranks leave as soon as their data is there, against all of these.
 
 mod common;
 
@@ -482,12 +483,12 @@ fn svalue(i: u64, root: usize, world: usize) -> Vec<f64> {
 }
 
 #[test]
-fn broadcasts_left_early_meet_ranks_that_batch_them_and_stragglers() {
-    // Small broadcasts leave early (a lone root at once, a non-root once the root's slot is
-    // there), so roots race ahead of their members by up to the slot ring. Against that: ranks
-    // that run the same broadcasts in place (batched with a barrier, or several in one batch),
-    // roots that change from call to call, stragglers, and enough calls to wrap the ring many
-    // times. Every rank must hold the root's values after every broadcast.
+fn broadcasts_and_scatters_left_early_meet_ranks_that_batch_them_and_stragglers() {
+    // Small broadcasts and scatters leave early (a lone root at once, a non-root once the root's
+    // slot is there), so roots race ahead of their members by up to the slot ring. Against that:
+    // ranks that run the same calls in place (batched with a barrier, or several broadcasts in
+    // one batch), roots that change from call to call, stragglers, and enough calls to wrap the
+    // ring many times. Every rank must hold the root's values after every call.
     for world in if cfg!(miri) { 3..=3 } else { 2..=4 } {
         let iters: u64 = if cfg!(miri) { 30 } else { 600 };
         let got = spawn(world, |ctx| {

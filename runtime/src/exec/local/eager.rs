@@ -30,10 +30,9 @@
 //! the root's data, and the root needs nothing from anyone: so a member completes such a step as
 //! soon as the root's slot holds it with its own signature (a non-root), or at once (a root
 //! making the call alone, after copying a scatter's own part), as MPI's eager broadcast and
-//! NCCL's LL protocol let a rank go. What that gives up, and how it
-//! is restored:
+//! NCCL's LL protocol let a rank go. What that gives up, and how it is restored:
 //!
-//! * *Members still read a member that left.* Each broadcast slot also keeps a copy of the
+//! * *Members still read a member that left.* Each such slot also keeps a copy of the
 //!   member's op ([`EagerSlot::kept`]), its buffers pointing into the slot; members that run
 //!   the step in place, and mismatch reports, read that copy instead of the member's published
 //!   run (which it may since have replaced). The root's copy is what in-place members copy
@@ -48,7 +47,8 @@
 //!   broadcast early waits, before any call other than another broadcast on that communicator
 //!   and before it returns, until every member is done with it (`LocalBackend::settle`): so a
 //!   member that never comes, a deadlock behind the broadcast, or a disagreement is reported
-//!   where the verifier would put it, on every rank. Every `done` that moves wakes the members.
+//!   where the verifier would put it, on every rank. A member that completes such a step wakes
+//!   the others, who may be waiting for its `done`.
 //!
 //! **Disagreement.** Signatures are exact encodings of what [`OpDesc::agrees_with`] compares, so
 //! unequal signatures are a collective mismatch, reported from the full descriptions as the
@@ -134,7 +134,7 @@ impl Sig {
     }
 }
 
-/// One member's eager slot for one step parity: the step, the signature and the input (the
+/// One member's eager slot for one step of its ring: the step, the signature and the input (the
 /// first cache line holds the step, the signature and the first 32 bytes).
 #[repr(C, align(64))]
 pub(crate) struct EagerSlot {
@@ -223,13 +223,13 @@ impl EagerSlot {
         self.seq.store(step + 1, Ordering::Release);
     }
 
-    /// The op the member kept in the slot for `step` (a broadcast's: see the module docs),
-    /// if the slot holds that step and kept one.
+    /// The op the member kept in the slot for `step` (a broadcast's or a scatter's: see the
+    /// module docs), if the slot holds that step and kept one.
     ///
     /// # Safety
-    /// The caller has seen (with `Acquire`) that the member posted `step`, and the slot cannot
-    /// be refilled while the reference lives: the caller has not finished `step` (or, a root
-    /// that left it, has not yet released it).
+    /// The caller has seen (with `Acquire`) that the member posted `step` or filled this slot
+    /// for it, and the slot cannot be refilled while the reference lives: the caller has not
+    /// finished `step` (or, a root that left it, has not yet released it).
     pub(crate) unsafe fn kept(&self, step: u64) -> Option<&Op> {
         if self.seq.load(Ordering::Acquire) != step + 1 {
             return None;
