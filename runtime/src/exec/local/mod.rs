@@ -103,9 +103,7 @@ struct GroupLocal {
     /// Broadcast steps this rank left as their root before anyone was compared with it,
     /// oldest first (see `LocalBackend::settle_group`).
     left: RefCell<VecDeque<u64>>,
-    /// The oldest of `left`, or `u64::MAX`: this rank's `done` stays at or below it.
-    hold: Cell<u64>,
-    /// Steps this rank has finished; its `done` is this, held at `hold`.
+    /// Steps this rank has finished; its `done` is this, held at [`GroupLocal::hold`].
     fin: Cell<u64>,
     /// One past the last broadcast step this rank left early, until every member is done with
     /// it; 0 when none.
@@ -119,11 +117,17 @@ impl Default for GroupLocal {
         GroupLocal {
             floor: Cell::new(0),
             left: RefCell::new(VecDeque::new()),
-            hold: Cell::new(u64::MAX),
             fin: Cell::new(0),
             reach: Cell::new(0),
             me: 0,
         }
+    }
+}
+
+impl GroupLocal {
+    /// The oldest step of `left`, or `u64::MAX`: this rank's `done` stays at or below it.
+    fn hold(&self) -> u64 {
+        self.left.borrow().front().copied().unwrap_or(u64::MAX)
     }
 }
 
@@ -260,6 +264,16 @@ fn unposted(g: &GroupState, k: u64) -> Option<SmallVec<[usize; 8]>> {
             .map(|(_, &r)| r)
             .collect(),
     )
+}
+
+/// The members whose `done` is below `upto` (none: every member has finished those steps).
+fn not_done(g: &GroupState, upto: u64) -> SmallVec<[usize; 8]> {
+    g.slots
+        .iter()
+        .zip(g.members.iter())
+        .filter(|(s, _)| s.done.0.load(Ordering::Acquire) < upto)
+        .map(|(_, &r)| r)
+        .collect()
 }
 
 /// Every member's op for collective step `k` of `run`, ours being `mine`, in member order.
@@ -491,7 +505,7 @@ impl LocalBackend {
         let hold = match run.group.and_then(|i| self.local.get(i)) {
             Some(l) => {
                 l.fin.set(upto);
-                l.hold.get()
+                l.hold()
             }
             None => u64::MAX,
         };
@@ -1004,9 +1018,6 @@ impl LocalBackend {
             left.push_back(run.base);
             left.len() as u64
         };
-        if l.hold.get() == u64::MAX {
-            l.hold.set(run.base);
-        }
         l.fin.set(run.end());
         l.reach.set(run.end());
         self.unsettled.set(true);
@@ -1068,16 +1079,11 @@ impl LocalBackend {
                     .collect();
                 self.check_agreement(&entries, &g.members, k)?;
             }
-            let hold = {
-                let mut left = l.left.borrow_mut();
-                left.pop_front();
-                left.front().copied().unwrap_or(u64::MAX)
-            };
-            l.hold.set(hold);
+            l.left.borrow_mut().pop_front();
             g.slots[l.me]
                 .done
                 .0
-                .store(l.fin.get().min(hold), Ordering::Release);
+                .store(l.fin.get().min(l.hold()), Ordering::Release);
             released = true;
         };
         if released {
@@ -1089,14 +1095,7 @@ impl LocalBackend {
         }
         // Every member done with it: every member arrived, and each step's root has checked it
         // (a root's `done` stays below a step it left until then).
-        let reach = l.reach.get();
-        let behind: SmallVec<[usize; 8]> = g
-            .slots
-            .iter()
-            .zip(g.members.iter())
-            .filter(|(s, _)| s.done.0.load(Ordering::Acquire) < reach)
-            .map(|(_, &r)| r)
-            .collect();
+        let behind = not_done(g, l.reach.get());
         if !behind.is_empty() {
             return Ok(Some(behind));
         }
@@ -1208,13 +1207,7 @@ impl LocalBackend {
     /// Whether every member is done with the run's steps; if not, whom we wait for.
     fn complete_coll(&self, run: &mut TargetRun, g: &GroupState) -> Option<Waiting> {
         fail_point!("complete");
-        let behind: SmallVec<[usize; 8]> = g
-            .slots
-            .iter()
-            .zip(g.members.iter())
-            .filter(|(s, _)| s.done.0.load(Ordering::Acquire) < run.end())
-            .map(|(_, &r)| r)
-            .collect();
+        let behind = not_done(g, run.end());
         if behind.is_empty() {
             run.complete = true;
             return None;
@@ -1478,12 +1471,9 @@ unsafe impl Backend for LocalBackend {
             && self.posted.is_empty()
             && let Some(sig) = Sig::of(op)
         {
-            // A broadcast may leave early after others on its own communicator.
-            let keep = match sig.leaves_early() {
-                true => Some(self.group_state(op.desc.group)?.0),
-                false => None,
-            };
-            self.settle(keep)?;
+            // A broadcast may leave early after others on its own communicator (whose index in
+            // `local` is its id).
+            self.settle(sig.leaves_early().then_some(op.desc.group.0 as usize))?;
             return self.execute_eager(op, sig);
         }
         self.settle(None)?;
