@@ -560,6 +560,18 @@ impl Exchange {
     /// length, same hash of all its calls), else the agreed prefix. Every member sees every
     /// header (long proposals are never one way), so all decide alike.
     fn agreed(&self, n: usize, me: usize) -> Result<std::result::Result<Agreed, Disagreement>> {
+        match self.unanimous(n, me) {
+            Some(a) => Ok(Ok(a)),
+            None => self.agreed_in_full(n, me),
+        }
+    }
+
+    /// [`Exchange::agreed`], every header parsed and compared field by field.
+    fn agreed_in_full(
+        &self,
+        n: usize,
+        me: usize,
+    ) -> Result<std::result::Result<Agreed, Disagreement>> {
         let heard = |i: &usize| self.got[*i] > 0;
         let (mut m, mut any_long, mut all_long) = (MAX_PACK, false, true);
         // (`m`: the shortest proposal's power-of-two prefix.)
@@ -616,6 +628,35 @@ impl Exchange {
                 met_short: mine.is_some_and(|p| p.long),
             },
         }))
+    }
+
+    /// What the exchange comes to when every header heard is byte for byte this member's (the
+    /// common case): the same step, head, proposal and hashes, so [`Exchange::agreed`]'s answer
+    /// follows from this member's proposal alone — one comparison per member instead of
+    /// parsing and comparing each header field by field. `None`: some header differs (or this
+    /// member's own is malformed), for the full comparison to judge.
+    fn unanimous(&self, n: usize, me: usize) -> Option<Agreed> {
+        let p = self.proposal(me)?;
+        let len = head_len(p);
+        let bytes = self.recv.bytes();
+        let at = |i: usize| bytes.get(i * REGION..i * REGION + len);
+        let mine = at(me)?;
+        let same = (0..n)
+            .filter(|&i| i != me && self.got[i] > 0)
+            .all(|i| self.got[i] >= len && at(i) == Some(mine));
+        same.then_some(if p.long {
+            Agreed {
+                delivered: 1,
+                packed: p.calls - 1,
+                met_short: false,
+            }
+        } else {
+            Agreed {
+                delivered: p.prefixes(),
+                packed: 0,
+                met_short: false,
+            }
+        })
     }
 
     /// Checks the headers (all have arrived): returns what the exchange comes to, or the
@@ -1077,6 +1118,19 @@ pub(super) mod tests {
         let all: Vec<_> = (0..runs.len())
             .map(|me| {
                 let a = ex.agreed(runs.len(), me).expect("well formed");
+                // The shortcut for identical headers says what the full comparison says.
+                let full = ex.agreed_in_full(runs.len(), me).expect("well formed");
+                assert_eq!(a, full, "member {me}");
+                let identical = runs
+                    .iter()
+                    .all(|r| r.0.len() == runs[0].0.len() && r.1 == runs[0].1)
+                    && (0..runs[0].0.len())
+                        .all(|k| runs.iter().all(|r| r.0[k].desc == runs[0].0[k].desc));
+                assert_eq!(
+                    ex.unanimous(runs.len(), me).is_some(),
+                    identical,
+                    "member {me}"
+                );
                 if let Ok(a) = a {
                     let met = runs[me].1 && runs.iter().any(|r| !r.1);
                     assert_eq!(a.met_short, met, "member {me}");
@@ -1104,6 +1158,9 @@ pub(super) mod tests {
         assert_eq!(agreed_as(&[long(1000), long(300), long(700)]), Ok((1, 255)));
         // Someone proposed short (its data for 64 calls is here, not the others'): the head.
         assert_eq!(agreed_as(&[long(1000), short(64)]), Ok((1, 0)));
+        // The same short run everywhere (the common case, found without parsing): delivered.
+        assert_eq!(agreed_as(&[short(64), short(64), short(64)]), Ok((64, 0)));
+        assert_eq!(agreed_as(&[short(1), short(1)]), Ok((1, 0)));
         // Short proposals: the shortest, delivered.
         assert_eq!(agreed_as(&[short(64), short(32), short(64)]), Ok((32, 0)));
         // A call that differs deep in a run of the same length: the prefix before it.
