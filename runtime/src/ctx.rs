@@ -726,8 +726,8 @@ impl Ctx {
     #[track_caller]
     pub fn new_group(&mut self, members: impl AsRef<[usize]>) -> Result<Group> {
         let site = CallSite::caller();
-        let sorted =
-            rules::group(members.as_ref(), self.world).map_err(|v| self.misuse(site, v))?;
+        let sorted = rules::group(members.as_ref(), self.world)
+            .map_err(|v| self.refused(self.misuse(site, v)))?;
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
         let id = engine(&self.backend)?.create_group(&sorted, *ordinal)?;
         *ordinal += 1;
@@ -743,7 +743,7 @@ impl Ctx {
     #[track_caller]
     pub fn split(&mut self, parts: &[&[usize]]) -> Result<Group> {
         let site = CallSite::caller();
-        rules::split(parts, self.world).map_err(|v| self.misuse(site, v))?;
+        rules::split(parts, self.world).map_err(|v| self.refused(self.misuse(site, v)))?;
         let mut mine = None;
         for part in parts {
             let g = self.new_group(part)?;
@@ -771,7 +771,10 @@ impl Ctx {
         dst: usize,
     ) -> Result<Request<'t>> {
         let site = CallSite::caller();
-        let op = self.posting(site)?.send(tensor, dst)?;
+        let op = self
+            .posting(site)
+            .and_then(|c| c.send(tensor, dst))
+            .map_err(|e| self.refused(e))?;
         let data = match tensor.bytes() {
             Ok(host) => host.to_vec(),
             Err(_) => tensor.to_host()?.bytes()?.to_vec(),
@@ -789,7 +792,10 @@ impl Ctx {
         src: usize,
     ) -> Result<Request<'t>> {
         let site = CallSite::caller();
-        let op = self.posting(site)?.recv(tensor, src)?;
+        let op = self
+            .posting(site)
+            .and_then(|c| c.recv(tensor, src))
+            .map_err(|e| self.refused(e))?;
         let bytes = tensor.numel() * std::mem::size_of::<T>();
         self.post(site, op.desc, vec![0; bytes], Some(tensor.landing()))
     }
@@ -822,6 +828,18 @@ impl Ctx {
     }
 
     /// The error for a rule this rank's call at `site` broke.
+    /// `e`, the failure of a call refused before it reached the backend — unless this rank left
+    /// a broadcast or scatter early (`exec::local::eager`) and settling it fails first. In the
+    /// verifier's model the rank is still inside that call until every member reaches it, so
+    /// a member that never does (a deadlock) or one that disagrees is what the run reports, as
+    /// it is before any call the backend runs.
+    fn refused(&self, e: Error) -> Error {
+        match engine(&self.backend).and_then(|mut b| b.settle_left()) {
+            Ok(()) => e,
+            Err(first) => first,
+        }
+    }
+
     fn misuse(&self, site: CallSite, violation: rules::Violation) -> Error {
         Error::Misuse {
             site,
@@ -877,9 +895,11 @@ impl Ctx {
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
-        crate::guard::Guard::check(site)?;
         let group = group.unwrap_or(&self.world_group);
-        let Built { mut op, staged } = build(&self.caller(group, site, false)?)?.into();
+        let built = crate::guard::Guard::check(site)
+            .and_then(|()| build(&self.caller(group, site, false)?))
+            .map_err(|e| self.refused(e))?;
+        let Built { mut op, staged } = built.into();
         let start = self.trace.as_ref().map(Recorder::now);
         let done = engine(&self.backend)?.execute(std::slice::from_mut(&mut op));
         if let (Some(t), Some(start)) = (&mut self.trace, start) {
@@ -1008,7 +1028,7 @@ impl<'c, 'a> Batch<'c, 'a> {
     /// Posts every recorded op and waits until all have completed on this rank.
     pub fn run(mut self) -> Result<()> {
         if let Some(e) = self.error.take() {
-            return Err(e);
+            return Err(self.ctx.refused(e));
         }
         if self.ops.is_empty() {
             return Ok(());

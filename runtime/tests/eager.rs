@@ -749,3 +749,76 @@ fn scatters_left_early_report_a_disagreement_about_the_root_to_every_rank() {
         }
     }
 }
+
+/// How rank 0 breaks a rule right after a broadcast it left early: each is refused by `Ctx`
+/// before the backend runs anything.
+const REFUSALS: [&str; 5] = ["self send", "batch", "isend", "group", "foreign group"];
+
+fn refuse(ctx: &mut Ctx, how: &str, t: &mut Tensor<f32>) -> Result<()> {
+    match how {
+        "self send" => ctx.send(t, 0),
+        "batch" => {
+            let mut b = ctx.batch();
+            b.broadcast(t, 7);
+            b.run()
+        }
+        "isend" => ctx.isend(t, 9).map(drop),
+        "group" => ctx.new_group([0, 0]).map(drop),
+        _ => {
+            // A group made in another world.
+            let other = spawn(1, |c| c.new_group([0]))?.pop();
+            let other = other.expect("the other world's group");
+            ctx.group(&other).all_reduce(t, ReduceOp::Sum)
+        }
+    }
+}
+
+#[test]
+fn a_call_refused_after_a_broadcast_left_early_waits_for_the_broadcast_first() {
+    // The verifier's model: rank 0 is inside the broadcast until rank 1 reaches it, and rank 1
+    // first waits in a send to rank 0 — a deadlock, whatever rank 0 would have done next. Rank 0
+    // leaves the broadcast early; a call it makes next that `Ctx` refuses (a misuse) must not be
+    // reported instead of the deadlock (found by the random-program differential test: a self
+    // send after the broadcast came out as RW010 where the verifier said RW001).
+    for how in REFUSALS {
+        let err = spawn(2, |ctx| {
+            let mut t = Tensor::full([2], 1.0f32)?;
+            if ctx.rank() == 0 {
+                ctx.broadcast(&mut t, 0)?;
+                refuse(ctx, how, &mut t)?;
+            } else {
+                ctx.send(&t, 0)?;
+                ctx.broadcast(&mut t, 0)?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        let Error::Deadlock(report) = &err else {
+            panic!("{how}: expected the deadlock, got {err}")
+        };
+        assert!(
+            report.waits[0].what.starts_with("broadcast("),
+            "{how}: {err}"
+        );
+        assert!(report.waits[1].what.starts_with("send("), "{how}: {err}");
+    }
+    // When every member reaches the broadcast, the refusal is what is reported.
+    for how in REFUSALS {
+        let err = spawn(2, |ctx| {
+            let mut t = Tensor::full([2], 1.0f32)?;
+            ctx.broadcast(&mut t, 0)?;
+            if ctx.rank() == 0 {
+                refuse(ctx, how, &mut t)?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Misuse { rank: 0, .. } | Error::ForeignGroup { rank: 0, .. }
+            ),
+            "{how}: expected rank 0's refusal, got {err}"
+        );
+    }
+}

@@ -168,6 +168,15 @@ pub(crate) unsafe trait Backend: Send {
     fn drain(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Settles what this rank left before every member reached it (the local backend's small
+    /// broadcasts and scatters), as the backend does before running any other call: `Ctx`
+    /// calls it before reporting a call it refused itself, so that a deadlock or disagreement
+    /// in the call the rank left is reported first, as in the verifier's model, where the rank
+    /// is still inside it. Backends that never leave a call early keep the default.
+    fn settle_left(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A send or receive for [`Backend::post`], with the buffer it owns: for a send, a copy of the

@@ -1562,6 +1562,10 @@ unsafe impl Backend for LocalBackend {
         done
     }
 
+    fn settle_left(&mut self) -> Result<()> {
+        self.settle(None)
+    }
+
     fn drain(&mut self) -> Result<()> {
         self.settle(None)?;
         if self.posted.is_empty() {
