@@ -827,7 +827,6 @@ impl Ctx {
         Ok(value)
     }
 
-    /// The error for a rule this rank's call at `site` broke.
     /// `e`, the failure of a call refused before it reached the backend — unless this rank left
     /// a broadcast or scatter early (`exec::local::eager`) and settling it fails first. In the
     /// verifier's model the rank is still inside that call until every member reaches it, so
@@ -840,6 +839,7 @@ impl Ctx {
         }
     }
 
+    /// The error for a rule this rank's call at `site` broke.
     fn misuse(&self, site: CallSite, violation: rules::Violation) -> Error {
         Error::Misuse {
             site,
