@@ -726,8 +726,8 @@ impl Ctx {
     #[track_caller]
     pub fn new_group(&mut self, members: impl AsRef<[usize]>) -> Result<Group> {
         let site = CallSite::caller();
-        let sorted = rules::group(members.as_ref(), self.world)
-            .map_err(|v| self.refused(self.misuse(site, v)))?;
+        let sorted =
+            rules::group(members.as_ref(), self.world).map_err(|v| self.misuse(site, v))?;
         let ordinal = self.ordinals.entry(sorted.clone()).or_insert(0);
         let id = engine(&self.backend)?.create_group(&sorted, *ordinal)?;
         *ordinal += 1;
@@ -743,7 +743,7 @@ impl Ctx {
     #[track_caller]
     pub fn split(&mut self, parts: &[&[usize]]) -> Result<Group> {
         let site = CallSite::caller();
-        rules::split(parts, self.world).map_err(|v| self.refused(self.misuse(site, v)))?;
+        rules::split(parts, self.world).map_err(|v| self.misuse(site, v))?;
         let mut mine = None;
         for part in parts {
             let g = self.new_group(part)?;
@@ -839,13 +839,13 @@ impl Ctx {
         }
     }
 
-    /// The error for a rule this rank's call at `site` broke.
+    /// The error for a rule this rank's call at `site` broke (a refusal: see [`Ctx::refused`]).
     fn misuse(&self, site: CallSite, violation: rules::Violation) -> Error {
-        Error::Misuse {
+        self.refused(Error::Misuse {
             site,
             rank: self.rank,
             violation,
-        }
+        })
     }
 
     /// Collectives on `group` instead of the world: `ctx.group(&g).all_reduce(&mut t, op)`.

@@ -367,6 +367,12 @@ impl LocalBackend {
         Ok((i, me))
     }
 
+    /// The members of `g` other than this rank: whom a change of ours there may concern.
+    fn others<'g>(&self, g: &'g GroupState) -> impl Iterator<Item = usize> + 'g {
+        let me = self.rank;
+        g.members.iter().copied().filter(move |&r| r != me)
+    }
+
     /// The communicator of a collective run (cached by `group_state` when it was numbered).
     fn group_of(&self, run: &TargetRun) -> &GroupState {
         run.group
@@ -434,7 +440,7 @@ impl LocalBackend {
             match run.target {
                 Target::Coll(_) => {
                     let g = self.post_coll(ops, run);
-                    woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+                    woken.extend(self.others(g));
                 }
                 Target::Send(dst) => {
                     // Peers only ever read through this pointer.
@@ -659,7 +665,7 @@ impl LocalBackend {
             // slots, and nobody runs it in place — unless members may leave it early: then
             // members that ran it in place, and ranks settling it, wait for our `done`.
             if !(run.complete && run.eager.is_some_and(|s| !s.leaves_early())) {
-                woken.extend(g.members.iter().copied().filter(|&r| r != self.rank));
+                woken.extend(self.others(g));
             }
         }
         if let Some(waiting) = blocked? {
@@ -1087,8 +1093,7 @@ impl LocalBackend {
             released = true;
         };
         if released {
-            self.shared
-                .wake(g.members.iter().copied().filter(|&r| r != self.rank));
+            self.shared.wake(self.others(g));
         }
         if waiting.is_some() || l.reach.get() == 0 {
             return Ok(waiting);
@@ -1597,8 +1602,7 @@ impl LocalBackend {
             }
             let g = b.post_coll(ops, &mut run);
             fail_point!("post");
-            b.shared
-                .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+            b.shared.wake(b.others(g));
             // A broadcast's or scatter's root that filled its slot is done once it has its own
             // part (a scatter's): the members copy from the slot.
             if run.eager.is_some_and(Sig::leaves_early)
@@ -1625,8 +1629,7 @@ impl LocalBackend {
                     Eager::Done => {
                         // Our `done` moved: see `progress_coll` for who may wait for it.
                         if sig.leaves_early() {
-                            b.shared
-                                .wake(g.members.iter().copied().filter(|&r| r != b.rank));
+                            b.shared.wake(b.others(g));
                         }
                         return Ok(());
                     }
