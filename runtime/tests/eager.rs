@@ -722,6 +722,48 @@ fn a_broadcast_left_early_does_not_hide_a_deadlock_behind_it() {
 }
 
 #[test]
+fn a_broadcast_left_early_is_reported_at_its_own_call_after_its_slot_served_another() {
+    // Rank 0's last broadcast reuses the eager slot of its first (64 steps apart: a multiple
+    // of the slot ring, under Miri too) with the same signature but from another line, and
+    // leaves early; rank 1 never reaches it (it waits for rank 0's send). The deadlock report
+    // must place rank 0 at the last broadcast's line, not at the line the slot last kept.
+    static LAST: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let err = spawn(2, |ctx| {
+        let mut t = Tensor::full([2], 1.0f32)?;
+        for _ in 0..64 {
+            ctx.broadcast(&mut t, 0)?;
+        }
+        let mut flag = Tensor::full([1], 0u8)?;
+        if ctx.rank() == 0 {
+            // Every member is past the first 64 steps before this rank goes on (a call other
+            // than a broadcast settles them), so the last one's slot is free and it is eager.
+            ctx.recv(&mut flag, 1)?;
+            LAST.store(line!() + 1, std::sync::atomic::Ordering::Relaxed);
+            ctx.broadcast(&mut t, 0)?;
+        } else {
+            ctx.send(&flag, 0)?;
+            ctx.recv(&mut t, 0)?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    let Error::Deadlock(report) = &err else {
+        panic!("expected a deadlock, got {err}")
+    };
+    let root = report
+        .waits
+        .iter()
+        .find(|w| w.rank == 0)
+        .expect("rank 0 is blocked");
+    assert!(root.what.starts_with("broadcast("), "{err}");
+    assert_eq!(
+        root.site.line,
+        LAST.load(std::sync::atomic::Ordering::Relaxed),
+        "{err}"
+    );
+}
+
+#[test]
 fn scatters_left_early_report_a_disagreement_about_the_root_to_every_rank() {
     // Scatters leave early like broadcasts: after enough agreeing ones to wrap the slot ring,
     // rank `odd` names another root; both roots leave at once, so only their checks can see it.

@@ -185,13 +185,14 @@ impl EagerSlot {
         // pointers: only the first `bytes` of the data are read for this step (equal
         // signatures, equal sizes), so the rest is left as it is.
         unsafe {
-            (&raw mut (*body).sig).write(sig);
+            // The signature this slot held `RING` steps ago: if its kept op has the same
+            // signature (an exact encoding of everything but the group, which is the slot's,
+            // and the site), only the site is left to compare.
+            let was = (&raw mut (*body).sig).replace(sig);
             let data = (&raw mut (*body).data).cast::<u8>();
             // The input holds `bytes` (≤ EAGER_BYTES) bytes (contract); the data has room. A
             // missing input (a non-root's scatter) is a null pointer: nothing to copy.
-            if bytes > 0 {
-                std::ptr::copy_nonoverlapping(op.input.ptr.cast_const(), data, bytes);
-            }
+            copy_small(op.input.ptr.cast_const(), data, bytes);
             // A member that may leave early (a broadcast's, a scatter's) may go before peers
             // are done with its op: they read this copy, whose buffers are the slot's data,
             // never the member's tensors (a root's input is all its peers read from it).
@@ -206,7 +207,13 @@ impl EagerSlot {
                 }
             };
             let same = |k: &Op| {
-                k.desc == op.desc && k.input.len == op.input.len && k.output.len == op.output.len
+                was == sig
+                    && (k.desc.site.line, k.desc.site.column) == (op.desc.site.line, op.desc.site.column)
+                    // `file!()`s of one file usually share an address; the text otherwise.
+                    && (std::ptr::eq(k.desc.site.file, op.desc.site.file)
+                        || k.desc.site.file == op.desc.site.file)
+                    && k.input.len == op.input.len
+                    && k.output.len == op.output.len
             };
             if !sig.leaves_early() {
                 if kept.is_some() {
@@ -278,7 +285,7 @@ pub(crate) unsafe fn complete(op: &Op, inputs: &[*const u8], root: usize, me: us
         }
         OpKind::Broadcast if me != root => {
             // SAFETY: the root's input and our output hold `numel` elements; distinct.
-            unsafe { std::ptr::copy_nonoverlapping(inputs[root], op.output.ptr, numel * es) };
+            unsafe { copy_small(inputs[root], op.output.ptr, numel * es) };
         }
         // SAFETY: every input holds one part (equal signatures), the output `n` (validated).
         OpKind::AllGather => unsafe { gather_parts(op, inputs, numel * es) },
@@ -342,10 +349,27 @@ pub(crate) unsafe fn copy_from(op: &Op, data: *const u8, me: usize) {
     } else {
         0
     };
-    if bytes > 0 {
-        // SAFETY: the contract; `at + bytes` is within the root's input; the slot's data is not
-        // our output.
-        unsafe { std::ptr::copy_nonoverlapping(data.add(at), op.output.ptr, bytes) };
+    // SAFETY: the contract; `at + bytes` is within the root's input; the slot's data is not
+    // our output.
+    unsafe { copy_small(data.add(at), op.output.ptr, bytes) };
+}
+
+/// Copies `bytes` bytes. The scalars that make up most eager steps (4 and 8 bytes) as one
+/// move each: a call into `memcpy` costs more than the step's data.
+///
+/// # Safety
+/// As for [`std::ptr::copy_nonoverlapping`]: `src` readable and `dst` writable for `bytes`
+/// bytes, not overlapping (nothing is read or written when `bytes` is 0).
+#[inline(always)]
+unsafe fn copy_small(src: *const u8, dst: *mut u8, bytes: usize) {
+    // SAFETY: the contract, for each constant size the match selects.
+    unsafe {
+        match bytes {
+            0 => {}
+            4 => std::ptr::copy_nonoverlapping(src, dst, 4),
+            8 => std::ptr::copy_nonoverlapping(src, dst, 8),
+            _ => std::ptr::copy_nonoverlapping(src, dst, bytes),
+        }
     }
 }
 

@@ -347,6 +347,9 @@ impl LocalBackend {
     /// same `Arc` at every call would pass its reference count's cache line between cores.
     fn group_state(&mut self, id: GroupId) -> Result<(usize, usize)> {
         let i = id.0 as usize;
+        if let (Some(Some(_)), Some(l)) = (self.groups.get(i), self.local.get(i)) {
+            return Ok((i, l.me)); // cached, with our member index, at its first call
+        }
         if self.groups.len() <= i {
             self.groups.resize(i + 1, None);
             self.steps.resize(i + 1, 0);
@@ -461,7 +464,10 @@ impl LocalBackend {
     fn post_coll(&self, ops: &[Op], run: &mut TargetRun) -> &GroupState {
         // Peers only ever read through this pointer.
         let entries = ops[run.start..].as_ptr().cast_mut();
-        run.packs.build(&ops[run.start..run.start + run.len]);
+        if run.len > 1 {
+            // A run of one has the empty table `numbered` gave it: nothing packs.
+            run.packs.build(&ops[run.start..run.start + run.len]);
+        }
         let packs = run.packs.as_ptr();
         let g = self.group_of(run);
         if run.len == 1 {
@@ -1050,9 +1056,10 @@ impl LocalBackend {
         ) else {
             return Ok(None);
         };
-        let mut released = false;
+        let mut left = l.left.borrow_mut();
+        let before = left.len();
         let waiting = loop {
-            let Some(k) = l.left.borrow().front().copied() else {
+            let Some(&k) = left.front() else {
                 break None;
             };
             let Some((mine, _)) = g.eager_slot(l.me, k).read(k) else {
@@ -1062,39 +1069,34 @@ impl LocalBackend {
             };
             // A member whose slot holds the step with our signature agrees with us
             // (signatures are exact); any other is compared in full once it has posted.
-            let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
-            let mut compare = false;
-            for (j, slot) in g.slots.iter().enumerate() {
-                if j == l.me || g.eager_slot(j, k).read(k).is_some_and(|(s, _)| s == mine) {
-                    continue;
-                }
-                if slot.posted.load(Ordering::Acquire) <= k {
-                    missing.push(g.members[j]);
-                } else {
-                    compare = true;
-                }
+            let differs =
+                |j: usize| j != l.me && !g.eager_slot(j, k).read(k).is_some_and(|(s, _)| s == mine);
+            let unposted = |j: usize| g.slots[j].posted.load(Ordering::Acquire) <= k;
+            let members = 0..g.members.len();
+            if members.clone().any(|j| differs(j) && unposted(j)) {
+                let missing = members.filter(|&j| differs(j) && unposted(j));
+                break Some(missing.map(|j| g.members[j]).collect());
             }
-            if !missing.is_empty() {
-                break Some(missing);
-            }
-            if compare {
-                let entries: SmallVec<[&Op; 8]> = (0..g.members.len())
+            if members.clone().any(differs) {
+                let entries: SmallVec<[&Op; 8]> = members
                     // SAFETY: every member posted k or filled its slot for it (above), and our
                     // `done` is held at k; ours is our own slot.
                     .map(|j| unsafe { member_op(g, j, k) })
                     .collect();
                 self.check_agreement(&entries, &g.members, k)?;
             }
-            l.left.borrow_mut().pop_front();
+            left.pop_front();
+        };
+        if left.len() != before {
+            // Released past every step checked: our `done` stays below the oldest left.
+            let hold = left.front().copied().unwrap_or(u64::MAX);
             g.slots[l.me]
                 .done
                 .0
-                .store(l.fin.get().min(l.hold()), Ordering::Release);
-            released = true;
-        };
-        if released {
+                .store(l.fin.get().min(hold), Ordering::Release);
             self.shared.wake(self.others(g));
         }
+        drop(left);
         if waiting.is_some() || l.reach.get() == 0 {
             return Ok(waiting);
         }

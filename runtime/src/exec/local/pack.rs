@@ -53,12 +53,17 @@ impl Default for PackEntry {
 /// others get [`NO_KEY`]. Keys of different lengths fall in disjoint ranges (the length is the
 /// leading digit), so equal keys mean equal shapes.
 pub(crate) fn shape_key(shape: &[usize]) -> u64 {
-    if shape.len() > 4 || shape.iter().any(|&d| d >= 1 << 14) {
+    if shape.len() > 4 {
         return NO_KEY;
     }
-    shape
-        .iter()
-        .fold(shape.len() as u64, |key, &d| (key << 14) | d as u64)
+    let mut key = shape.len() as u64;
+    for &d in shape {
+        if d >= 1 << 14 {
+            return NO_KEY;
+        }
+        key = (key << 14) | d as u64;
+    }
+    key
 }
 
 /// A member's pack table for one communicator, kept from run to run.
