@@ -171,7 +171,6 @@ impl Caller<'_> {
     }
 
     /// The buffer an op writes into `t`.
-    #[inline]
     fn buf_out<T: Element>(&self, t: &mut Tensor<T>) -> Result<Buf> {
         let on_device = self.on_device(t.device())?;
         let (ptr, len) = t.raw_mut();
@@ -199,7 +198,6 @@ impl Caller<'_> {
         )))
     }
 
-    #[inline]
     fn desc<T: Element>(
         &self,
         kind: OpKind,
@@ -225,7 +223,7 @@ impl Caller<'_> {
         }
     }
 
-    #[inline(always)]
+    #[inline]
     fn finish(&self, desc: OpDesc, input: Buf, output: Buf, aux: Aux<'_>) -> Result<Op> {
         let members = if desc.kind.is_p2p() {
             &[][..]
@@ -256,7 +254,6 @@ impl Caller<'_> {
         self.finish(d, Buf::NONE, self.buf_out(t)?, Aux::default())
     }
 
-    #[inline(always)]
     fn in_place<T: Element>(
         &self,
         kind: OpKind,
@@ -892,7 +889,6 @@ impl Ctx {
         })
     }
 
-    #[inline(always)]
     fn run_one<B: Into<Built>>(
         &mut self,
         group: Option<&Group>,
