@@ -65,6 +65,23 @@ impl From<Op> for Built {
     }
 }
 
+/// What a call's builder made, read where it lies: the op, and the staging of a list form.
+trait Parts {
+    fn parts(&mut self) -> (&mut Op, Option<Staged>);
+}
+
+impl Parts for Op {
+    fn parts(&mut self) -> (&mut Op, Option<Staged>) {
+        (self, None)
+    }
+}
+
+impl Parts for Built {
+    fn parts(&mut self) -> (&mut Op, Option<Staged>) {
+        (&mut self.op, self.staged.take())
+    }
+}
+
 /// The contiguous buffer a list form's op reads or writes in place of its list (backends move
 /// one buffer per op), and the copies into the list's tensors once the op has completed. Inputs
 /// are copied in when the call is made: their tensors stay borrowed, so they cannot change
@@ -889,19 +906,27 @@ impl Ctx {
         })
     }
 
-    fn run_one<B: Into<Built>>(
+    fn run_one<B: Parts>(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         let group = group.unwrap_or(&self.world_group);
-        let built = crate::guard::Guard::check(site)
-            .and_then(|()| build(&self.caller(group, site, false)?))
-            .map_err(|e| self.refused(e))?;
-        let Built { mut op, staged } = built.into();
+        let mut built = crate::guard::Guard::check(site)
+            .and_then(|()| build(&self.caller(group, site, false)?));
+        // The op is used where the builder left it: moving a just-written op (hundreds of
+        // bytes) to another place stalls every load on the stores still in flight.
+        let (op, staged) = match &mut built {
+            Ok(b) => b.parts(),
+            Err(_) => {
+                return Err(self.refused(built.err().unwrap_or_else(|| {
+                    Error::Internal("a refused call without its error".into())
+                })));
+            }
+        };
         let start = self.trace.as_ref().map(Recorder::now);
-        let done = engine(&self.backend)?.execute(std::slice::from_mut(&mut op));
+        let done = engine(&self.backend)?.execute(std::slice::from_mut(op));
         if let (Some(t), Some(start)) = (&mut self.trace, start) {
             t.record(
                 [(&op.desc, traced_members(&op, group))],
@@ -917,7 +942,7 @@ impl Ctx {
         }
     }
 
-    fn sink<B: Into<Built>>(
+    fn sink<B: Parts>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
@@ -935,7 +960,7 @@ pub struct Comm<'c> {
 }
 
 impl Comm<'_> {
-    fn sink<B: Into<Built>>(
+    fn sink<B: Parts>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,

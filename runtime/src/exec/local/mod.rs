@@ -396,6 +396,7 @@ impl LocalBackend {
 
     /// The run of `len` ops from index `start` on target `t`, numbered after the target's
     /// earlier ones (its steps or messages counted here); nothing is visible to peers yet.
+    #[inline(always)]
     fn numbered(&mut self, t: Target, start: usize, len: usize) -> Result<TargetRun> {
         let mut packs = pack::Table::default();
         let (base, me, group) = match t {
@@ -442,7 +443,7 @@ impl LocalBackend {
         for run in runs {
             match run.target {
                 Target::Coll(_) => {
-                    let g = self.post_coll(ops, run);
+                    let g = self.post_coll(ops, run, None);
                     woken.extend(self.others(g));
                 }
                 Target::Send(dst) => {
@@ -460,8 +461,10 @@ impl LocalBackend {
     }
 
     /// Makes a collective run visible to its communicator's members (its pack table built, a
-    /// run of one small op also posted eagerly); the communicator, for the caller to wake.
-    fn post_coll(&self, ops: &[Op], run: &mut TargetRun) -> &GroupState {
+    /// run of one small op also posted eagerly, with `sig` if the caller has it already); the
+    /// communicator, for the caller to wake.
+    #[inline(always)]
+    fn post_coll(&self, ops: &[Op], run: &mut TargetRun, sig: Option<Sig>) -> &GroupState {
         // Peers only ever read through this pointer.
         let entries = ops[run.start..].as_ptr().cast_mut();
         if run.len > 1 {
@@ -472,15 +475,17 @@ impl LocalBackend {
         let g = self.group_of(run);
         if run.len == 1 {
             let op = &ops[run.start];
-            run.eager = run.eager.or_else(|| Sig::of(op));
-            if run.eager.is_some() && !self.slot_free(run, g) {
-                run.eager = None;
-            }
-            if let Some(sig) = run.eager {
+            // Passed in, not read back from `run`: a signature just stored there field by
+            // field and loaded whole stalls the load until the stores retire.
+            let sig = sig
+                .or_else(|| Sig::of(op))
+                .filter(|_| self.slot_free(run, g));
+            if let Some(sig) = sig {
                 // SAFETY: our own slot, whose previous use every member has finished
                 // (`slot_free`); `Sig::of` checked the input's size, host memory.
                 unsafe { g.eager_slot(run.me, run.base).fill(run.base, sig, op) };
             }
+            run.eager = sig;
         }
         let slot = &g.slots[run.me];
         slot.base.store(run.base, Ordering::Relaxed);
@@ -1596,13 +1601,12 @@ impl LocalBackend {
     /// over from where it stands, with the deadlock detector and every check.
     fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
         let mut run = self.numbered(crate::plan::target(op), 0, 1)?;
-        run.eager = Some(sig);
         let ops = std::slice::from_ref(op);
         self.guarded(|b| {
             if sig.leaves_early() {
                 b.await_slot(&run)?;
             }
-            let g = b.post_coll(ops, &mut run);
+            let g = b.post_coll(ops, &mut run, Some(sig));
             fail_point!("post");
             b.shared.wake(b.others(g));
             // A broadcast's or scatter's root that filled its slot is done once it has its own
@@ -1677,12 +1681,18 @@ impl LocalBackend {
             rank: self.rank,
             reason: None,
         };
-        let result = f(self);
-        match &result {
-            Ok(()) => std::mem::forget(posted),
-            Err(e) => posted.reason = Some(Abort::for_error(self.rank, e)),
+        match f(self) {
+            Ok(()) => {
+                std::mem::forget(posted);
+                // A fresh `Ok`, not `f`'s result moved: copying the whole (large) `Result` out
+                // of the slot just written stalls on the store.
+                Ok(())
+            }
+            Err(e) => {
+                posted.reason = Some(Abort::for_error(self.rank, &e));
+                Err(e)
+            }
         }
-        result
     }
 }
 
