@@ -929,7 +929,7 @@ impl Ctx {
         let done = engine(&self.backend)?.execute(std::slice::from_mut(op));
         if let (Some(t), Some(start)) = (&mut self.trace, start) {
             t.record(
-                [(&op.desc, traced_members(&op, group))],
+                [(&op.desc, traced_members(op, group))],
                 false,
                 start,
                 done.is_ok(),
