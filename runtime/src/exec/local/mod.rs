@@ -1074,16 +1074,23 @@ impl LocalBackend {
             };
             // A member whose slot holds the step with our signature agrees with us
             // (signatures are exact); any other is compared in full once it has posted.
-            let differs =
-                |j: usize| j != l.me && !g.eager_slot(j, k).read(k).is_some_and(|(s, _)| s == mine);
-            let unposted = |j: usize| g.slots[j].posted.load(Ordering::Acquire) <= k;
-            let members = 0..g.members.len();
-            if members.clone().any(|j| differs(j) && unposted(j)) {
-                let missing = members.filter(|&j| differs(j) && unposted(j));
-                break Some(missing.map(|j| g.members[j]).collect());
+            let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
+            let mut compare = false;
+            for (j, slot) in g.slots.iter().enumerate() {
+                if j == l.me || g.eager_slot(j, k).read(k).is_some_and(|(s, _)| s == mine) {
+                    continue;
+                }
+                if slot.posted.load(Ordering::Acquire) <= k {
+                    missing.push(g.members[j]);
+                } else {
+                    compare = true;
+                }
             }
-            if members.clone().any(differs) {
-                let entries: SmallVec<[&Op; 8]> = members
+            if !missing.is_empty() {
+                break Some(missing);
+            }
+            if compare {
+                let entries: SmallVec<[&Op; 8]> = (0..g.members.len())
                     // SAFETY: every member posted k or filled its slot for it (above), and our
                     // `done` is held at k; ours is our own slot.
                     .map(|j| unsafe { member_op(g, j, k) })
