@@ -1063,10 +1063,24 @@ impl LocalBackend {
         };
         let mut left = l.left.borrow_mut();
         let before = left.len();
+        // A member other than a step's root finishes a step that leaves early only after
+        // agreeing with the root: eagerly with the root's exact signature, or in place once the
+        // root checked the step (it waits for the root's `done`, held below the step until
+        // then). So the steps every other member has finished need no comparing — one read of
+        // each member's `done` instead of one of its slot per step.
+        let finished = (g.slots.iter().enumerate())
+            .filter(|&(j, _)| j != l.me)
+            .map(|(_, slot)| slot.done.0.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
         let waiting = loop {
             let Some(&k) = left.front() else {
                 break None;
             };
+            if k < finished {
+                left.pop_front();
+                continue;
+            }
             let Some((mine, _)) = g.eager_slot(l.me, k).read(k) else {
                 return Err(Error::Internal(format!(
                     "the broadcast step {k} this rank left is no longer in its slot"
