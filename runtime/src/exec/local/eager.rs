@@ -177,7 +177,7 @@ impl EagerSlot {
     /// The caller is the slot's member, and every peer has finished the slot's previous step
     /// (module docs); `op`'s input is a live host buffer of the size `sig` was made for (at most
     /// [`EAGER_BYTES`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op) {
         let bytes = op.input.len * op.desc.dtype.size();
         let body = self.body.get();
