@@ -276,6 +276,32 @@ fn not_done(g: &GroupState, upto: u64) -> SmallVec<[usize; 8]> {
         .collect()
 }
 
+/// What member `j` has posted for eager step `k`.
+enum Slotted {
+    /// Its eager slot holds the step: the signature and the input.
+    Filled(Sig, *const u8),
+    /// It posted the step without filling its slot: the step runs in place.
+    InPlace,
+    /// It has not posted the step yet.
+    Absent,
+}
+
+/// Member `j`'s eager input for step `k`. The slot first, and only if it is empty the
+/// member's `posted` and the slot again: a member fills its slot before it posts, so a slot
+/// still empty after `posted` covered step `k` means the member runs the step in place. (Read
+/// first, `posted` would cost every step a transfer of a line the member has just written.)
+fn eager_input(g: &GroupState, j: usize, k: u64) -> Slotted {
+    if let Some((sig, data)) = g.eager_slot(j, k).read(k) {
+        return Slotted::Filled(sig, data);
+    }
+    let posted = g.slots[j].posted.load(Ordering::Acquire);
+    match g.eager_slot(j, k).read(k) {
+        Some((sig, data)) => Slotted::Filled(sig, data),
+        None if posted > k => Slotted::InPlace,
+        None => Slotted::Absent,
+    }
+}
+
 /// Every member's op for collective step `k` of `run`, ours being `mine`, in member order.
 ///
 /// # Safety
@@ -889,17 +915,14 @@ impl LocalBackend {
         let mut inputs: SmallVec<[*const u8; 8]> = SmallVec::with_capacity(n);
         let mut missing: SmallVec<[usize; 8]> = SmallVec::new();
         let mut agree = true;
-        for (j, slot) in g.slots.iter().enumerate() {
-            // `posted` first: a member fills its eager slot before it posts, so once `posted`
-            // covers step k an empty slot means the member runs the step in place.
-            let posted = slot.posted.load(Ordering::Acquire);
-            match g.eager_slot(j, k).read(k) {
-                Some((sig, data)) => {
+        for j in 0..n {
+            match eager_input(g, j, k) {
+                Slotted::Filled(sig, data) => {
                     agree &= sig == mine;
                     inputs.push(data);
                 }
-                None if posted > k => return Ok(Eager::InPlace),
-                None => missing.push(g.members[j]),
+                Slotted::InPlace => return Ok(Eager::InPlace),
+                Slotted::Absent => missing.push(g.members[j]),
             }
         }
         if !missing.is_empty() {
@@ -929,11 +952,8 @@ impl LocalBackend {
         root: usize,
     ) -> Result<Eager> {
         let k = run.next;
-        // `posted` first, as in `step_eager`: a root that posted without filling its slot
-        // runs the step in place.
-        let posted = g.slots[root].posted.load(Ordering::Acquire);
-        match g.eager_slot(root, k).read(k) {
-            Some((sig, data)) if sig == mine => {
+        match eager_input(g, root, k) {
+            Slotted::Filled(sig, data) if sig == mine => {
                 fail_point!("step");
                 let op = &ops[run.start];
                 // SAFETY: the root's slot holds step k with our signature, hence an input of
@@ -947,9 +967,9 @@ impl LocalBackend {
                 }
                 Ok(Eager::Done)
             }
-            Some(_) => self.eager_mismatch(run, g, ops).map(Eager::Wait),
-            None if posted > k => Ok(Eager::InPlace),
-            None => Ok(Eager::Wait((
+            Slotted::Filled(..) => self.eager_mismatch(run, g, ops).map(Eager::Wait),
+            Slotted::InPlace => Ok(Eager::InPlace),
+            Slotted::Absent => Ok(Eager::Wait((
                 run.start,
                 SmallVec::from_slice(&[g.members[root]]),
             ))),
