@@ -40,6 +40,10 @@ pub struct Ctx {
     /// The last batch's op list, emptied: batches reuse its memory, so a program that runs a
     /// bucket of calls every step does not grow (and page in) a fresh list each time.
     spare_ops: Vec<Op>,
+    /// The last lone in-place call (broadcast, reduce, all_reduce) as validated: the next call
+    /// that repeats it exactly reuses it (see [`Ctx::in_place_one`]). Its buffers may dangle
+    /// between calls; they are read only by a call that found them equal to its own tensor's.
+    last: Option<Op>,
 }
 
 /// Builds validated [`Op`]s for one call site on one group.
@@ -63,6 +67,12 @@ impl From<Op> for Built {
     fn from(op: Op) -> Self {
         Built { op, staged: None }
     }
+}
+
+/// Whether two call sites are the same: `file!()`s of one file usually share an address, so
+/// the text is compared only when they do not.
+fn same_site(a: &CallSite, b: &CallSite) -> bool {
+    (a.line, a.column) == (b.line, b.column) && (std::ptr::eq(a.file, b.file) || a.file == b.file)
 }
 
 /// What a call's builder made, read where it lies: the op, and the staging of a list form.
@@ -484,20 +494,20 @@ macro_rules! comm_methods {
         /// Copies `root`'s `tensor` into every member's `tensor` (same shape everywhere).
         #[track_caller]
         pub fn broadcast<T: Element>(&mut self, tensor: &$a mut Tensor<T>, root: usize) -> $ret {
-            self.sink(CallSite::caller(), move |c| c.in_place(OpKind::Broadcast, tensor, Some(root), None))
+            self.sink_in_place(CallSite::caller(), OpKind::Broadcast, tensor, Some(root), None)
         }
 
         /// Reduces every member's `tensor` with `op` into `root`'s `tensor`; the other members'
         /// tensors are left unchanged.
         #[track_caller]
         pub fn reduce<T: Element>(&mut self, tensor: &$a mut Tensor<T>, root: usize, op: ReduceOp) -> $ret {
-            self.sink(CallSite::caller(), move |c| c.in_place(OpKind::Reduce, tensor, Some(root), Some(op)))
+            self.sink_in_place(CallSite::caller(), OpKind::Reduce, tensor, Some(root), Some(op))
         }
 
         /// Reduces every member's `tensor` with `op` and leaves the result in all of them.
         #[track_caller]
         pub fn all_reduce<T: Element>(&mut self, tensor: &$a mut Tensor<T>, op: ReduceOp) -> $ret {
-            self.sink(CallSite::caller(), move |c| c.in_place(OpKind::AllReduce, tensor, None, Some(op)))
+            self.sink_in_place(CallSite::caller(), OpKind::AllReduce, tensor, None, Some(op))
         }
 
         /// Concatenates every member's `input` along `dim`, in group-rank order, into `output`
@@ -642,6 +652,7 @@ impl Ctx {
             ordinals: HashMap::new(),
             trace: None,
             spare_ops: Vec::new(),
+            last: None,
         }
     }
 
@@ -942,12 +953,90 @@ impl Ctx {
         }
     }
 
+    /// A lone broadcast, reduce or all_reduce: [`Ctx::run_one`], except that a call repeating
+    /// the last one exactly — same kind, communicator, root, reduction, element type, shape,
+    /// call site, and the same host buffer — reuses its validated op instead of describing and
+    /// validating the call again (validation depends on nothing else, so it would pass the
+    /// same way). Loops of small collectives are made of such calls, and for them describing
+    /// the call cost about as much as the collective.
+    fn in_place_one<T: Element>(
+        &mut self,
+        group: Option<&Group>,
+        site: CallSite,
+        kind: OpKind,
+        t: &mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> Result<()> {
+        let g = group.unwrap_or(&self.world_group);
+        let repeat = t.device() == Device::Host
+            && self.last.as_ref().is_some_and(|last| {
+                let d = &last.desc;
+                let (ptr, len) = t.raw_mut();
+                d.kind == kind
+                    && d.group == g.id()
+                    && d.peer == root
+                    && d.op == op
+                    && d.dtype == T::DTYPE
+                    && last.input.ptr == ptr.cast()
+                    && last.output.ptr == ptr.cast()
+                    && (last.input.len, last.output.len) == (len, len)
+                    && !last.input.on_device
+                    && !last.output.on_device
+                    && d.shape.as_slice() == t.shape()
+                    && same_site(&d.site, &site)
+            });
+        let fresh = crate::guard::Guard::check(site).and_then(|()| {
+            let caller = self.caller(g, site, false)?;
+            if repeat {
+                Ok(None)
+            } else {
+                caller.in_place(kind, t, root, op).map(Some)
+            }
+        });
+        match fresh {
+            Ok(None) => {}
+            Ok(Some(built)) => self.last = Some(built),
+            Err(e) => {
+                self.last = None;
+                return Err(self.refused(e));
+            }
+        }
+        let Some(last) = self.last.as_mut() else {
+            return Err(Error::Internal(
+                "a repeated call without the call it repeats".into(),
+            ));
+        };
+        let start = self.trace.as_ref().map(Recorder::now);
+        let done = engine(&self.backend)?.execute(std::slice::from_mut(last));
+        if let (Some(rec), Some(start)) = (&mut self.trace, start) {
+            rec.record(
+                [(&last.desc, traced_members(last, g))],
+                false,
+                start,
+                done.is_ok(),
+            );
+        }
+        done
+    }
+
     fn sink<B: Parts>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         self.run_one(None, site, build)
+    }
+
+    fn sink_in_place<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        t: &mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> Result<()> {
+        self.in_place_one(None, site, kind, t, root, op)
     }
 
     comm_methods!('_, Result<()>);
@@ -966,6 +1055,18 @@ impl Comm<'_> {
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         self.ctx.run_one(Some(self.group), site, build)
+    }
+
+    fn sink_in_place<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        t: &mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> Result<()> {
+        self.ctx
+            .in_place_one(Some(self.group), site, kind, t, root, op)
     }
 
     comm_methods!('_, Result<()>);
@@ -1031,6 +1132,17 @@ impl<'c, 'a> Batch<'c, 'a> {
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
         self.record(None, site, build)
+    }
+
+    fn sink_in_place<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        t: &'a mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> &mut Self {
+        self.sink(site, move |c| c.in_place(kind, t, root, op))
     }
 
     comm_methods!('a, &mut Self);
@@ -1099,6 +1211,17 @@ impl<'a> BatchComm<'_, '_, 'a> {
     ) -> &mut Self {
         self.batch.record(Some(self.group), site, build);
         self
+    }
+
+    fn sink_in_place<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        t: &'a mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> &mut Self {
+        self.sink(site, move |c| c.in_place(kind, t, root, op))
     }
 
     comm_methods!('a, &mut Self);

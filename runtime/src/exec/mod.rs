@@ -128,7 +128,9 @@ pub(crate) unsafe trait Backend: Send {
     /// Runs a batch of validated ops (a single call is a batch of one) and returns when all of
     /// them have completed on this rank. Ops on different communicators or peers may complete in
     /// any order; ops on one communicator or one peer pair run in the order given. Posted ops
-    /// (see [`Backend::post`]) progress meanwhile, and come first on their peer pair.
+    /// (see [`Backend::post`]) progress meanwhile, and come first on their peer pair. A backend
+    /// may reorder the ops but leaves each op as it is: `Ctx` reuses a lone call's op for the
+    /// next call that repeats it.
     fn execute(&mut self, ops: &mut [Op]) -> Result<()>;
 
     /// Posts a validated send or receive (`isend`/`irecv`) on a buffer the backend owns from

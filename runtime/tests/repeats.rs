@@ -1,0 +1,175 @@
+//! A lone broadcast, reduce or all_reduce that repeats the previous call exactly reuses that
+//! call's validated description instead of describing the call again (`Ctx::in_place_one`).
+//! These tests repeat a call from one call site, then change one thing at a time — the tensor,
+//! the reduction, the root, the kind, the communicator, the shape of the same buffer, the call
+//! site — and check that every change is seen: in the results (hand-computed), in the
+//! mismatch every rank reports, in the line a report names, or in a refusal.
+
+use rankwise_runtime::{Ctx, Error, Group, ReduceOp, Result, Tensor, spawn, spawn_each};
+
+/// One call site for every call a test makes through it (the site is the only thing the tests
+/// keep equal while they change the rest).
+fn all_reduce(ctx: &mut Ctx, t: &mut Tensor<f32>, op: ReduceOp) -> Result<()> {
+    ctx.all_reduce(t, op)
+}
+
+fn broadcast(ctx: &mut Ctx, t: &mut Tensor<f32>, root: usize) -> Result<()> {
+    ctx.broadcast(t, root)
+}
+
+fn reduce(ctx: &mut Ctx, t: &mut Tensor<f32>, root: usize, op: ReduceOp) -> Result<()> {
+    ctx.reduce(t, root, op)
+}
+
+fn broadcast_on(ctx: &mut Ctx, g: &Group, t: &mut Tensor<f32>, root: usize) -> Result<()> {
+    ctx.group(g).broadcast(t, root)
+}
+
+#[test]
+fn each_change_to_a_repeated_call_is_seen_in_its_results() {
+    let results = spawn(3, |ctx| {
+        let r = ctx.rank() as f32;
+        let mut seen = Vec::new();
+        let mut a = Tensor::full([4], r)?;
+        for _ in 0..3 {
+            all_reduce(ctx, &mut a, ReduceOp::Sum)?; // 0+1+2 = 3, then 9, then 27
+        }
+        seen.push(a.to_vec()[0]);
+        // Another tensor of the same shape, same site.
+        let mut b = Tensor::full([4], 10.0 + r)?;
+        all_reduce(ctx, &mut b, ReduceOp::Sum)?;
+        seen.push(b.to_vec()[0]); // 33
+        // The same tensor, another reduction.
+        for op in [ReduceOp::Sum, ReduceOp::Max] {
+            a.fill(r);
+            all_reduce(ctx, &mut a, op)?;
+            seen.push(a.to_vec()[0]); // 3, then 2
+        }
+        // The same tensor and root, repeated; then another root.
+        for root in [0, 0, 1, 1, 2] {
+            a.fill(r);
+            broadcast(ctx, &mut a, root)?;
+            seen.push(a.to_vec()[0]); // the root's rank
+        }
+        // Reduce after reduce: only the root's tensor changes; then another root.
+        for root in [2, 2, 0] {
+            a.fill(r + 1.0);
+            reduce(ctx, &mut a, root, ReduceOp::Sum)?;
+            seen.push(a.to_vec()[0]); // 6 on the root, r + 1 elsewhere
+        }
+        // The same tensor, root and site on two communicators: all ranks, then ranks 1 and 2
+        // (rank 0 returns meanwhile, so a broadcast on the first would fail).
+        let all: Group = ctx.new_group([0, 1, 2])?;
+        let pair: Group = ctx.new_group([1, 2])?;
+        for _ in 0..2 {
+            a.fill(r);
+            broadcast_on(ctx, &all, &mut a, 1)?;
+            seen.push(a.to_vec()[0]); // 1
+        }
+        if ctx.rank() != 0 {
+            a.fill(r + 5.0);
+            broadcast_on(ctx, &pair, &mut a, 1)?;
+            seen.push(a.to_vec()[0]); // 6
+        }
+        Ok(seen)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, seen) in results.iter().enumerate() {
+        let r = rank as f32;
+        let on = |root: usize| if rank == root { 6.0 } else { r + 1.0 };
+        let mut expected = vec![27.0, 33.0, 3.0, 2.0, 0.0, 0.0, 1.0, 1.0, 2.0];
+        expected.extend([on(2), on(2), on(0), 1.0, 1.0]);
+        if rank != 0 {
+            expected.push(6.0);
+        }
+        assert_eq!(seen, &expected, "rank {rank}");
+    }
+}
+
+#[test]
+fn a_new_shape_of_the_same_buffer_is_compared_anew() {
+    // Every rank broadcasts a [4] tensor three times from one site; then rank 1 reshapes its
+    // buffer (the same allocation) to [2, 2] and broadcasts it from the same site: a
+    // disagreement every rank must report, naming both shapes.
+    let results = spawn_each(2, Default::default(), |ctx| {
+        let mut t = Tensor::full([4], 1.0f32)?;
+        for _ in 0..3 {
+            broadcast(ctx, &mut t, 0)?;
+        }
+        if ctx.rank() == 1 {
+            t = t.reshape([2, 2])?;
+        }
+        broadcast(ctx, &mut t, 0)?;
+        // Anything after it (the second rank would otherwise return at once).
+        ctx.barrier()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Err(Error::CollectiveMismatch(m)) => {
+                let both = format!("{} / {}", m.what_a, m.what_b);
+                assert!(
+                    both.contains("[4]") && both.contains("[2, 2]"),
+                    "rank {rank}: {m}"
+                );
+            }
+            other => panic!("rank {rank}: expected a collective mismatch, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_repeated_call_from_another_line_is_reported_at_that_line() {
+    // Three broadcasts from one line, then the same broadcast from another line on rank 0
+    // while rank 1 calls all_reduce: the mismatch must place rank 0's call at its new line.
+    static LINE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let results = spawn_each(2, Default::default(), |ctx| {
+        let mut t = Tensor::full([4], 1.0f32)?;
+        for _ in 0..3 {
+            ctx.broadcast(&mut t, 0)?;
+        }
+        if ctx.rank() == 0 {
+            LINE.store(line!() + 1, std::sync::atomic::Ordering::Relaxed);
+            ctx.broadcast(&mut t, 0)?;
+        } else {
+            ctx.all_reduce(&mut t, ReduceOp::Sum)?;
+        }
+        ctx.barrier()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let line = LINE.load(std::sync::atomic::Ordering::Relaxed);
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Err(Error::CollectiveMismatch(m)) => {
+                let site = if m.rank_a == 0 { m.site_a } else { m.site_b };
+                assert_eq!(site.line, line, "rank {rank}: {m}");
+            }
+            other => panic!("rank {rank}: expected a collective mismatch, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_repeated_call_with_a_root_out_of_range_is_refused() {
+    // A valid broadcast, then the same one with a root the world does not have: refused
+    // before anything is posted, on the rank that made it, however often the valid one ran.
+    let results = spawn_each(2, Default::default(), |ctx| {
+        let mut t = Tensor::full([2], 1.0f32)?;
+        for _ in 0..3 {
+            broadcast(ctx, &mut t, 1)?;
+        }
+        broadcast(ctx, &mut t, 7)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    // A rank refused its own call, or was told of the other's refusal while it still waited
+    // for the broadcasts before it (each rank left them early: see `exec::local::eager`).
+    let mut refused = 0;
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Err(Error::Misuse { rank: at, .. }) if *at == rank => refused += 1,
+            Err(e @ Error::PeerFailed { .. }) if e.to_string().contains("root 7") => {}
+            other => panic!("rank {rank}: expected the root to be refused, got {other:?}"),
+        }
+    }
+    assert!(refused > 0, "{results:?}");
+}
