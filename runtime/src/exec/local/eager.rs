@@ -42,7 +42,9 @@
 //!   compared every member's op for it (`LocalBackend::settle_group`, in every later pass and at
 //!   the rank's return): members that ran the step in place wait for that `done`, and nobody
 //!   refills a slot of the step before it — a disagreement is still reported, from the full
-//!   descriptions, before any slot of the step is reused.
+//!   descriptions, before any slot of the step is reused. A member other than the root whose
+//!   `done` passed the step agreed with the root (eagerly, by signature; in place, only after
+//!   the root's check), so the root compares only steps some member has not finished.
 //! * *The model says a collective blocks until every member arrives.* A rank that left a
 //!   broadcast early waits, before any call other than another broadcast on that communicator
 //!   and before it returns, until every member is done with it (`LocalBackend::settle`): so a
