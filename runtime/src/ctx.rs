@@ -40,10 +40,32 @@ pub struct Ctx {
     /// The last batch's op list, emptied: batches reuse its memory, so a program that runs a
     /// bucket of calls every step does not grow (and page in) a fresh list each time.
     spare_ops: Vec<Op>,
-    /// The last lone in-place call (broadcast, reduce, all_reduce) as validated: the next call
-    /// that repeats it exactly reuses it (see [`Ctx::in_place_one`]). Its buffers may dangle
-    /// between calls; they are read only by a call that found them equal to its own tensor's.
-    last: Option<Op>,
+    /// Per kind of call, the last lone broadcast, reduce, all_reduce, all_gather,
+    /// reduce_scatter or all_to_all as validated: the next call of the kind that repeats it
+    /// exactly reuses it (see [`Ctx::lone`]). Its buffers may dangle between calls; they are
+    /// read only by a call that found them equal to its own tensors'.
+    last: [Option<Validated>; OpKind::ALL.len()],
+}
+
+/// A validated op, and what its validation read besides the op: the output's shape.
+struct Validated {
+    op: Op,
+    output_shape: Shape,
+}
+
+/// A lone call as [`Ctx::repeats`] compares it with the one before.
+struct CallKey<'t> {
+    kind: OpKind,
+    group: GroupId,
+    peer: Option<usize>,
+    op: Option<ReduceOp>,
+    dtype: DType,
+    shape: &'t [usize],
+    dim: usize,
+    output_shape: &'t [usize],
+    input: (*const u8, usize),
+    output: (*const u8, usize),
+    site: CallSite,
 }
 
 /// Builds validated [`Op`]s for one call site on one group.
@@ -73,6 +95,12 @@ impl From<Op> for Built {
 /// the text is compared only when they do not.
 fn same_site(a: &CallSite, b: &CallSite) -> bool {
     (a.line, a.column) == (b.line, b.column) && (std::ptr::eq(a.file, b.file) || a.file == b.file)
+}
+
+/// Whether two shapes are equal, dimension by dimension: a slice comparison calls `memcmp`,
+/// which costs more than comparing the few dimensions of a shape.
+fn same_dims(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(true, |same, (x, y)| same & (x == y))
 }
 
 /// What a call's builder made, read where it lies: the op, and the staging of a list form.
@@ -528,7 +556,7 @@ macro_rules! comm_methods {
         /// member's `output` (rows for `dim = 0`, columns for `dim = 1`, …).
         #[track_caller]
         pub fn all_gather<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
-            self.sink(CallSite::caller(), move |c| c.in_out(OpKind::AllGather, input, output, None, dim))
+            self.sink_in_out(CallSite::caller(), OpKind::AllGather, input, output, None, dim)
         }
 
         /// Splits `root`'s `input` along `dim` into one equal part per member; member `i` gets
@@ -554,14 +582,14 @@ macro_rules! comm_methods {
             op: ReduceOp,
             dim: usize,
         ) -> $ret {
-            self.sink(CallSite::caller(), move |c| c.in_out(OpKind::ReduceScatter, input, output, Some(op), dim))
+            self.sink_in_out(CallSite::caller(), OpKind::ReduceScatter, input, output, Some(op), dim)
         }
 
         /// Splits every member's `input` along `dim` into one part per member; part `j` of
         /// member `i` becomes part `i` of member `j`'s `output` (same shape as `input`).
         #[track_caller]
         pub fn all_to_all<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
-            self.sink(CallSite::caller(), move |c| c.in_out(OpKind::AllToAll, input, output, None, dim))
+            self.sink_in_out(CallSite::caller(), OpKind::AllToAll, input, output, None, dim)
         }
 
         /// `all_gather` into a list, as torch writes it: member `i`'s `input` lands in
@@ -652,7 +680,7 @@ impl Ctx {
             ordinals: HashMap::new(),
             trace: None,
             spare_ops: Vec::new(),
-            last: None,
+            last: Default::default(),
         }
     }
 
@@ -953,56 +981,67 @@ impl Ctx {
         }
     }
 
-    /// A lone broadcast, reduce or all_reduce: [`Ctx::run_one`], except that a call repeating
-    /// the last one exactly — same kind, communicator, root, reduction, element type, shape,
-    /// call site, and the same host buffer — reuses its validated op instead of describing and
-    /// validating the call again (validation depends on nothing else, so it would pass the
-    /// same way). Loops of small collectives are made of such calls, and for them describing
-    /// the call cost about as much as the collective.
-    fn in_place_one<T: Element>(
+    /// Whether `call` repeats the last lone call of its kind exactly: the same kind,
+    /// communicator, root, reduction, element type, shapes, `dim`, call site, and the same host
+    /// buffers. Validation depends on nothing else (and on the rank, the world and the
+    /// communicator's members, fixed for a context and a communicator id), so it would pass
+    /// the same way.
+    #[inline(always)] // the key stays in registers
+    fn repeats(&self, call: &CallKey<'_>) -> bool {
+        let Some(Some(last)) = self.last.get(call.kind as usize) else {
+            return false;
+        };
+        let (op, d) = (&last.op, &last.op.desc);
+        d.kind == call.kind
+            && d.group == call.group
+            && d.peer == call.peer
+            && d.op == call.op
+            && d.dtype == call.dtype
+            && d.dim == call.dim
+            && (op.input.ptr.cast_const(), op.input.len) == call.input
+            && (op.output.ptr.cast_const(), op.output.len) == call.output
+            && !op.input.on_device
+            && !op.output.on_device
+            && same_dims(&d.shape, call.shape)
+            && same_dims(&last.output_shape, call.output_shape)
+            && same_site(&d.site, &call.site)
+    }
+
+    /// A lone broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all:
+    /// [`Ctx::run_one`], except that a call that `repeat`s the last one of its kind (see
+    /// [`Ctx::repeats`]) reuses that call's validated op instead of describing and validating
+    /// the call again — loops of small collectives are made of such calls, and for them
+    /// describing the call cost about as much as the collective. The guard's check of the call
+    /// site and the check of the group handle run on every call.
+    fn lone(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
         kind: OpKind,
-        t: &mut Tensor<T>,
-        root: Option<usize>,
-        op: Option<ReduceOp>,
+        repeat: bool,
+        build: impl FnOnce(&Caller<'_>) -> Result<Validated>,
     ) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        let repeat = t.device() == Device::Host
-            && self.last.as_ref().is_some_and(|last| {
-                let d = &last.desc;
-                let (ptr, len) = t.raw_mut();
-                d.kind == kind
-                    && d.group == g.id()
-                    && d.peer == root
-                    && d.op == op
-                    && d.dtype == T::DTYPE
-                    && last.input.ptr == ptr.cast()
-                    && last.output.ptr == ptr.cast()
-                    && (last.input.len, last.output.len) == (len, len)
-                    && !last.input.on_device
-                    && !last.output.on_device
-                    && d.shape.as_slice() == t.shape()
-                    && same_site(&d.site, &site)
-            });
         let fresh = crate::guard::Guard::check(site).and_then(|()| {
             let caller = self.caller(g, site, false)?;
             if repeat {
                 Ok(None)
             } else {
-                caller.in_place(kind, t, root, op).map(Some)
+                build(&caller).map(Some)
             }
         });
+        let Some(slot) = self.last.get_mut(kind as usize) else {
+            return Err(Error::Internal(format!("no room to keep a {kind} call")));
+        };
         match fresh {
             Ok(None) => {}
-            Ok(Some(built)) => self.last = Some(built),
+            Ok(Some(built)) => *slot = Some(built),
             Err(e) => {
-                self.last = None;
+                *slot = None;
                 return Err(self.refused(e));
             }
         }
-        let Some(last) = self.last.as_mut() else {
+        let Some(last) = slot.as_mut().map(|v| &mut v.op) else {
             return Err(Error::Internal(
                 "a repeated call without the call it repeats".into(),
             ));
@@ -1017,7 +1056,84 @@ impl Ctx {
                 done.is_ok(),
             );
         }
-        done
+        // A fresh `Ok`: moving the whole (large) `Result` just written stalls (see
+        // `docs/decisions.md`, "A lone call moves nothing large").
+        match done {
+            Ok(()) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Ctx::lone`] for a broadcast, reduce or all_reduce of `t`.
+    fn in_place_one<T: Element>(
+        &mut self,
+        group: Option<&Group>,
+        site: CallSite,
+        kind: OpKind,
+        t: &mut Tensor<T>,
+        root: Option<usize>,
+        op: Option<ReduceOp>,
+    ) -> Result<()> {
+        let repeat = t.device() == Device::Host && {
+            let (ptr, len) = t.raw();
+            let buf = (ptr.cast(), len);
+            self.repeats(&CallKey {
+                kind,
+                group: group.unwrap_or(&self.world_group).id(),
+                peer: root,
+                op,
+                dtype: T::DTYPE,
+                shape: t.shape(),
+                dim: 0,
+                output_shape: &[],
+                input: buf,
+                output: buf,
+                site,
+            })
+        };
+        self.lone(group, site, kind, repeat, move |c| {
+            Ok(Validated {
+                op: c.in_place(kind, t, root, op)?,
+                output_shape: Shape::new(),
+            })
+        })
+    }
+
+    /// [`Ctx::lone`] for an all_gather, reduce_scatter or all_to_all of `x` into `out`.
+    #[allow(clippy::too_many_arguments)] // one call's parts, as the public method takes them
+    fn in_out_one<T: Element>(
+        &mut self,
+        group: Option<&Group>,
+        site: CallSite,
+        kind: OpKind,
+        x: &Tensor<T>,
+        out: &mut Tensor<T>,
+        op: Option<ReduceOp>,
+        dim: usize,
+    ) -> Result<()> {
+        let repeat = x.device() == Device::Host && out.device() == Device::Host && {
+            let ((xp, xn), (outp, outn)) = (x.raw(), out.raw());
+            self.repeats(&CallKey {
+                kind,
+                group: group.unwrap_or(&self.world_group).id(),
+                peer: None,
+                op,
+                dtype: T::DTYPE,
+                shape: x.shape(),
+                dim,
+                output_shape: out.shape(),
+                input: (xp.cast(), xn),
+                output: (outp.cast(), outn),
+                site,
+            })
+        };
+        self.lone(group, site, kind, repeat, move |c| {
+            let built = c.in_out(kind, x, &mut *out, op, dim)?;
+            Ok(Validated {
+                op: built,
+                output_shape: Shape::from_slice(out.shape()),
+            })
+        })
     }
 
     fn sink<B: Parts>(
@@ -1037,6 +1153,18 @@ impl Ctx {
         op: Option<ReduceOp>,
     ) -> Result<()> {
         self.in_place_one(None, site, kind, t, root, op)
+    }
+
+    fn sink_in_out<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        x: &Tensor<T>,
+        out: &mut Tensor<T>,
+        op: Option<ReduceOp>,
+        dim: usize,
+    ) -> Result<()> {
+        self.in_out_one(None, site, kind, x, out, op, dim)
     }
 
     comm_methods!('_, Result<()>);
@@ -1067,6 +1195,19 @@ impl Comm<'_> {
     ) -> Result<()> {
         self.ctx
             .in_place_one(Some(self.group), site, kind, t, root, op)
+    }
+
+    fn sink_in_out<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        x: &Tensor<T>,
+        out: &mut Tensor<T>,
+        op: Option<ReduceOp>,
+        dim: usize,
+    ) -> Result<()> {
+        self.ctx
+            .in_out_one(Some(self.group), site, kind, x, out, op, dim)
     }
 
     comm_methods!('_, Result<()>);
@@ -1143,6 +1284,18 @@ impl<'c, 'a> Batch<'c, 'a> {
         op: Option<ReduceOp>,
     ) -> &mut Self {
         self.sink(site, move |c| c.in_place(kind, t, root, op))
+    }
+
+    fn sink_in_out<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        x: &'a Tensor<T>,
+        out: &'a mut Tensor<T>,
+        op: Option<ReduceOp>,
+        dim: usize,
+    ) -> &mut Self {
+        self.sink(site, move |c| c.in_out(kind, x, out, op, dim))
     }
 
     comm_methods!('a, &mut Self);
@@ -1222,6 +1375,18 @@ impl<'a> BatchComm<'_, '_, 'a> {
         op: Option<ReduceOp>,
     ) -> &mut Self {
         self.sink(site, move |c| c.in_place(kind, t, root, op))
+    }
+
+    fn sink_in_out<T: Element>(
+        &mut self,
+        site: CallSite,
+        kind: OpKind,
+        x: &'a Tensor<T>,
+        out: &'a mut Tensor<T>,
+        op: Option<ReduceOp>,
+        dim: usize,
+    ) -> &mut Self {
+        self.sink(site, move |c| c.in_out(kind, x, out, op, dim))
     }
 
     comm_methods!('a, &mut Self);

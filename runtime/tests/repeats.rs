@@ -173,3 +173,102 @@ fn a_repeated_call_with_a_root_out_of_range_is_refused() {
     }
     assert!(refused > 0, "{results:?}");
 }
+
+fn all_gather(ctx: &mut Ctx, x: &Tensor<f32>, out: &mut Tensor<f32>, dim: usize) -> Result<()> {
+    ctx.all_gather(x, out, dim)
+}
+
+fn all_to_all(ctx: &mut Ctx, x: &Tensor<f32>, out: &mut Tensor<f32>, dim: usize) -> Result<()> {
+    ctx.all_to_all(x, out, dim)
+}
+
+fn reduce_scatter(
+    ctx: &mut Ctx,
+    x: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+    op: ReduceOp,
+) -> Result<()> {
+    ctx.reduce_scatter(x, out, op, 0)
+}
+
+#[test]
+fn each_change_to_a_repeated_call_with_an_output_is_seen() {
+    let results = spawn(2, |ctx| {
+        let r = ctx.rank() as f32;
+        let mut seen: Vec<Vec<f32>> = Vec::new();
+        // all_gather, repeated; then another input, then another output.
+        let x = Tensor::from_vec([2], vec![r, r + 10.0])?;
+        let y = Tensor::from_vec([2], vec![r + 20.0, r + 30.0])?;
+        let mut out = Tensor::full([4], -1.0f32)?;
+        let mut other = Tensor::full([4], -1.0f32)?;
+        for _ in 0..2 {
+            all_gather(ctx, &x, &mut out, 0)?;
+        }
+        seen.push(out.to_vec());
+        all_gather(ctx, &y, &mut out, 0)?;
+        seen.push(out.to_vec());
+        all_gather(ctx, &y, &mut other, 0)?;
+        seen.push(other.to_vec());
+        // all_to_all of a 2 × 2 tensor along rows, repeated, then along columns.
+        let m = Tensor::from_vec([2, 2], vec![r, r + 1.0, r + 10.0, r + 11.0])?;
+        let mut t = Tensor::full([2, 2], -1.0f32)?;
+        for dim in [0, 0, 1] {
+            all_to_all(ctx, &m, &mut t, dim)?;
+            seen.push(t.to_vec());
+        }
+        // reduce_scatter with Sum, repeated, then with Max.
+        let z = Tensor::from_vec([2], vec![r + 1.0, r + 2.0])?;
+        let mut part = Tensor::full([1], -1.0f32)?;
+        for op in [ReduceOp::Sum, ReduceOp::Sum, ReduceOp::Max] {
+            reduce_scatter(ctx, &z, &mut part, op)?;
+            seen.push(part.to_vec());
+        }
+        Ok(seen)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, seen) in results.iter().enumerate() {
+        let r = rank as f32;
+        let expected: Vec<Vec<f32>> = vec![
+            vec![0.0, 10.0, 1.0, 11.0],
+            vec![20.0, 30.0, 21.0, 31.0],
+            vec![20.0, 30.0, 21.0, 31.0],
+            // Rows: row `rank` of each member's matrix, in member order.
+            vec![r * 10.0, r * 10.0 + 1.0, 1.0 + r * 10.0, 2.0 + r * 10.0],
+            vec![r * 10.0, r * 10.0 + 1.0, 1.0 + r * 10.0, 2.0 + r * 10.0],
+            // Columns: column `rank` of each member's matrix, side by side per row.
+            vec![r, 1.0 + r, r + 10.0, 11.0 + r],
+            // Element `rank` of (1, 2) + (2, 3): sums 3 and 5; maxima 2 and 3.
+            vec![3.0 + 2.0 * r],
+            vec![3.0 + 2.0 * r],
+            vec![2.0 + r],
+        ];
+        assert_eq!(seen, &expected, "rank {rank}");
+    }
+}
+
+#[test]
+fn a_repeated_call_into_a_reshaped_output_is_refused() {
+    // all_gather of [2] into [4], three times; then the same output buffer reshaped to
+    // [2, 2], which an all_gather along dim 0 of [2] cannot fill: refused as a misuse, as it
+    // would have been the first time.
+    let results = spawn_each(2, Default::default(), |ctx| {
+        let x = Tensor::full([2], 1.0f32)?;
+        let mut out = Tensor::full([4], 0.0f32)?;
+        for _ in 0..3 {
+            all_gather(ctx, &x, &mut out, 0)?;
+        }
+        let mut out = out.reshape([2, 2])?;
+        all_gather(ctx, &x, &mut out, 0)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    // A rank refused its own call, or was told of the other's refusal before it got there.
+    let mut refused = 0;
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Err(Error::Misuse { rank: at, .. }) if *at == rank => refused += 1,
+            Err(e @ Error::PeerFailed { .. }) if e.to_string().contains("has shape [2, 2]") => {}
+            other => panic!("rank {rank}: expected the output's shape refused, got {other:?}"),
+        }
+    }
+    assert!(refused > 0, "{results:?}");
+}
