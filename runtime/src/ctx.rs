@@ -42,18 +42,32 @@ pub struct Ctx {
     spare_ops: Vec<Op>,
     /// Per kind of call, the last lone broadcast, reduce, all_reduce, all_gather,
     /// reduce_scatter or all_to_all as validated: the next call of the kind that repeats it
-    /// exactly reuses it (see [`Ctx::lone`]). Its buffers may dangle between calls; they are
+    /// exactly reuses it (see [`Ctx::recall`]). Its buffers may dangle between calls; they are
     /// read only by a call that found them equal to its own tensors'.
     last: [Option<Validated>; OpKind::ALL.len()],
+}
+
+/// What [`Ctx::recall`] found.
+enum Recall {
+    /// The call repeats the kept one: run that again.
+    Repeat,
+    /// It does not: describe and validate it, and keep it afterwards if `keep`.
+    Miss { keep: bool },
 }
 
 /// A validated op, and what its validation read besides the op: the output's shape.
 struct Validated {
     op: Op,
     output_shape: Shape,
+    /// Calls from the same site that did not repeat it since it was kept (see [`Ctx::recall`]).
+    misses: u32,
 }
 
-/// A lone call as [`Ctx::repeats`] compares it with the one before.
+/// After how many calls from its site that do not repeat it a kept call gives way to the next
+/// (see [`Ctx::recall`]).
+const KEEP_AFTER_MISSES: u32 = 8;
+
+/// A lone call as [`Ctx::recall`] compares it with the one before.
 struct CallKey<'t> {
     kind: OpKind,
     group: GroupId,
@@ -106,17 +120,24 @@ fn same_dims(a: &[usize], b: &[usize]) -> bool {
 /// What a call's builder made, read where it lies: the op, and the staging of a list form.
 trait Parts {
     fn parts(&mut self) -> (&mut Op, Option<Staged>);
+    fn into_op(self) -> Op;
 }
 
 impl Parts for Op {
     fn parts(&mut self) -> (&mut Op, Option<Staged>) {
         (self, None)
     }
+    fn into_op(self) -> Op {
+        self
+    }
 }
 
 impl Parts for Built {
     fn parts(&mut self) -> (&mut Op, Option<Staged>) {
         (&mut self.op, self.staged.take())
+    }
+    fn into_op(self) -> Op {
+        self.op
     }
 }
 
@@ -949,6 +970,7 @@ impl Ctx {
         &mut self,
         group: Option<&Group>,
         site: CallSite,
+        keep: Option<Shape>,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         let group = group.unwrap_or(&self.world_group);
@@ -975,24 +997,49 @@ impl Ctx {
             );
         }
         done?;
-        match staged {
-            Some(staged) => staged.finish(),
-            None => Ok(()),
+        if let Some(staged) = staged {
+            staged.finish()?;
         }
+        // Kept after the call, so that the move does not delay it (see `Ctx::recall`).
+        if let Some(output_shape) = keep
+            && let Ok(b) = built
+        {
+            let op = b.into_op();
+            if let Some(slot) = self.last.get_mut(op.desc.kind as usize) {
+                *slot = Some(Validated {
+                    op,
+                    output_shape,
+                    misses: 0,
+                });
+            }
+        }
+        Ok(())
     }
 
-    /// Whether `call` repeats the last lone call of its kind exactly: the same kind,
+    /// Whether `call` repeats the last lone call of its kind exactly — the same kind,
     /// communicator, root, reduction, element type, shapes, `dim`, call site, and the same host
-    /// buffers. Validation depends on nothing else (and on the rank, the world and the
-    /// communicator's members, fixed for a context and a communicator id), so it would pass
-    /// the same way.
+    /// buffers — and, if not, whether to keep it for the next call. Validation depends on
+    /// nothing else (and on the rank, the world and the communicator's members, fixed for a
+    /// context and a communicator id), so a repeat would pass it the same way.
+    ///
+    /// A call that does not repeat is kept unless the kept call comes from the same site and
+    /// has given way fewer than [`KEEP_AFTER_MISSES`] times: a loop over many tensors from one
+    /// site (an all_reduce per parameter) then pays for keeping one call in eight, a loop that
+    /// alternates two tensors still repeats one of them, and a site that settles on a new
+    /// tensor repeats again after a few calls.
     #[inline(always)] // the key stays in registers
-    fn repeats(&self, call: &CallKey<'_>) -> bool {
-        let Some(Some(last)) = self.last.get(call.kind as usize) else {
-            return false;
+    fn recall(&mut self, call: &CallKey<'_>) -> Recall {
+        let Some(slot) = self.last.get_mut(call.kind as usize) else {
+            return Recall::Miss { keep: false };
+        };
+        let Some(last) = slot else {
+            return Recall::Miss { keep: true };
         };
         let (op, d) = (&last.op, &last.op.desc);
-        d.kind == call.kind
+        if !same_site(&d.site, &call.site) {
+            return Recall::Miss { keep: true };
+        }
+        let repeat = d.kind == call.kind
             && d.group == call.group
             && d.peer == call.peer
             && d.op == call.op
@@ -1003,54 +1050,42 @@ impl Ctx {
             && !op.input.on_device
             && !op.output.on_device
             && same_dims(&d.shape, call.shape)
-            && same_dims(&last.output_shape, call.output_shape)
-            && same_site(&d.site, &call.site)
+            && same_dims(&last.output_shape, call.output_shape);
+        if repeat {
+            return Recall::Repeat;
+        }
+        last.misses += 1;
+        Recall::Miss {
+            keep: last.misses >= KEEP_AFTER_MISSES,
+        }
     }
 
-    /// A lone broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all:
-    /// [`Ctx::run_one`], except that a call that `repeat`s the last one of its kind (see
-    /// [`Ctx::repeats`]) reuses that call's validated op instead of describing and validating
-    /// the call again — loops of small collectives are made of such calls, and for them
-    /// describing the call cost about as much as the collective. The guard's check of the call
-    /// site and the check of the group handle run on every call.
-    fn lone(
-        &mut self,
-        group: Option<&Group>,
-        site: CallSite,
-        kind: OpKind,
-        repeat: bool,
-        build: impl FnOnce(&Caller<'_>) -> Result<Validated>,
-    ) -> Result<()> {
+    /// Runs the kept call of `kind` again (see [`Ctx::recall`]): [`Ctx::run_one`] without
+    /// describing and validating it. The guard's check of the call site and the check of the
+    /// group handle still run.
+    fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        let fresh = crate::guard::Guard::check(site).and_then(|()| {
-            let caller = self.caller(g, site, false)?;
-            if repeat {
-                Ok(None)
-            } else {
-                build(&caller).map(Some)
-            }
-        });
-        let Some(slot) = self.last.get_mut(kind as usize) else {
-            return Err(Error::Internal(format!("no room to keep a {kind} call")));
-        };
-        match fresh {
-            Ok(None) => {}
-            Ok(Some(built)) => *slot = Some(built),
-            Err(e) => {
-                *slot = None;
-                return Err(self.refused(e));
-            }
+        if let Err(e) = crate::guard::Guard::check(site).and_then(|()| {
+            self.caller(g, site, false)?;
+            Ok(())
+        }) {
+            return Err(self.refused(e));
         }
-        let Some(last) = slot.as_mut().map(|v| &mut v.op) else {
+        let Some(op) = self
+            .last
+            .get_mut(kind as usize)
+            .and_then(Option::as_mut)
+            .map(|v| &mut v.op)
+        else {
             return Err(Error::Internal(
                 "a repeated call without the call it repeats".into(),
             ));
         };
         let start = self.trace.as_ref().map(Recorder::now);
-        let done = engine(&self.backend)?.execute(std::slice::from_mut(last));
+        let done = engine(&self.backend)?.execute(std::slice::from_mut(op));
         if let (Some(rec), Some(start)) = (&mut self.trace, start) {
             rec.record(
-                [(&last.desc, traced_members(last, g))],
+                [(&op.desc, traced_members(op, g))],
                 false,
                 start,
                 done.is_ok(),
@@ -1064,7 +1099,8 @@ impl Ctx {
         }
     }
 
-    /// [`Ctx::lone`] for a broadcast, reduce or all_reduce of `t`.
+    /// A lone broadcast, reduce or all_reduce of `t`: [`Ctx::rerun`] if it repeats the last
+    /// one of its kind, else [`Ctx::run_one`].
     fn in_place_one<T: Element>(
         &mut self,
         group: Option<&Group>,
@@ -1074,10 +1110,10 @@ impl Ctx {
         root: Option<usize>,
         op: Option<ReduceOp>,
     ) -> Result<()> {
-        let repeat = t.device() == Device::Host && {
+        let recall = if t.device() == Device::Host {
             let (ptr, len) = t.raw();
             let buf = (ptr.cast(), len);
-            self.repeats(&CallKey {
+            self.recall(&CallKey {
                 kind,
                 group: group.unwrap_or(&self.world_group).id(),
                 peer: root,
@@ -1090,16 +1126,19 @@ impl Ctx {
                 output: buf,
                 site,
             })
+        } else {
+            Recall::Miss { keep: false }
         };
-        self.lone(group, site, kind, repeat, move |c| {
-            Ok(Validated {
-                op: c.in_place(kind, t, root, op)?,
-                output_shape: Shape::new(),
-            })
-        })
+        match recall {
+            Recall::Repeat => self.rerun(group, site, kind),
+            Recall::Miss { keep } => {
+                let keep = keep.then(Shape::new);
+                self.run_one(group, site, keep, move |c| c.in_place(kind, t, root, op))
+            }
+        }
     }
 
-    /// [`Ctx::lone`] for an all_gather, reduce_scatter or all_to_all of `x` into `out`.
+    /// [`Ctx::in_place_one`] for an all_gather, reduce_scatter or all_to_all of `x` into `out`.
     #[allow(clippy::too_many_arguments)] // one call's parts, as the public method takes them
     fn in_out_one<T: Element>(
         &mut self,
@@ -1111,9 +1150,9 @@ impl Ctx {
         op: Option<ReduceOp>,
         dim: usize,
     ) -> Result<()> {
-        let repeat = x.device() == Device::Host && out.device() == Device::Host && {
+        let recall = if x.device() == Device::Host && out.device() == Device::Host {
             let ((xp, xn), (outp, outn)) = (x.raw(), out.raw());
-            self.repeats(&CallKey {
+            self.recall(&CallKey {
                 kind,
                 group: group.unwrap_or(&self.world_group).id(),
                 peer: None,
@@ -1126,14 +1165,17 @@ impl Ctx {
                 output: (outp.cast(), outn),
                 site,
             })
+        } else {
+            Recall::Miss { keep: false }
         };
-        self.lone(group, site, kind, repeat, move |c| {
-            let built = c.in_out(kind, x, &mut *out, op, dim)?;
-            Ok(Validated {
-                op: built,
-                output_shape: Shape::from_slice(out.shape()),
-            })
-        })
+        match recall {
+            Recall::Repeat => self.rerun(group, site, kind),
+            Recall::Miss { keep } => {
+                // The output's shape, which validation reads, is kept with the op.
+                let keep = keep.then(|| Shape::from_slice(out.shape()));
+                self.run_one(group, site, keep, move |c| c.in_out(kind, x, out, op, dim))
+            }
+        }
     }
 
     fn sink<B: Parts>(
@@ -1141,7 +1183,7 @@ impl Ctx {
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
-        self.run_one(None, site, build)
+        self.run_one(None, site, None, build)
     }
 
     fn sink_in_place<T: Element>(
@@ -1182,7 +1224,7 @@ impl Comm<'_> {
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
-        self.ctx.run_one(Some(self.group), site, build)
+        self.ctx.run_one(Some(self.group), site, None, build)
     }
 
     fn sink_in_place<T: Element>(
