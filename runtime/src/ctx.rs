@@ -521,6 +521,66 @@ impl Caller<'_> {
     }
 }
 
+/// The lone forms of the in-place and input/output collectives for [`Ctx`] and [`Comm`]: run
+/// at once, a repeat of the last call of its kind reusing that call's validated op
+/// ([`Ctx::recall`]).
+macro_rules! lone_sinks {
+    () => {
+        fn sink_in_place<T: Element>(
+            &mut self,
+            site: CallSite,
+            kind: OpKind,
+            t: &mut Tensor<T>,
+            root: Option<usize>,
+            op: Option<ReduceOp>,
+        ) -> Result<()> {
+            let (ctx, group) = self.target();
+            ctx.in_place_one(group, site, kind, t, root, op)
+        }
+
+        fn sink_in_out<T: Element>(
+            &mut self,
+            site: CallSite,
+            kind: OpKind,
+            x: &Tensor<T>,
+            out: &mut Tensor<T>,
+            op: Option<ReduceOp>,
+            dim: usize,
+        ) -> Result<()> {
+            let (ctx, group) = self.target();
+            ctx.in_out_one(group, site, kind, x, out, op, dim)
+        }
+    };
+}
+
+/// The same forms for [`Batch`] and [`BatchComm`], which record them like any other call.
+macro_rules! recorded_sinks {
+    ($a:lifetime) => {
+        fn sink_in_place<T: Element>(
+            &mut self,
+            site: CallSite,
+            kind: OpKind,
+            t: &$a mut Tensor<T>,
+            root: Option<usize>,
+            op: Option<ReduceOp>,
+        ) -> &mut Self {
+            self.sink(site, move |c| c.in_place(kind, t, root, op))
+        }
+
+        fn sink_in_out<T: Element>(
+            &mut self,
+            site: CallSite,
+            kind: OpKind,
+            x: &$a Tensor<T>,
+            out: &$a mut Tensor<T>,
+            op: Option<ReduceOp>,
+            dim: usize,
+        ) -> &mut Self {
+            self.sink(site, move |c| c.in_out(kind, x, out, op, dim))
+        }
+    };
+}
+
 /// The communication methods, written once for [`Ctx`], [`Comm`], [`Batch`] and [`BatchComm`].
 /// `$a` is how long tensors stay borrowed; `$ret` what a call returns. Each type provides
 /// `sink(site, build)`, which runs or records the op that `build` makes.
@@ -986,17 +1046,7 @@ impl Ctx {
                 })));
             }
         };
-        let start = self.trace.as_ref().map(Recorder::now);
-        let done = engine(&self.backend)?.execute(std::slice::from_mut(op));
-        if let (Some(t), Some(start)) = (&mut self.trace, start) {
-            t.record(
-                [(&op.desc, traced_members(op, group))],
-                false,
-                start,
-                done.is_ok(),
-            );
-        }
-        done?;
+        execute_one(&self.backend, &mut self.trace, op, group)?;
         if let Some(staged) = staged {
             staged.finish()?;
         }
@@ -1081,22 +1131,7 @@ impl Ctx {
                 "a repeated call without the call it repeats".into(),
             ));
         };
-        let start = self.trace.as_ref().map(Recorder::now);
-        let done = engine(&self.backend)?.execute(std::slice::from_mut(op));
-        if let (Some(rec), Some(start)) = (&mut self.trace, start) {
-            rec.record(
-                [(&op.desc, traced_members(op, g))],
-                false,
-                start,
-                done.is_ok(),
-            );
-        }
-        // A fresh `Ok`: moving the whole (large) `Result` just written stalls (see
-        // `docs/decisions.md`, "A lone call moves nothing large").
-        match done {
-            Ok(()) => Ok(()),
-            Err(e) => Err(e),
-        }
+        execute_one(&self.backend, &mut self.trace, op, g)
     }
 
     /// A lone broadcast, reduce or all_reduce of `t`: [`Ctx::rerun`] if it repeats the last
@@ -1186,29 +1221,12 @@ impl Ctx {
         self.run_one(None, site, None, build)
     }
 
-    fn sink_in_place<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        t: &mut Tensor<T>,
-        root: Option<usize>,
-        op: Option<ReduceOp>,
-    ) -> Result<()> {
-        self.in_place_one(None, site, kind, t, root, op)
+    /// This context and the whole world, for the lone forms.
+    fn target(&mut self) -> (&mut Ctx, Option<&Group>) {
+        (self, None)
     }
 
-    fn sink_in_out<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        x: &Tensor<T>,
-        out: &mut Tensor<T>,
-        op: Option<ReduceOp>,
-        dim: usize,
-    ) -> Result<()> {
-        self.in_out_one(None, site, kind, x, out, op, dim)
-    }
-
+    lone_sinks!();
     comm_methods!('_, Result<()>);
 }
 
@@ -1227,32 +1245,38 @@ impl Comm<'_> {
         self.ctx.run_one(Some(self.group), site, None, build)
     }
 
-    fn sink_in_place<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        t: &mut Tensor<T>,
-        root: Option<usize>,
-        op: Option<ReduceOp>,
-    ) -> Result<()> {
-        self.ctx
-            .in_place_one(Some(self.group), site, kind, t, root, op)
+    /// The context and this group, for the lone forms.
+    fn target(&mut self) -> (&mut Ctx, Option<&Group>) {
+        (self.ctx, Some(self.group))
     }
 
-    fn sink_in_out<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        x: &Tensor<T>,
-        out: &mut Tensor<T>,
-        op: Option<ReduceOp>,
-        dim: usize,
-    ) -> Result<()> {
-        self.ctx
-            .in_out_one(Some(self.group), site, kind, x, out, op, dim)
-    }
-
+    lone_sinks!();
     comm_methods!('_, Result<()>);
+}
+
+/// Runs one call's op on the backend, recording it when tracing.
+fn execute_one(
+    backend: &SharedBackend,
+    trace: &mut Option<Recorder>,
+    op: &mut Op,
+    group: &Group,
+) -> Result<()> {
+    let start = trace.as_ref().map(Recorder::now);
+    let done = engine(backend)?.execute(std::slice::from_mut(op));
+    if let (Some(rec), Some(start)) = (trace, start) {
+        rec.record(
+            [(&op.desc, traced_members(op, group))],
+            false,
+            start,
+            done.is_ok(),
+        );
+    }
+    // A fresh `Ok`: moving the whole (large) `Result` just written stalls (see
+    // `docs/decisions.md`, "A lone call moves nothing large").
+    match done {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The group members a trace records for `op`: none for point-to-point.
@@ -1317,29 +1341,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         self.record(None, site, build)
     }
 
-    fn sink_in_place<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        t: &'a mut Tensor<T>,
-        root: Option<usize>,
-        op: Option<ReduceOp>,
-    ) -> &mut Self {
-        self.sink(site, move |c| c.in_place(kind, t, root, op))
-    }
-
-    fn sink_in_out<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        x: &'a Tensor<T>,
-        out: &'a mut Tensor<T>,
-        op: Option<ReduceOp>,
-        dim: usize,
-    ) -> &mut Self {
-        self.sink(site, move |c| c.in_out(kind, x, out, op, dim))
-    }
-
+    recorded_sinks!('a);
     comm_methods!('a, &mut Self);
 
     /// Collectives on `group` within this batch.
@@ -1408,28 +1410,6 @@ impl<'a> BatchComm<'_, '_, 'a> {
         self
     }
 
-    fn sink_in_place<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        t: &'a mut Tensor<T>,
-        root: Option<usize>,
-        op: Option<ReduceOp>,
-    ) -> &mut Self {
-        self.sink(site, move |c| c.in_place(kind, t, root, op))
-    }
-
-    fn sink_in_out<T: Element>(
-        &mut self,
-        site: CallSite,
-        kind: OpKind,
-        x: &'a Tensor<T>,
-        out: &'a mut Tensor<T>,
-        op: Option<ReduceOp>,
-        dim: usize,
-    ) -> &mut Self {
-        self.sink(site, move |c| c.in_out(kind, x, out, op, dim))
-    }
-
+    recorded_sinks!('a);
     comm_methods!('a, &mut Self);
 }
