@@ -77,8 +77,9 @@ struct CallKey<'t> {
     shape: &'t [usize],
     dim: usize,
     output_shape: &'t [usize],
-    input: (*const u8, usize),
-    output: (*const u8, usize),
+    /// The buffers, as the call's tensors give them (the output's writable).
+    input: (*mut u8, usize),
+    output: (*mut u8, usize),
     site: CallSite,
 }
 
@@ -1095,13 +1096,17 @@ impl Ctx {
             && d.op == call.op
             && d.dtype == call.dtype
             && d.dim == call.dim
-            && (op.input.ptr.cast_const(), op.input.len) == call.input
-            && (op.output.ptr.cast_const(), op.output.len) == call.output
+            && (op.input.ptr, op.input.len) == call.input
+            && (op.output.ptr, op.output.len) == call.output
             && !op.input.on_device
             && !op.output.on_device
             && same_dims(&d.shape, call.shape)
             && same_dims(&last.output_shape, call.output_shape);
         if repeat {
+            // Equal addresses, but the kept pointers may come from a tensor since freed, whose
+            // address a new one now has: the op uses the pointers of this call's tensors.
+            last.op.input.ptr = call.input.0;
+            last.op.output.ptr = call.output.0;
             return Recall::Repeat;
         }
         last.misses += 1;
@@ -1146,7 +1151,7 @@ impl Ctx {
         op: Option<ReduceOp>,
     ) -> Result<()> {
         let recall = if t.device() == Device::Host {
-            let (ptr, len) = t.raw();
+            let (ptr, len) = t.raw_mut();
             let buf = (ptr.cast(), len);
             self.recall(&CallKey {
                 kind,
@@ -1186,7 +1191,7 @@ impl Ctx {
         dim: usize,
     ) -> Result<()> {
         let recall = if x.device() == Device::Host && out.device() == Device::Host {
-            let ((xp, xn), (outp, outn)) = (x.raw(), out.raw());
+            let ((xp, xn), (outp, outn)) = (x.raw(), out.raw_mut());
             self.recall(&CallKey {
                 kind,
                 group: group.unwrap_or(&self.world_group).id(),
@@ -1196,7 +1201,7 @@ impl Ctx {
                 shape: x.shape(),
                 dim,
                 output_shape: out.shape(),
-                input: (xp.cast(), xn),
+                input: (xp.cast_mut().cast(), xn),
                 output: (outp.cast(), outn),
                 site,
             })

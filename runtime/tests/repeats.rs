@@ -272,3 +272,27 @@ fn a_repeated_call_into_a_reshaped_output_is_refused() {
     }
     assert!(refused > 0, "{results:?}");
 }
+
+#[test]
+fn a_new_tensor_where_a_freed_one_was_is_read_through_its_own_pointer() {
+    // A tensor made and dropped in every iteration: the allocator often gives the next one the
+    // address of the last, so the call repeats the kept one in every respect — but the kept
+    // pointers belong to a freed tensor. The call must use the new tensor's (Miri checks that
+    // no access goes through a dead allocation's pointer; here, the values). Nothing else is
+    // allocated in the loop, so that the freed address is the one handed out next.
+    let results = spawn(2, |ctx| {
+        let mut sums = [0.0f32; 24];
+        for (i, sum) in sums.iter_mut().enumerate() {
+            let mut t = Tensor::full([3], (ctx.rank() + i) as f32)?;
+            all_reduce(ctx, &mut t, ReduceOp::Sum)?;
+            *sum = t.as_slice()?[0];
+        }
+        Ok(sums)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for sums in &results {
+        for (i, &sum) in sums.iter().enumerate() {
+            assert_eq!(sum, (2 * i + 1) as f32, "iteration {i}");
+        }
+    }
+}
