@@ -42,8 +42,8 @@ pub struct Ctx {
     spare_ops: Vec<Op>,
     /// Per kind of call, the last lone broadcast, reduce, all_reduce, all_gather,
     /// reduce_scatter or all_to_all as validated: the next call of the kind that repeats it
-    /// exactly reuses it (see [`Ctx::recall`]). Its buffers may dangle between calls; they are
-    /// read only by a call that found them equal to its own tensors'.
+    /// exactly reuses it (see [`Ctx::recall`]). Its buffers dangle between calls: a repeat
+    /// replaces them with its own tensors' pointers (equal addresses, live provenance).
     last: [Option<Validated>; OpKind::ALL.len()],
 }
 
