@@ -37,9 +37,14 @@ pub struct Ctx {
     ordinals: HashMap<Vec<usize>, u32>,
     /// The record of every call, when tracing is on (see `trace`).
     trace: Option<Recorder>,
-    /// The last batch's op list, emptied: batches reuse its memory, so a program that runs a
-    /// bucket of calls every step does not grow (and page in) a fresh list each time.
+    /// The last batch's ops, as recorded (see [`Batch::record_repeat`]), and beside each the
+    /// output shape its validation read (empty where it read none): the next batch compares
+    /// each call it records with the op at the same place and keeps that op if the call
+    /// repeats it. A program that runs the same bucket every step then neither describes nor
+    /// validates its calls again, nor grows (and pages in) a fresh list. The ops' buffers
+    /// dangle between batches; a repeat replaces them with its own tensors' pointers.
     spare_ops: Vec<Op>,
+    spare_shapes: Vec<Shape>,
     /// Per kind of call, the last lone broadcast, reduce, all_reduce, all_gather,
     /// reduce_scatter or all_to_all as validated: the next call of the kind that repeats it
     /// exactly reuses it (see [`Ctx::recall`]). Its buffers dangle between calls: a repeat
@@ -554,7 +559,8 @@ macro_rules! lone_sinks {
     };
 }
 
-/// The same forms for [`Batch`] and [`BatchComm`], which record them like any other call.
+/// The same forms for [`Batch`] and [`BatchComm`]: recorded, a call that repeats the last
+/// batch's op at the same place keeping that op ([`Batch::record_repeat`]).
 macro_rules! recorded_sinks {
     ($a:lifetime) => {
         fn sink_in_place<T: Element>(
@@ -565,7 +571,16 @@ macro_rules! recorded_sinks {
             root: Option<usize>,
             op: Option<ReduceOp>,
         ) -> &mut Self {
-            self.sink(site, move |c| c.in_place(kind, t, root, op))
+            let (batch, group) = self.recorder();
+            let id = group.unwrap_or(&batch.ctx.world_group).id();
+            let (repeat, bufs) = match in_place_key(id, site, kind, t, root, op) {
+                Some(key) => (batch.repeats_next(&key), (key.input.0, key.output.0)),
+                None => (false, (std::ptr::null_mut(), std::ptr::null_mut())),
+            };
+            batch.record_repeat(group, site, repeat, bufs, Shape::new(), move |c| {
+                c.in_place(kind, t, root, op)
+            });
+            self
         }
 
         fn sink_in_out<T: Element>(
@@ -577,7 +592,18 @@ macro_rules! recorded_sinks {
             op: Option<ReduceOp>,
             dim: usize,
         ) -> &mut Self {
-            self.sink(site, move |c| c.in_out(kind, x, out, op, dim))
+            let (batch, group) = self.recorder();
+            let id = group.unwrap_or(&batch.ctx.world_group).id();
+            let (repeat, bufs) = match in_out_key(id, site, kind, (x, &mut *out), op, dim) {
+                Some(key) => (batch.repeats_next(&key), (key.input.0, key.output.0)),
+                None => (false, (std::ptr::null_mut(), std::ptr::null_mut())),
+            };
+            // The output's shape, which validation reads, is kept with the op.
+            let shape = if repeat { Shape::new() } else { Shape::from_slice(out.shape()) };
+            batch.record_repeat(group, site, repeat, bufs, shape, move |c| {
+                c.in_out(kind, x, out, op, dim)
+            });
+            self
         }
     };
 }
@@ -762,6 +788,7 @@ impl Ctx {
             ordinals: HashMap::new(),
             trace: None,
             spare_ops: Vec::new(),
+            spare_shapes: Vec::new(),
             last: Default::default(),
         }
     }
@@ -996,9 +1023,12 @@ impl Ctx {
     /// are fused into one synchronisation.
     pub fn batch<'a>(&mut self) -> Batch<'_, 'a> {
         let ops = std::mem::take(&mut self.spare_ops);
+        let shapes = std::mem::take(&mut self.spare_shapes);
         Batch {
             ctx: self,
             ops,
+            shapes,
+            recorded: 0,
             staged: Vec::new(),
             members: Vec::new(),
             error: None,
@@ -1086,23 +1116,10 @@ impl Ctx {
         let Some(last) = slot else {
             return Recall::Miss { keep: true };
         };
-        let (op, d) = (&last.op, &last.op.desc);
-        if !same_site(&d.site, &call.site) {
+        if !same_site(&last.op.desc.site, &call.site) {
             return Recall::Miss { keep: true };
         }
-        let repeat = d.kind == call.kind
-            && d.group == call.group
-            && d.peer == call.peer
-            && d.op == call.op
-            && d.dtype == call.dtype
-            && d.dim == call.dim
-            && (op.input.ptr, op.input.len) == call.input
-            && (op.output.ptr, op.output.len) == call.output
-            && !op.input.on_device
-            && !op.output.on_device
-            && same_dims(&d.shape, call.shape)
-            && same_dims(&last.output_shape, call.output_shape);
-        if repeat {
+        if repeats(&last.op, &last.output_shape, call) {
             // Equal addresses, but the kept pointers may come from a tensor since freed, whose
             // address a new one now has: the op uses the pointers of this call's tensors.
             last.op.input.ptr = call.input.0;
@@ -1150,24 +1167,10 @@ impl Ctx {
         root: Option<usize>,
         op: Option<ReduceOp>,
     ) -> Result<()> {
-        let recall = if t.device() == Device::Host {
-            let (ptr, len) = t.raw_mut();
-            let buf = (ptr.cast(), len);
-            self.recall(&CallKey {
-                kind,
-                group: group.unwrap_or(&self.world_group).id(),
-                peer: root,
-                op,
-                dtype: T::DTYPE,
-                shape: t.shape(),
-                dim: 0,
-                output_shape: &[],
-                input: buf,
-                output: buf,
-                site,
-            })
-        } else {
-            Recall::Miss { keep: false }
+        let id = group.unwrap_or(&self.world_group).id();
+        let recall = match in_place_key(id, site, kind, t, root, op) {
+            Some(key) => self.recall(&key),
+            None => Recall::Miss { keep: false },
         };
         match recall {
             Recall::Repeat => self.rerun(group, site, kind),
@@ -1190,23 +1193,10 @@ impl Ctx {
         op: Option<ReduceOp>,
         dim: usize,
     ) -> Result<()> {
-        let recall = if x.device() == Device::Host && out.device() == Device::Host {
-            let ((xp, xn), (outp, outn)) = (x.raw(), out.raw_mut());
-            self.recall(&CallKey {
-                kind,
-                group: group.unwrap_or(&self.world_group).id(),
-                peer: None,
-                op,
-                dtype: T::DTYPE,
-                shape: x.shape(),
-                dim,
-                output_shape: out.shape(),
-                input: (xp.cast_mut().cast(), xn),
-                output: (outp.cast(), outn),
-                site,
-            })
-        } else {
-            Recall::Miss { keep: false }
+        let id = group.unwrap_or(&self.world_group).id();
+        let recall = match in_out_key(id, site, kind, (x, out), op, dim) {
+            Some(key) => self.recall(&key),
+            None => Recall::Miss { keep: false },
         };
         match recall {
             Recall::Repeat => self.rerun(group, site, kind),
@@ -1259,6 +1249,87 @@ impl Comm<'_> {
     comm_methods!('_, Result<()>);
 }
 
+/// Whether `call` repeats `op` (validated with `output_shape`) exactly: the same kind,
+/// communicator, root, reduction, element type, shapes, `dim`, call site, and the same host
+/// buffers. Validation depends on nothing else (and on the rank, the world and the
+/// communicator's members, fixed for a context and a communicator id), so a repeat would pass
+/// it the same way.
+#[inline(always)] // the key stays in registers
+fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
+    let d = &op.desc;
+    d.kind == call.kind
+        && d.group == call.group
+        && d.peer == call.peer
+        && d.op == call.op
+        && d.dtype == call.dtype
+        && d.dim == call.dim
+        && (op.input.ptr, op.input.len) == call.input
+        && (op.output.ptr, op.output.len) == call.output
+        && !op.input.on_device
+        && !op.output.on_device
+        && same_dims(&d.shape, call.shape)
+        && same_dims(output_shape, call.output_shape)
+        && same_site(&d.site, &call.site)
+}
+
+/// The key of a broadcast, reduce or all_reduce of `t` (see [`repeats`]); `None` for a tensor
+/// on a device, whose calls are never reused.
+fn in_place_key<T: Element>(
+    group: GroupId,
+    site: CallSite,
+    kind: OpKind,
+    t: &mut Tensor<T>,
+    root: Option<usize>,
+    op: Option<ReduceOp>,
+) -> Option<CallKey<'_>> {
+    if t.device() != Device::Host {
+        return None;
+    }
+    let (ptr, len) = t.raw_mut();
+    let buf = (ptr.cast(), len);
+    Some(CallKey {
+        kind,
+        group,
+        peer: root,
+        op,
+        dtype: T::DTYPE,
+        shape: t.shape(),
+        dim: 0,
+        output_shape: &[],
+        input: buf,
+        output: buf,
+        site,
+    })
+}
+
+/// The key of an all_gather, reduce_scatter or all_to_all of `x` into `out`.
+fn in_out_key<'t, T: Element>(
+    group: GroupId,
+    site: CallSite,
+    kind: OpKind,
+    (x, out): (&'t Tensor<T>, &'t mut Tensor<T>),
+    op: Option<ReduceOp>,
+    dim: usize,
+) -> Option<CallKey<'t>> {
+    if x.device() != Device::Host || out.device() != Device::Host {
+        return None;
+    }
+    let ((xp, xn), (outp, outn)) = (x.raw(), out.raw_mut());
+    Some(CallKey {
+        kind,
+        group,
+        peer: None,
+        op,
+        dtype: T::DTYPE,
+        shape: x.shape(),
+        dim,
+        output_shape: out.shape(),
+        input: (xp.cast_mut().cast(), xn),
+        output: (outp.cast(), outn),
+        site,
+    })
+}
+
 /// Runs one call's op on the backend, recording it when tracing.
 fn execute_one(
     backend: &SharedBackend,
@@ -1299,7 +1370,12 @@ fn traced_members(op: &Op, group: &Group) -> Arc<[usize]> {
 #[must_use = "a batch does nothing until `run()` is called"]
 pub struct Batch<'c, 'a> {
     ctx: &'c mut Ctx,
+    /// The ops recorded (the first `recorded`), then the rest of the last batch's, which the
+    /// calls still to come are compared with (see [`Batch::record_repeat`]).
     ops: Vec<Op>,
+    /// Beside each op, the output shape its validation read (empty where it read none).
+    shapes: Vec<Shape>,
+    recorded: usize,
     /// The staging of the list forms among `ops`, finished after the run.
     staged: Vec<Staged>,
     /// Each op's group members, kept only while tracing.
@@ -1313,6 +1389,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         &mut self,
         group: Option<&Group>,
         site: CallSite,
+        output_shape: Shape,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
         if self.error.is_none() {
@@ -1327,7 +1404,12 @@ impl<'c, 'a> Batch<'c, 'a> {
                     if self.ctx.trace.is_some() {
                         self.members.push(traced_members(&op, group));
                     }
+                    // The last batch's ops from here on no longer line up with this one's.
+                    self.ops.truncate(self.recorded);
+                    self.shapes.truncate(self.recorded);
                     self.ops.push(op);
+                    self.shapes.push(output_shape);
+                    self.recorded += 1;
                     if let Some(staged) = staged {
                         self.staged.push(staged);
                     }
@@ -1338,12 +1420,70 @@ impl<'c, 'a> Batch<'c, 'a> {
         self
     }
 
+    /// Whether `call`, the next call this batch records, repeats the last batch's op at the
+    /// same place (see [`repeats`]).
+    fn repeats_next(&self, call: &CallKey<'_>) -> bool {
+        let i = self.recorded;
+        self.error.is_none()
+            && matches!(
+                (self.ops.get(i), self.shapes.get(i)),
+                (Some(op), Some(shape)) if repeats(op, shape, call)
+            )
+    }
+
+    /// Records a broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all: if
+    /// it `repeat`s the last batch's op at the same place ([`Batch::repeats_next`]), that op is
+    /// kept, with this call's buffers `bufs` (input, output), instead of describing and
+    /// validating the call again; otherwise [`Batch::record`], the op validated with
+    /// `output_shape`. The guard's check of the call site and of the group handle run either
+    /// way.
+    fn record_repeat<B: Into<Built>>(
+        &mut self,
+        group: Option<&Group>,
+        site: CallSite,
+        repeat: bool,
+        bufs: (*mut u8, *mut u8),
+        output_shape: Shape,
+        build: impl FnOnce(&Caller<'_>) -> Result<B>,
+    ) -> &mut Self {
+        if !repeat {
+            return self.record(group, site, output_shape, build);
+        }
+        let g = group.unwrap_or(&self.ctx.world_group);
+        if let Err(e) = crate::guard::Guard::check(site).and_then(|()| {
+            self.ctx.caller(g, site, true)?;
+            Ok(())
+        }) {
+            self.error = Some(e);
+            return self;
+        }
+        let Some(op) = self.ops.get_mut(self.recorded) else {
+            self.error = Some(Error::Internal(
+                "a repeated call without the call it repeats".into(),
+            ));
+            return self;
+        };
+        // Equal addresses, but the kept pointers may be a freed tensor's (see `Ctx::recall`).
+        (op.input.ptr, op.output.ptr) = bufs;
+        if self.ctx.trace.is_some() {
+            let members = traced_members(op, g);
+            self.members.push(members);
+        }
+        self.recorded += 1;
+        self
+    }
+
     fn sink<B: Into<Built>>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
-        self.record(None, site, build)
+        self.record(None, site, Shape::new(), build)
+    }
+
+    /// This batch and the whole world, for the forms recorded by `record_repeat`.
+    fn recorder(&mut self) -> (&mut Batch<'c, 'a>, Option<&Group>) {
+        (self, None)
     }
 
     recorded_sinks!('a);
@@ -1356,16 +1496,18 @@ impl<'c, 'a> Batch<'c, 'a> {
 
     /// Number of ops recorded.
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.recorded
     }
 
     /// Whether no op was recorded.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.recorded == 0
     }
 
     /// Posts every recorded op and waits until all have completed on this rank.
     pub fn run(mut self) -> Result<()> {
+        self.ops.truncate(self.recorded);
+        self.shapes.truncate(self.recorded);
         if let Some(e) = self.error.take() {
             return Err(self.ctx.refused(e));
         }
@@ -1390,12 +1532,23 @@ impl<'c, 'a> Batch<'c, 'a> {
 }
 
 impl Drop for Batch<'_, '_> {
-    /// Hands the op list back to the context for the next batch; the ops, and the borrows of
-    /// tensors they stand for, end here.
+    /// Hands the ops recorded back to the context, for the next batch to compare its calls
+    /// with (see [`Batch::record_repeat`]); the borrows of tensors they stand for end here,
+    /// and their pointers are not read again.
     fn drop(&mut self) {
-        let mut ops = std::mem::take(&mut self.ops);
-        ops.clear();
+        let (mut ops, mut shapes) = (
+            std::mem::take(&mut self.ops),
+            std::mem::take(&mut self.shapes),
+        );
+        if self.error.is_some() {
+            // A batch refused as a whole leaves nothing to repeat.
+            ops.clear();
+            shapes.clear();
+        }
+        ops.truncate(self.recorded);
+        shapes.truncate(self.recorded);
         self.ctx.spare_ops = ops;
+        self.ctx.spare_shapes = shapes;
     }
 }
 
@@ -1405,14 +1558,20 @@ pub struct BatchComm<'b, 'c, 'a> {
     group: &'b Group,
 }
 
-impl<'a> BatchComm<'_, '_, 'a> {
+impl<'c, 'a> BatchComm<'_, 'c, 'a> {
     fn sink<B: Into<Built>>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
-        self.batch.record(Some(self.group), site, build);
+        self.batch
+            .record(Some(self.group), site, Shape::new(), build);
         self
+    }
+
+    /// The batch and this group, for the forms recorded by `record_repeat`.
+    fn recorder(&mut self) -> (&mut Batch<'c, 'a>, Option<&Group>) {
+        (self.batch, Some(self.group))
     }
 
     recorded_sinks!('a);

@@ -296,3 +296,152 @@ fn a_new_tensor_where_a_freed_one_was_is_read_through_its_own_pointer() {
         }
     }
 }
+
+/// One bucket: an all_reduce of each of `ts` and an all_gather of `x` into `out`, recorded
+/// from the same sites every time.
+fn bucket(
+    ctx: &mut Ctx,
+    ts: &mut [Tensor<f32>],
+    op: ReduceOp,
+    x: &Tensor<f32>,
+    out: &mut Tensor<f32>,
+) -> Result<()> {
+    let mut b = ctx.batch();
+    for t in ts.iter_mut() {
+        b.all_reduce(t, op);
+    }
+    b.all_gather(x, out, 0);
+    b.run()
+}
+
+#[test]
+fn a_batch_that_repeats_the_last_one_sees_every_change() {
+    // The same bucket three times, then with one thing changed at a time: another tensor in
+    // the middle, another reduction, fewer tensors, more tensors, another output. Each bucket's
+    // results are checked against hand-computed sums, maxima and gathers.
+    let results = spawn(2, |ctx| {
+        let r = ctx.rank() as f32;
+        let mut seen: Vec<Vec<f32>> = Vec::new();
+        let fresh = |n: usize| -> Result<Vec<Tensor<f32>>> {
+            (0..n).map(|i| Tensor::full([2], r + i as f32)).collect()
+        };
+        let x = Tensor::from_vec([2], vec![r, r + 10.0])?;
+        let mut out = Tensor::full([4], -1.0f32)?;
+        let mut ts = fresh(3)?;
+        for _ in 0..3 {
+            ts = fresh(3)?;
+            bucket(ctx, &mut ts, ReduceOp::Sum, &x, &mut out)?;
+        }
+        seen.push(ts.iter().map(|t| t.to_vec()[0]).collect()); // 1, 3, 5
+        // Another tensor in the middle.
+        let mut other = Tensor::full([2], 100.0 + r)?;
+        let mut ts = fresh(3)?;
+        std::mem::swap(&mut ts[1], &mut other);
+        bucket(ctx, &mut ts, ReduceOp::Sum, &x, &mut out)?;
+        seen.push(ts.iter().map(|t| t.to_vec()[0]).collect()); // 1, 201, 5
+        // Another reduction.
+        let mut ts = fresh(3)?;
+        bucket(ctx, &mut ts, ReduceOp::Max, &x, &mut out)?;
+        seen.push(ts.iter().map(|t| t.to_vec()[0]).collect()); // 1, 2, 3
+        // Fewer, then more tensors.
+        for n in [2, 4] {
+            let mut ts = fresh(n)?;
+            bucket(ctx, &mut ts, ReduceOp::Sum, &x, &mut out)?;
+            seen.push(ts.iter().map(|t| t.to_vec()[0]).collect());
+        }
+        // Another output for the gather.
+        let mut out2 = Tensor::full([4], -1.0f32)?;
+        let mut ts = fresh(1)?;
+        bucket(ctx, &mut ts, ReduceOp::Sum, &x, &mut out2)?;
+        seen.push(out2.to_vec()); // 0, 10, 1, 11
+        seen.push(out.to_vec());
+        Ok(seen)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, seen) in results.iter().enumerate() {
+        let expected: Vec<Vec<f32>> = vec![
+            vec![1.0, 3.0, 5.0],
+            vec![1.0, 201.0, 5.0],
+            vec![1.0, 2.0, 3.0],
+            vec![1.0, 3.0],
+            vec![1.0, 3.0, 5.0, 7.0],
+            vec![0.0, 10.0, 1.0, 11.0],
+            vec![0.0, 10.0, 1.0, 11.0],
+        ];
+        assert_eq!(seen, &expected, "rank {rank}");
+    }
+}
+
+#[test]
+fn a_batch_repeat_with_a_new_shape_or_a_bad_root_is_checked_anew() {
+    // A batch of one broadcast, repeated; then rank 1 reshapes the same buffer (a mismatch
+    // every rank reports), and in another world the root goes out of range (refused).
+    let results = spawn_each(2, Default::default(), |ctx| {
+        let mut t = Tensor::full([4], 1.0f32)?;
+        for _ in 0..3 {
+            let mut b = ctx.batch();
+            b.broadcast(&mut t, 0);
+            b.run()?;
+        }
+        if ctx.rank() == 1 {
+            t = t.reshape([2, 2])?;
+        }
+        let mut b = ctx.batch();
+        b.broadcast(&mut t, 0);
+        b.run()?;
+        ctx.barrier()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Err(Error::CollectiveMismatch(m)) => {
+                let both = format!("{} / {}", m.what_a, m.what_b);
+                assert!(
+                    both.contains("[4]") && both.contains("[2, 2]"),
+                    "rank {rank}: {m}"
+                );
+            }
+            other => panic!("rank {rank}: expected a collective mismatch, got {other:?}"),
+        }
+    }
+    let results = spawn_each(1, Default::default(), |ctx| {
+        let mut t = Tensor::full([4], 1.0f32)?;
+        for root in [0, 0, 3] {
+            let mut b = ctx.batch();
+            b.broadcast(&mut t, root);
+            b.run()?;
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(&results[0], Err(Error::Misuse { .. })),
+        "{:?}",
+        results[0]
+    );
+}
+
+#[test]
+fn a_batch_of_new_tensors_where_freed_ones_were_reads_through_their_own_pointers() {
+    // As for lone calls: every bucket's tensors are made and dropped anew, so they often get
+    // the last bucket's addresses; the kept ops must take the new tensors' pointers.
+    let results = spawn(2, |ctx| {
+        let mut sums = [0.0f32; 16];
+        for (i, sum) in sums.iter_mut().enumerate() {
+            let mut a = Tensor::full([3], (ctx.rank() + i) as f32)?;
+            let mut b = Tensor::full([3], 1.0f32)?;
+            let mut batch = ctx.batch();
+            batch.all_reduce(&mut a, ReduceOp::Sum);
+            batch.all_reduce(&mut b, ReduceOp::Sum);
+            batch.run()?;
+            *sum = a.as_slice()?[0] + b.as_slice()?[0];
+        }
+        Ok(sums)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for sums in &results {
+        for (i, &sum) in sums.iter().enumerate() {
+            assert_eq!(sum, (2 * i + 1) as f32 + 2.0, "iteration {i}");
+        }
+    }
+}
