@@ -1533,7 +1533,7 @@ impl<'c, 'a> Batch<'c, 'a> {
 
 impl Drop for Batch<'_, '_> {
     /// Hands the ops recorded back to the context, for the next batch to compare its calls
-    /// with (see [`Batch::record_repeat`]); the borrows of tensors they stand for end here,
+    /// with (see `Batch::record_repeat`); the borrows of tensors they stand for end here,
     /// and their pointers are not read again.
     fn drop(&mut self) {
         let (mut ops, mut shapes) = (
