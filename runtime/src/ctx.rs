@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Buf, Op, PostedOp};
+use crate::exec::{Backend, Buf, Op, PostedOp, same_site};
 use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::request::{Request, SharedBackend, engine};
@@ -109,12 +109,6 @@ impl From<Op> for Built {
     fn from(op: Op) -> Self {
         Built { op, staged: None }
     }
-}
-
-/// Whether two call sites are the same: `file!()`s of one file usually share an address, so
-/// the text is compared only when they do not.
-fn same_site(a: &CallSite, b: &CallSite) -> bool {
-    (a.line, a.column) == (b.line, b.column) && (std::ptr::eq(a.file, b.file) || a.file == b.file)
 }
 
 /// Whether two shapes are equal, dimension by dimension: a slice comparison calls `memcmp`,
@@ -594,7 +588,7 @@ macro_rules! recorded_sinks {
         ) -> &mut Self {
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let (repeat, bufs) = match in_out_key(id, site, kind, (x, &mut *out), op, dim) {
+            let (repeat, bufs) = match in_out_key(id, site, kind, x, &mut *out, op, dim) {
                 Some(key) => (batch.repeats_next(&key), (key.input.0, key.output.0)),
                 None => (false, (std::ptr::null_mut(), std::ptr::null_mut())),
             };
@@ -1126,7 +1120,7 @@ impl Ctx {
             last.op.output.ptr = call.output.0;
             return Recall::Repeat;
         }
-        last.misses += 1;
+        last.misses = last.misses.saturating_add(1);
         Recall::Miss {
             keep: last.misses >= KEEP_AFTER_MISSES,
         }
@@ -1194,7 +1188,7 @@ impl Ctx {
         dim: usize,
     ) -> Result<()> {
         let id = group.unwrap_or(&self.world_group).id();
-        let recall = match in_out_key(id, site, kind, (x, out), op, dim) {
+        let recall = match in_out_key(id, site, kind, x, out, op, dim) {
             Some(key) => self.recall(&key),
             None => Recall::Miss { keep: false },
         };
@@ -1307,7 +1301,8 @@ fn in_out_key<'t, T: Element>(
     group: GroupId,
     site: CallSite,
     kind: OpKind,
-    (x, out): (&'t Tensor<T>, &'t mut Tensor<T>),
+    x: &'t Tensor<T>,
+    out: &'t mut Tensor<T>,
     op: Option<ReduceOp>,
     dim: usize,
 ) -> Option<CallKey<'t>> {

@@ -5,7 +5,7 @@
 //! Backends move the bytes; they never see `Tensor` or user types.
 
 use crate::error::{Error, Result};
-use crate::model::{GroupId, OpDesc, WorldId};
+use crate::model::{CallSite, GroupId, OpDesc, WorldId};
 use crate::tensor::{Device, DeviceMemory};
 
 pub(crate) mod copy;
@@ -194,3 +194,9 @@ pub(crate) struct PostedOp {
 /// Names a posted op for [`Backend::wait`]: unique per rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ticket(pub u64);
+
+/// Whether two call sites are the same: `file!()`s of one file usually share an address, so
+/// the text is compared only when they do not.
+pub(crate) fn same_site(a: &CallSite, b: &CallSite) -> bool {
+    (a.line, a.column) == (b.line, b.column) && (std::ptr::eq(a.file, b.file) || a.file == b.file)
+}

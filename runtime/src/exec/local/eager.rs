@@ -210,10 +210,7 @@ impl EagerSlot {
             };
             let same = |k: &Op| {
                 was == sig
-                    && (k.desc.site.line, k.desc.site.column) == (op.desc.site.line, op.desc.site.column)
-                    // `file!()`s of one file usually share an address; the text otherwise.
-                    && (std::ptr::eq(k.desc.site.file, op.desc.site.file)
-                        || k.desc.site.file == op.desc.site.file)
+                    && crate::exec::same_site(&k.desc.site, &op.desc.site)
                     && k.input.len == op.input.len
                     && k.output.len == op.output.len
             };
