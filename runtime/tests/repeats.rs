@@ -104,18 +104,7 @@ fn a_new_shape_of_the_same_buffer_is_compared_anew() {
         ctx.barrier()
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    for (rank, r) in results.iter().enumerate() {
-        match r {
-            Err(Error::CollectiveMismatch(m)) => {
-                let both = format!("{} / {}", m.what_a, m.what_b);
-                assert!(
-                    both.contains("[4]") && both.contains("[2, 2]"),
-                    "rank {rank}: {m}"
-                );
-            }
-            other => panic!("rank {rank}: expected a collective mismatch, got {other:?}"),
-        }
-    }
+    every_rank_reports_shapes_4_and_2x2(&results);
 }
 
 #[test]
@@ -392,18 +381,7 @@ fn a_batch_repeat_with_a_new_shape_or_a_bad_root_is_checked_anew() {
         ctx.barrier()
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    for (rank, r) in results.iter().enumerate() {
-        match r {
-            Err(Error::CollectiveMismatch(m)) => {
-                let both = format!("{} / {}", m.what_a, m.what_b);
-                assert!(
-                    both.contains("[4]") && both.contains("[2, 2]"),
-                    "rank {rank}: {m}"
-                );
-            }
-            other => panic!("rank {rank}: expected a collective mismatch, got {other:?}"),
-        }
-    }
+    every_rank_reports_shapes_4_and_2x2(&results);
     let results = spawn_each(1, Default::default(), |ctx| {
         let mut t = Tensor::full([4], 1.0f32)?;
         for root in [0, 0, 3] {
@@ -442,6 +420,22 @@ fn a_batch_of_new_tensors_where_freed_ones_were_reads_through_their_own_pointers
     for sums in &results {
         for (i, &sum) in sums.iter().enumerate() {
             assert_eq!(sum, (2 * i + 1) as f32 + 2.0, "iteration {i}");
+        }
+    }
+}
+
+/// Every rank's result is a collective mismatch that names a `[4]` and a `[2, 2]` tensor.
+fn every_rank_reports_shapes_4_and_2x2(results: &[Result<()>]) {
+    for (rank, r) in results.iter().enumerate() {
+        match r {
+            Err(Error::CollectiveMismatch(m)) => {
+                let both = format!("{} / {}", m.what_a, m.what_b);
+                assert!(
+                    both.contains("[4]") && both.contains("[2, 2]"),
+                    "rank {rank}: {m}"
+                );
+            }
+            other => panic!("rank {rank}: expected a collective mismatch, got {other:?}"),
         }
     }
 }
