@@ -105,12 +105,6 @@ struct Built {
     staged: Option<Staged>,
 }
 
-impl From<Op> for Built {
-    fn from(op: Op) -> Self {
-        Built { op, staged: None }
-    }
-}
-
 /// Whether two shapes are equal, dimension by dimension: a slice comparison calls `memcmp`,
 /// which costs more than comparing the few dimensions of a shape.
 fn same_dims(a: &[usize], b: &[usize]) -> bool {
@@ -962,8 +956,7 @@ impl Ctx {
     /// The op builder for a posted message at `site`, once the guard agrees (posts may go to
     /// the rank itself, as batched calls may).
     fn posting(&self, site: CallSite) -> Result<Caller<'_>> {
-        crate::guard::Guard::check(site)?;
-        self.caller(&self.world_group, site, true)
+        self.admitted(&self.world_group, site, true)
     }
 
     /// Hands a validated message and the buffer it owns to the backend.
@@ -1030,6 +1023,14 @@ impl Ctx {
         }
     }
 
+    /// [`Ctx::caller`], once the guard agrees that the call at `site` is on schedule: what every
+    /// call passes before it is described, or reused (see [`Ctx::recall`]).
+    #[inline]
+    fn admitted<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
+        crate::guard::Guard::check(site)?;
+        self.caller(group, site, batched)
+    }
+
     /// The op builder for one call on `group`, refusing a handle from another world (its id
     /// would name another communicator, or none, in this one).
     #[inline]
@@ -1059,8 +1060,7 @@ impl Ctx {
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         let group = group.unwrap_or(&self.world_group);
-        let mut built = crate::guard::Guard::check(site)
-            .and_then(|()| build(&self.caller(group, site, false)?));
+        let mut built = self.admitted(group, site, false).and_then(|c| build(&c));
         // The op is used where the builder left it: moving a just-written op (hundreds of
         // bytes) to another place stalls every load on the stores still in flight.
         let (op, staged) = match &mut built {
@@ -1131,10 +1131,7 @@ impl Ctx {
     /// group handle still run.
     fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        if let Err(e) = crate::guard::Guard::check(site).and_then(|()| {
-            self.caller(g, site, false)?;
-            Ok(())
-        }) {
+        if let Err(e) = self.admitted(g, site, false) {
             return Err(self.refused(e));
         }
         let Some(op) = self
@@ -1380,7 +1377,7 @@ pub struct Batch<'c, 'a> {
 }
 
 impl<'c, 'a> Batch<'c, 'a> {
-    fn record<B: Into<Built>>(
+    fn record<B: Parts>(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
@@ -1388,14 +1385,11 @@ impl<'c, 'a> Batch<'c, 'a> {
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
         if self.error.is_none() {
-            if let Err(e) = crate::guard::Guard::check(site) {
-                self.error = Some(e);
-                return self;
-            }
             let group = group.unwrap_or(&self.ctx.world_group);
-            match self.ctx.caller(group, site, true).and_then(|c| build(&c)) {
-                Ok(built) => {
-                    let Built { op, staged } = built.into();
+            match self.ctx.admitted(group, site, true).and_then(|c| build(&c)) {
+                Ok(mut built) => {
+                    let (_, staged) = built.parts();
+                    let op = built.into_op();
                     if self.ctx.trace.is_some() {
                         self.members.push(traced_members(&op, group));
                     }
@@ -1432,7 +1426,7 @@ impl<'c, 'a> Batch<'c, 'a> {
     /// validating the call again; otherwise [`Batch::record`], the op validated with
     /// `output_shape`. The guard's check of the call site and of the group handle run either
     /// way.
-    fn record_repeat<B: Into<Built>>(
+    fn record_repeat<B: Parts>(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
@@ -1445,10 +1439,7 @@ impl<'c, 'a> Batch<'c, 'a> {
             return self.record(group, site, output_shape, build);
         }
         let g = group.unwrap_or(&self.ctx.world_group);
-        if let Err(e) = crate::guard::Guard::check(site).and_then(|()| {
-            self.ctx.caller(g, site, true)?;
-            Ok(())
-        }) {
+        if let Err(e) = self.ctx.admitted(g, site, true) {
             self.error = Some(e);
             return self;
         }
@@ -1468,7 +1459,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         self
     }
 
-    fn sink<B: Into<Built>>(
+    fn sink<B: Parts>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
@@ -1554,7 +1545,7 @@ pub struct BatchComm<'b, 'c, 'a> {
 }
 
 impl<'c, 'a> BatchComm<'_, 'c, 'a> {
-    fn sink<B: Into<Built>>(
+    fn sink<B: Parts>(
         &mut self,
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
