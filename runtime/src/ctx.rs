@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::exec::{Backend, Buf, Op, PostedOp, same_site};
+use crate::exec::{Backend, BatchMark, Buf, Op, PostedOp, same_site};
 use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::request::{Request, SharedBackend, engine};
@@ -45,6 +45,10 @@ pub struct Ctx {
     /// dangle between batches; a repeat replaces them with its own tensors' pointers.
     spare_ops: Vec<Op>,
     spare_shapes: Vec<Shape>,
+    /// The number of the batch `spare_ops` come from, if it ran (see `BatchMark`).
+    spare_serial: Option<u64>,
+    /// How many batches this context has run: the next one's number.
+    batches: u64,
     /// Per kind of call, the last lone broadcast, reduce, all_reduce, all_gather,
     /// reduce_scatter or all_to_all as validated: the next call of the kind that repeats it
     /// exactly reuses it (see [`Ctx::recall`]). Its buffers dangle between calls: a repeat
@@ -777,6 +781,8 @@ impl Ctx {
             trace: None,
             spare_ops: Vec::new(),
             spare_shapes: Vec::new(),
+            spare_serial: None,
+            batches: 0,
             last: Default::default(),
         }
     }
@@ -1011,11 +1017,15 @@ impl Ctx {
     pub fn batch<'a>(&mut self) -> Batch<'_, 'a> {
         let ops = std::mem::take(&mut self.spare_ops);
         let shapes = std::mem::take(&mut self.spare_shapes);
+        let kept = self.spare_serial.take();
         Batch {
             ctx: self,
             ops,
             shapes,
+            kept,
+            serial: None,
             recorded: 0,
+            repeated: 0,
             staged: Vec::new(),
             members: Vec::new(),
             error: None,
@@ -1367,7 +1377,13 @@ pub struct Batch<'c, 'a> {
     ops: Vec<Op>,
     /// Beside each op, the output shape its validation read (empty where it read none).
     shapes: Vec<Shape>,
+    /// The number of the batch whose ops `ops` started as, if it ran.
+    kept: Option<u64>,
+    /// This batch's number, once it runs.
+    serial: Option<u64>,
     recorded: usize,
+    /// How many of the calls recorded repeated the last batch's op at their place.
+    repeated: usize,
     /// The staging of the list forms among `ops`, finished after the run.
     staged: Vec<Staged>,
     /// Each op's group members, kept only while tracing.
@@ -1456,6 +1472,7 @@ impl<'c, 'a> Batch<'c, 'a> {
             self.members.push(members);
         }
         self.recorded += 1;
+        self.repeated += 1;
         self
     }
 
@@ -1492,6 +1509,8 @@ impl<'c, 'a> Batch<'c, 'a> {
 
     /// Posts every recorded op and waits until all have completed on this rank.
     pub fn run(mut self) -> Result<()> {
+        // Every call repeated the last batch's op at its place, and that batch had no more.
+        let again = self.repeated == self.recorded && self.ops.len() == self.recorded;
         self.ops.truncate(self.recorded);
         self.shapes.truncate(self.recorded);
         if let Some(e) = self.error.take() {
@@ -1500,6 +1519,12 @@ impl<'c, 'a> Batch<'c, 'a> {
         if self.ops.is_empty() {
             return Ok(());
         }
+        let mark = BatchMark {
+            serial: self.ctx.batches,
+            repeats: self.kept.filter(|_| again),
+        };
+        self.ctx.batches += 1;
+        self.serial = Some(mark.serial);
         let start = self.ctx.trace.as_ref().map(Recorder::now);
         // The backend may reorder the ops (by target): the trace keeps them as written, each
         // with the members recorded beside it.
@@ -1507,7 +1532,7 @@ impl<'c, 'a> Batch<'c, 'a> {
             Some(_) => self.ops.iter().map(|o| o.desc.clone()).collect(),
             None => Vec::new(),
         };
-        let done = engine(&self.ctx.backend)?.execute(&mut self.ops);
+        let done = engine(&self.ctx.backend)?.execute_batch(&mut self.ops, mark);
         if let (Some(t), Some(start)) = (&mut self.ctx.trace, start) {
             let calls = written.iter().zip(self.members.drain(..));
             t.record(calls, true, start, done.is_ok());
@@ -1535,6 +1560,7 @@ impl Drop for Batch<'_, '_> {
         shapes.truncate(self.recorded);
         self.ctx.spare_ops = ops;
         self.ctx.spare_shapes = shapes;
+        self.ctx.spare_serial = self.serial;
     }
 }
 

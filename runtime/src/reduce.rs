@@ -89,6 +89,52 @@ impl<T: Arith> Reducer<T> {
     }
 }
 
+/// A loop over elements that applies a reduction given as its per-element steps: the first
+/// input's preparation, the combination of the running value with the next input, and the
+/// final step. A trait rather than a closure because the steps' types differ per operator and
+/// the loop must be compiled for each (so that they inline into it).
+pub(crate) trait Fold<T> {
+    /// Runs the loop with these steps.
+    fn fold(
+        self,
+        start: impl Fn(T) -> T + Copy,
+        combine: impl Fn(T, T) -> T + Copy,
+        finish: impl Fn(T) -> T + Copy,
+    );
+}
+
+impl<T: Arith> Reducer<T> {
+    /// Runs `f` with this reduction's per-element steps, the operator chosen once (see
+    /// [`Fold`]). The same values as [`Reducer::start`], [`Reducer::combine`] and
+    /// [`Reducer::finish`] applied to slices.
+    #[inline(always)]
+    pub(crate) fn fold(&self, f: impl Fold<T>) {
+        let (scale, count) = (self.scale, self.count);
+        let same = |a: T| a;
+        match self.op {
+            ReduceOp::Sum => f.fold(same, T::add, same),
+            ReduceOp::Avg => f.fold(same, T::add, move |a| T::div_count(a, count)),
+            ReduceOp::PreMulSum(_) => f.fold(
+                move |a| T::mul(scale, a),
+                move |a, x| T::add(a, T::mul(scale, x)),
+                same,
+            ),
+            ReduceOp::Prod => f.fold(same, T::mul, same),
+            ReduceOp::Min => f.fold(same, T::min, same),
+            ReduceOp::Max => f.fold(same, T::max, same),
+            ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => {
+                let which = match self.op {
+                    ReduceOp::BitOr => Bitwise::Or,
+                    ReduceOp::BitXor => Bitwise::Xor,
+                    _ => Bitwise::And,
+                };
+                // As in `combine`: floats never get here.
+                f.fold(same, move |a, x| T::bitwise(a, x, which).unwrap_or(a), same)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,17 @@ impl Buf {
     }
 }
 
+/// What `Ctx` tells a backend about a batch it runs (see [`Backend::execute_batch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BatchMark {
+    /// This batch's number on this rank: each batch run gets the next one.
+    pub serial: u64,
+    /// The number of the batch this one repeats exactly, if it does: the same ops in the same
+    /// order, with equal descriptions and equal buffer addresses (the pointers are this
+    /// batch's own, taken from its borrowed tensors).
+    pub repeats: Option<u64>,
+}
+
 /// One validated communication call: what it is, and the buffers it reads and writes.
 ///
 /// `input` is read, `output` is written; in-place calls (`broadcast`, `reduce`, `all_reduce`)
@@ -132,6 +143,15 @@ pub(crate) unsafe trait Backend: Send {
     /// may reorder the ops but leaves each op as it is: `Ctx` reuses a lone call's op for the
     /// next call that repeats it.
     fn execute(&mut self, ops: &mut [Op]) -> Result<()>;
+
+    /// [`Backend::execute`] for the ops of a [`Batch`](crate::Batch), which `Ctx` numbers and,
+    /// when every call in it repeated the batch before it exactly, says so (`mark`): a backend
+    /// that derives anything from a batch's descriptions (a plan, tables) may then keep what it
+    /// derived from that batch instead of deriving it again.
+    fn execute_batch(&mut self, ops: &mut [Op], mark: BatchMark) -> Result<()> {
+        let _ = mark;
+        self.execute(ops)
+    }
 
     /// Posts a validated send or receive (`isend`/`irecv`) on a buffer the backend owns from
     /// now on, and returns at once. The op is matched in order with this rank's other messages

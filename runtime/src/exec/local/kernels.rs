@@ -12,7 +12,7 @@ use crate::element::with_dtype;
 use crate::exec::Op;
 pub(crate) use crate::exec::copy::copy_rows;
 use crate::model::{OpDesc, OpKind};
-use crate::reduce::Reducer;
+use crate::reduce::{Fold, Reducer};
 use crate::rules::rows;
 
 use super::pack::PackEntry;
@@ -208,38 +208,165 @@ pub(crate) unsafe fn reduce_pack(
 ) {
     fail_point!("kernel");
     let n = tables.len();
-    let all = desc.kind == OpKind::AllReduce;
     let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
-    let mut srcs: SmallVec<[*const u8; 8]> = SmallVec::from_elem(std::ptr::null(), n);
-    let mut dsts: SmallVec<[*mut u8; 8]> =
-        SmallVec::from_elem(std::ptr::null_mut(), if all { n } else { 1 });
     with_dtype!(desc.dtype, T => {
-        let r = Reducer::<T>::new(op, n);
-        for i in 0..len as usize {
-            // SAFETY: step `i` of the stretch is in every member's table (contract).
-            if reducer_at(unsafe { (*tables[0].add(i)).input }, n) != me {
+        let pass = PackPass {
+            tables,
+            len: len as usize,
+            me,
+            root: (desc.kind != OpKind::AllReduce).then_some(root),
+            // Alone, a reduction other than PreMulSum leaves a buffer as it is.
+            alone_unchanged: n == 1 && !matches!(op, crate::ReduceOp::PreMulSum(_)),
+        };
+        Reducer::<T>::new(op, n).fold(pass);
+    })
+}
+
+/// The steps of a stretch that member `me` reduces (see [`reduce_pack`]), as a [`Fold`]: the
+/// operator's loop is compiled once per operator and type, and each step is one pass over its
+/// elements.
+struct PackPass<'a> {
+    tables: &'a [*const PackEntry],
+    len: usize,
+    me: usize,
+    /// The root's member index for a reduce; `None` for an all_reduce.
+    root: Option<usize>,
+    /// Whether a step whose one member reduces in place has nothing to do.
+    alone_unchanged: bool,
+}
+
+impl<T: Arith> Fold<T> for PackPass<'_> {
+    fn fold(
+        self,
+        start: impl Fn(T) -> T + Copy,
+        combine: impl Fn(T, T) -> T + Copy,
+        finish: impl Fn(T) -> T + Copy,
+    ) {
+        let n = self.tables.len();
+        let mut srcs: SmallVec<[*const T; 8]> = SmallVec::from_elem(std::ptr::null(), n);
+        let mut dsts: SmallVec<[*mut T; 8]> = SmallVec::new();
+        for i in 0..self.len {
+            // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
+            // contract).
+            if reducer_at(unsafe { (*self.tables[0].add(i)).input }, n) != self.me {
                 continue;
             }
-            for (j, table) in tables.iter().enumerate() {
-                // SAFETY: step `i` of the stretch is in every member's table (contract).
+            dsts.clear();
+            for (j, table) in self.tables.iter().enumerate() {
+                // SAFETY: as above.
                 let e = unsafe { &*table.add(i) };
                 // The member exposed these addresses when it built its table (see `PackEntry`).
                 srcs[j] = std::ptr::with_exposed_provenance(e.input);
-                if all {
-                    dsts[j] = std::ptr::with_exposed_provenance_mut(e.output);
-                } else if j == root {
-                    dsts[0] = std::ptr::with_exposed_provenance_mut(e.output);
+                if self.root.is_none_or(|r| r == j) {
+                    dsts.push(std::ptr::with_exposed_provenance_mut(e.output));
                 }
             }
+            if self.alone_unchanged && std::ptr::eq(srcs[0], dsts[0].cast_const()) {
+                continue;
+            }
             // SAFETY: as above, for our own table.
-            let numel = unsafe { (*tables[me].add(i)).numel } as usize;
-            if numel > 0 {
-                // SAFETY: every buffer holds `numel` elements (contract); we are the step's
-                // only writer.
-                unsafe { reduce_strided::<T>(&r, &srcs, 0, 0, &dsts, 0, 1, numel) }
+            let numel = unsafe { (*self.tables[self.me].add(i)).numel } as usize;
+            // SAFETY: every buffer holds `numel` elements (contract); we are the step's only
+            // writer; an output is either distinct from every input or its member's input.
+            unsafe { fold_across(&srcs, &dsts, numel, start, combine, finish) };
+        }
+    }
+}
+
+/// Elements [`fold_across`] reduces at a time: a cache line of `f32`, held in registers.
+const LANES: usize = 16;
+
+/// Reduces element `i` of every source into element `i` of every destination, for `i` below
+/// `numel`, in one pass: a group of [`LANES`] elements of every source is read before that
+/// group of any destination is written, so a destination may be a source (in place).
+///
+/// One pass, not a reduction into an accumulator followed by a copy per destination: a small
+/// step is all cache misses on a peer's lines, and reading and writing each line once halves
+/// what a step of a packed bucket costs beside its bookkeeping (measured on 1,000 × 1 KiB at
+/// world 2: the data pass 31 → 25 µs per rank).
+///
+/// # Safety
+/// Every source holds `numel` readable elements, every destination `numel` writable ones that
+/// no one else accesses meanwhile; destinations are distinct, and a destination overlaps a
+/// source only by being the same buffer.
+#[inline(always)]
+unsafe fn fold_across<T: Arith>(
+    srcs: &[*const T],
+    dsts: &[*mut T],
+    numel: usize,
+    start: impl Fn(T) -> T + Copy,
+    combine: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
+) {
+    let Some((&first, rest)) = srcs.split_first() else {
+        return;
+    };
+    if let ([a, b], [x]) = (dsts, rest)
+        && std::ptr::eq(a.cast_const(), first)
+        && std::ptr::eq(b.cast_const(), *x)
+    {
+        // Two members in place (an all_reduce at world 2): one loop over both buffers, which
+        // the compiler vectorises behind a check that they do not overlap.
+        for i in 0..numel {
+            // SAFETY: element i of both buffers (contract); read before written.
+            unsafe {
+                let v = finish(combine(start(*a.add(i)), *b.add(i)));
+                *a.add(i) = v;
+                *b.add(i) = v;
             }
         }
-    })
+        return;
+    }
+    // Whole groups, with a constant count the compiler unrolls and vectorises, then the rest.
+    let whole = numel - numel % LANES;
+    let mut at = 0;
+    while at < whole {
+        // SAFETY: elements at..at + LANES are within every buffer (contract).
+        unsafe { fold_group::<T, LANES>(first, rest, dsts, at, start, combine, finish) };
+        at += LANES;
+    }
+    while at < numel {
+        // SAFETY: element at is within every buffer (contract).
+        unsafe { fold_group::<T, 1>(first, rest, dsts, at, start, combine, finish) };
+        at += 1;
+    }
+}
+
+/// `L` elements of [`fold_across`] from element `at`.
+///
+/// # Safety
+/// As for [`fold_across`], for elements `at..at + L`.
+#[inline(always)]
+unsafe fn fold_group<T: Arith, const L: usize>(
+    first: *const T,
+    rest: &[*const T],
+    dsts: &[*mut T],
+    at: usize,
+    start: impl Fn(T) -> T + Copy,
+    combine: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
+) {
+    // SAFETY: L elements from `at` in source 0 (contract); unaligned reads, as tensors of
+    // small element types need not be aligned to the group.
+    let mut acc: [T; L] = unsafe { first.add(at).cast::<[T; L]>().read_unaligned() };
+    for a in &mut acc {
+        *a = start(*a);
+    }
+    for &s in rest {
+        // SAFETY: as above, for this source.
+        let x: [T; L] = unsafe { s.add(at).cast::<[T; L]>().read_unaligned() };
+        for (a, x) in acc.iter_mut().zip(x) {
+            *a = combine(*a, x);
+        }
+    }
+    for a in &mut acc {
+        *a = finish(*a);
+    }
+    for &d in dsts {
+        // SAFETY: L elements from `at` of this destination, written only by us (contract);
+        // every source's group was read above.
+        unsafe { d.add(at).cast::<[T; L]>().write_unaligned(acc) };
+    }
 }
 
 /// Whether every member's buffers have exactly the element counts `run_share` will touch for a
@@ -489,6 +616,80 @@ mod tests {
             // Within a block, one reducer.
             assert_eq!(reducer(at(base + 100), n), reducer(at(base + 65000), n));
         }
+    }
+
+    /// [`fold_across`] against the slice reducer it must agree with bit for bit: every
+    /// operator, one to four members, lengths around the group size, in place (an
+    /// all_reduce), into separate buffers, and into one buffer (a reduce's root).
+    #[test]
+    fn fold_across_matches_the_slice_reducer() {
+        use crate::ReduceOp::*;
+        fn check<T: Arith>(ops: &[crate::ReduceOp], value: impl Fn(usize) -> T) {
+            for &op in ops {
+                for n in 1..=4 {
+                    for numel in [0, 1, 15, 16, 17, 40] {
+                        let inputs: Vec<Vec<T>> = (0..n)
+                            .map(|j| (0..numel).map(|i| value(7 * i + 3 * j + 1)).collect())
+                            .collect();
+                        let r = Reducer::<T>::new(op, n);
+                        let mut want = inputs[0].clone();
+                        r.start(&mut want);
+                        for x in &inputs[1..] {
+                            r.combine(&mut want, x);
+                        }
+                        r.finish(&mut want);
+                        for outputs in [n, 1, 0] {
+                            let mut bufs = inputs.clone();
+                            let mut outs: Vec<Vec<T>> = vec![vec![T::default(); numel]; outputs];
+                            let srcs: Vec<*const T> = bufs
+                                .iter_mut()
+                                .map(|b| b.as_mut_ptr().cast_const())
+                                .collect();
+                            // outputs == 0 stands for "in place": each member's own buffer.
+                            let dsts: Vec<*mut T> = if outputs == 0 {
+                                srcs.iter().map(|p| p.cast_mut()).collect()
+                            } else {
+                                outs.iter_mut().map(|o| o.as_mut_ptr()).collect()
+                            };
+                            // SAFETY: every buffer holds `numel` elements; destinations are
+                            // distinct, and in place each is exactly its member's source.
+                            r.fold(Probe {
+                                srcs: &srcs,
+                                dsts: &dsts,
+                                numel,
+                            });
+                            let got: Vec<Vec<T>> = if outputs == 0 { bufs } else { outs };
+                            for g in &got {
+                                assert!(g == &want, "{op:?} n={n} numel={numel} outputs={outputs}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        struct Probe<'a, T> {
+            srcs: &'a [*const T],
+            dsts: &'a [*mut T],
+            numel: usize,
+        }
+        impl<T: Arith> Fold<T> for Probe<'_, T> {
+            fn fold(
+                self,
+                start: impl Fn(T) -> T + Copy,
+                combine: impl Fn(T, T) -> T + Copy,
+                finish: impl Fn(T) -> T + Copy,
+            ) {
+                // SAFETY: as the caller above says.
+                unsafe { fold_across(self.srcs, self.dsts, self.numel, start, combine, finish) }
+            }
+        }
+        let float = |k: usize| ((k * 37 % 101) as f32 - 50.0) / 8.0;
+        check::<f32>(&[Sum, Avg, PreMulSum(0.75), Prod, Min, Max], float);
+        check::<f64>(&[Sum, Avg, PreMulSum(-1.5)], |k| f64::from(float(k)));
+        check::<half::f16>(&[Sum, Max], |k| half::f16::from_f32(float(k)));
+        let int = |k: usize| (k * 2_654_435_761 % 1_000_003) as i32 - 500_000;
+        check::<i32>(&[Sum, Avg, Prod, Min, Max, BitAnd, BitOr, BitXor], int);
+        check::<u8>(&[Sum, BitXor], |k| (k * 31) as u8);
     }
 
     #[test]

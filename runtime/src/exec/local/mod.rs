@@ -93,6 +93,10 @@ pub(crate) struct LocalBackend {
     /// Posted sends and receives not yet waited for, in posting order.
     posted: Vec<PostedReq>,
     next_ticket: u64,
+    /// The number and plan of the last batch that succeeded, while `tables` still hold what
+    /// its runs built: a batch that repeats it exactly runs that plan with those tables (see
+    /// `LocalBackend::execute_batch`).
+    last_batch: Option<(u64, crate::plan::Runs)>,
 }
 
 /// A rank's own view of one communicator's eager slots (see `eager`).
@@ -365,6 +369,7 @@ impl LocalBackend {
             received: vec![0; world],
             posted: Vec::new(),
             next_ticket: 0,
+            last_batch: None,
         }
     }
 
@@ -464,12 +469,12 @@ impl LocalBackend {
     /// Makes the runs visible to peers, who may read `ops` and their buffers from here on; a
     /// send run whose channel still holds an earlier, undelivered run stays unpublished (see
     /// [`LocalBackend::try_publish_send`]).
-    fn publish(&self, ops: &[Op], runs: &mut [TargetRun]) {
+    fn publish(&self, ops: &[Op], runs: &mut [TargetRun], again: bool) {
         let mut woken: SmallVec<[usize; 8]> = SmallVec::new();
         for run in runs {
             match run.target {
                 Target::Coll(_) => {
-                    let g = self.post_coll(ops, run, None);
+                    let g = self.post_coll(ops, run, None, again);
                     woken.extend(self.others(g));
                 }
                 Target::Send(dst) => {
@@ -486,16 +491,26 @@ impl LocalBackend {
         self.shared.wake(woken);
     }
 
-    /// Makes a collective run visible to its communicator's members (its pack table built, a
-    /// run of one small op also posted eagerly, with `sig` if the caller has it already); the
+    /// Makes a collective run visible to its communicator's members (its pack table built —
+    /// or, `again`, kept: the run repeats exactly the one the table was built for — a run of
+    /// one small op also posted eagerly, with `sig` if the caller has it already); the
     /// communicator, for the caller to wake.
     #[inline(always)]
-    fn post_coll(&self, ops: &[Op], run: &mut TargetRun, sig: Option<Sig>) -> &GroupState {
+    fn post_coll(
+        &self,
+        ops: &[Op],
+        run: &mut TargetRun,
+        sig: Option<Sig>,
+        again: bool,
+    ) -> &GroupState {
         // Peers only ever read through this pointer.
         let entries = ops[run.start..].as_ptr().cast_mut();
         if run.len > 1 {
             // A run of one has the empty table `numbered` gave it: nothing packs.
-            run.packs.build(&ops[run.start..run.start + run.len]);
+            let run_ops = &ops[run.start..run.start + run.len];
+            if !(again && run.packs.refresh(run_ops)) {
+                run.packs.build(run_ops);
+            }
         }
         let packs = run.packs.as_ptr();
         let g = self.group_of(run);
@@ -1529,30 +1544,40 @@ unsafe impl Backend for LocalBackend {
             self.settle(sig.leaves_early().then_some(op.desc.group.0 as usize))?;
             return self.execute_eager(op, sig);
         }
+        // Runs of two or more ops (which only batches make) rebuild tables.
+        if ops.len() > 1 {
+            self.last_batch = None;
+        }
         self.settle(None)?;
         let plan = crate::plan::plan(ops);
-        // Declared before the guard: the runs own their pack tables, which peers read, so on
-        // the way out through an error they must outlive the guard's quiescing (dropped inside
-        // the closure they were freed while a peer could still be reading them).
-        let mut runs = Runs::new();
-        let numbered = self.number(&plan, &mut runs);
-        let mut reqs = std::mem::take(&mut self.posted);
-        let result = self.guarded(|me| {
-            numbered?;
-            me.publish(ops, &mut runs);
-            me.drive(&mut runs, ops, &mut reqs, Until::Runs)
-        });
-        self.posted = reqs;
-        if result.is_ok() {
-            // Every member has finished every step, so nobody reads the tables any more.
-            for run in runs.iter_mut().filter(|r| r.packs.is_allocated()) {
-                if let Some(gi) = run.group {
-                    self.tables[gi] = std::mem::take(&mut run.packs);
-                }
-            }
+        self.execute_plan(ops, &plan, false)
+    }
+
+    /// Runs a batch; one that repeats the last batch that succeeded exactly runs that batch's
+    /// plan with the pack tables its runs built, which describe these ops too — only the
+    /// buffers' provenance is taken from the new ops (see `pack::Table::refresh`). A bucket of
+    /// a thousand small all_reduces spends about a fifth of its bookkeeping planning and
+    /// describing itself otherwise.
+    fn execute_batch(&mut self, ops: &mut [Op], mark: crate::exec::BatchMark) -> Result<()> {
+        let kept = self.last_batch.take();
+        if ops.len() < 2 || self.shared.is_aborted() {
+            return self.execute(ops);
         }
-        drop(runs);
-        result
+        self.settle(None)?;
+        let (plan, again) = match kept {
+            Some((serial, plan))
+                if Some(serial) == mark.repeats
+                    && plan.last().is_some_and(|(_, r)| r.end == ops.len()) =>
+            {
+                (plan, true)
+            }
+            _ => (crate::plan::plan(ops), false),
+        };
+        let done = self.execute_plan(ops, &plan, again);
+        if done.is_ok() {
+            self.last_batch = Some((mark.serial, plan));
+        }
+        done
     }
 
     fn post(&mut self, posted: PostedOp) -> Result<Ticket> {
@@ -1590,6 +1615,7 @@ unsafe impl Backend for LocalBackend {
                 me.publish(
                     std::slice::from_ref(&*req.op),
                     std::slice::from_mut(&mut req.run),
+                    false,
                 );
             }
             Ok(())
@@ -1640,6 +1666,38 @@ impl LocalBackend {
     /// the way in and out, which costs more than the step itself. If the step cannot complete
     /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
     /// over from where it stands, with the deadlock detector and every check.
+    /// Runs `ops` as planned (`plan`, see [`crate::plan`]); `again`: they repeat the last
+    /// batch that succeeded exactly, and `plan` is its plan (see `execute_batch`).
+    fn execute_plan(
+        &mut self,
+        ops: &[Op],
+        plan: &[(Target, Range<usize>)],
+        again: bool,
+    ) -> Result<()> {
+        // Declared before the guard: the runs own their pack tables, which peers read, so on
+        // the way out through an error they must outlive the guard's quiescing (dropped inside
+        // the closure they were freed while a peer could still be reading them).
+        let mut runs = Runs::new();
+        let numbered = self.number(plan, &mut runs);
+        let mut reqs = std::mem::take(&mut self.posted);
+        let result = self.guarded(|me| {
+            numbered?;
+            me.publish(ops, &mut runs, again);
+            me.drive(&mut runs, ops, &mut reqs, Until::Runs)
+        });
+        self.posted = reqs;
+        if result.is_ok() {
+            // Every member has finished every step, so nobody reads the tables any more.
+            for run in runs.iter_mut().filter(|r| r.packs.is_allocated()) {
+                if let Some(gi) = run.group {
+                    self.tables[gi] = std::mem::take(&mut run.packs);
+                }
+            }
+        }
+        drop(runs);
+        result
+    }
+
     fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
         let mut run = self.numbered(crate::plan::target(op), 0, 1)?;
         let ops = std::slice::from_ref(op);
@@ -1647,7 +1705,7 @@ impl LocalBackend {
             if sig.leaves_early() {
                 b.await_slot(&run)?;
             }
-            let g = b.post_coll(ops, &mut run, Some(sig));
+            let g = b.post_coll(ops, &mut run, Some(sig), false);
             fail_point!("post");
             b.shared.wake(b.others(g));
             // A broadcast's or scatter's root that filled its slot is done once it has its own

@@ -126,6 +126,37 @@ impl Table {
         }
     }
 
+    /// Keeps the table for a run that repeats exactly (equal descriptions, equal buffer
+    /// addresses) the run it was last built for, where every entry stands; whether it did.
+    ///
+    /// The buffers' provenance is new: it is exposed here for the peers to pick up (see
+    /// [`PackEntry`]), which costs no instructions; without it a peer would reach a tensor
+    /// reallocated at a freed one's address through the freed one's provenance. And each
+    /// entry's buffers and element count are compared with the op's, which costs a few: peers
+    /// size every member's buffers by the reducer's entry, so a table kept for ops it does not
+    /// describe would have them read and write out of bounds. On a difference it returns
+    /// `false`, and the caller builds the table anew.
+    pub(crate) fn refresh(&mut self, ops: &[Op]) -> bool {
+        let fits = self.entries.len() >= ops.len()
+            && ops.iter().zip(&self.entries).all(|(o, e)| {
+                e.input == o.input.ptr.expose_provenance()
+                    && e.output == o.output.ptr.expose_provenance()
+                    && (e.rest == 0
+                        || (e.numel as usize == o.input.len && o.output.len == o.input.len))
+            });
+        // Tests run unoptimised: there, check that rebuilding would change nothing at all.
+        #[cfg(debug_assertions)]
+        if fits {
+            let mut fresh = Table::default();
+            fresh.build(ops);
+            assert!(
+                fresh.entries() == self.entries(),
+                "a repeated run's pack table differs from the one it repeats"
+            );
+        }
+        fits
+    }
+
     /// The current run's entries (empty when nothing packs).
     pub(crate) fn entries(&self) -> &[PackEntry] {
         &self.entries[..self.live]
