@@ -38,13 +38,13 @@ pub struct Ctx {
     /// The record of every call, when tracing is on (see `trace`).
     trace: Option<Recorder>,
     /// The last batch's ops, as recorded (see [`Batch::record_repeat`]), and beside each the
-    /// output shape its validation read (empty where it read none): the next batch compares
-    /// each call it records with the op at the same place and keeps that op if the call
-    /// repeats it. A program that runs the same bucket every step then neither describes nor
+    /// key of the call that made it, as words (`None` for calls that never repeat): the next
+    /// batch compares each call it records with the key at the same place and keeps that op if
+    /// the call repeats it. A program that runs the same bucket every step then neither describes nor
     /// validates its calls again, nor grows (and pages in) a fresh list. The ops' buffers
     /// dangle between batches; a repeat replaces them with its own tensors' pointers.
     spare_ops: Vec<Op>,
-    spare_shapes: Vec<Shape>,
+    spare_words: Vec<Option<CallWords>>,
     /// The number of the batch `spare_ops` come from, if it ran (see `BatchMark`).
     spare_serial: Option<u64>,
     /// How many batches this context has run: the next one's number.
@@ -76,7 +76,8 @@ struct Validated {
 /// (see [`Ctx::recall`]).
 const KEEP_AFTER_MISSES: u32 = 8;
 
-/// A lone call as [`Ctx::recall`] compares it with the one before.
+/// A call as [`Ctx::recall`] compares it with the one before (and a batch, as [`CallWords`],
+/// with the last batch's call at its place).
 struct CallKey<'t> {
     kind: OpKind,
     group: GroupId,
@@ -90,6 +91,96 @@ struct CallKey<'t> {
     input: (*mut u8, usize),
     output: (*mut u8, usize),
     site: CallSite,
+}
+
+/// A call's key ([`CallKey`]) in twelve words, kept by a batch beside each op for the next
+/// batch's call at that place (see [`Batch::record_repeat`]): equal words, equal keys, so one
+/// comparison of two small arrays decides a repeat. `None` when a part does not fit its field
+/// (see [`dims_word`]; a `dim` from 2^16, a root from 2^31): such calls are described anew.
+type CallWords = [u64; 12];
+
+fn call_words(k: &CallKey<'_>) -> Option<CallWords> {
+    let mut words = [0; 12];
+    each_word(k, |i, w| {
+        words[i] = w;
+        true
+    })
+    .then_some(words)
+}
+
+/// Whether `k`'s words are `words`, computed one at a time and compared as they come (a whole
+/// array built and then compared would be written to memory and read back at once, which
+/// stalls).
+#[inline(always)]
+fn words_match(words: &CallWords, k: &CallKey<'_>) -> bool {
+    each_word(k, |i, w| words[i] == w)
+}
+
+/// Calls `f` with each word of `k`'s [`CallWords`] in order, while it returns `true`; whether
+/// every word was made and accepted (`false` as soon as a part does not fit).
+#[inline(always)]
+fn each_word(k: &CallKey<'_>, mut f: impl FnMut(usize, u64) -> bool) -> bool {
+    let word = |n: usize| n as u64;
+    let Some(dim) = u64::try_from(k.dim).ok().filter(|&d| d < 1 << 16) else {
+        return false;
+    };
+    let peer = match k.peer {
+        None => 0,
+        Some(p) if p < 1 << 31 => word(p) + 1,
+        Some(_) => return false,
+    };
+    let (op, scale) = match k.op {
+        None => (0, 0),
+        Some(ReduceOp::PreMulSum(s)) => (1, s.to_bits()),
+        Some(ReduceOp::Sum) => (2, 0),
+        Some(ReduceOp::Prod) => (3, 0),
+        Some(ReduceOp::Min) => (4, 0),
+        Some(ReduceOp::Max) => (5, 0),
+        Some(ReduceOp::Avg) => (6, 0),
+        Some(ReduceOp::BitAnd) => (7, 0),
+        Some(ReduceOp::BitOr) => (8, 0),
+        Some(ReduceOp::BitXor) => (9, 0),
+    };
+    f(0, k.kind as u64 | (k.dtype as u64) << 8 | dim << 16 | peer << 32)
+        && f(1, u64::from(k.group.0) | op << 32)
+        && f(2, scale)
+        && f(3, word(k.input.0.addr()))
+        && f(4, word(k.input.1))
+        && f(5, word(k.output.0.addr()))
+        && f(6, word(k.output.1))
+        && dims_word(k.shape).is_some_and(|w| f(7, w))
+        && dims_word(k.output_shape).is_some_and(|w| f(8, w))
+        // The file by address and length: the same `file!()` text usually has one address,
+        // and a copy elsewhere only makes the call look new.
+        && f(9, word(k.site.file.as_ptr().addr()))
+        && f(10, word(k.site.file.len()))
+        && f(11, u64::from(k.site.line) | u64::from(k.site.column) << 32)
+}
+
+/// A shape as one word, injectively: its length in the top three bits, then its dimensions —
+/// 30 bits each for up to two, 14 bits each for three or four. `None` for longer shapes or
+/// larger dimensions.
+#[inline(always)]
+fn dims_word(shape: &[usize]) -> Option<u64> {
+    let bits = match shape.len() {
+        0..=2 => 30,
+        3 | 4 => 14,
+        _ => return None,
+    };
+    let mut word = 0u64;
+    for &d in shape {
+        let d = u64::try_from(d).ok().filter(|&d| d < 1 << bits)?;
+        word = word << bits | d;
+    }
+    Some((shape.len() as u64) << 61 | word)
+}
+
+/// What a batch found for a call it records (see [`Batch::check_repeat`]).
+enum Seen {
+    /// It repeats the last batch's call at its place: its buffers, input and output.
+    Repeat(*mut u8, *mut u8),
+    /// It does not: its key as words, to keep with its op.
+    New(Option<CallWords>),
 }
 
 /// Builds validated [`Op`]s for one call site on one group.
@@ -565,13 +656,11 @@ macro_rules! recorded_sinks {
         ) -> &mut Self {
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let (repeat, bufs) = match in_place_key(id, site, kind, t, root, op) {
-                Some(key) => (batch.repeats_next(&key), (key.input.0, key.output.0)),
-                None => (false, (std::ptr::null_mut(), std::ptr::null_mut())),
+            let seen = match in_place_key(id, site, kind, t, root, op) {
+                Some(ref key) => batch.check_repeat(key),
+                None => Seen::New(None),
             };
-            batch.record_repeat(group, site, repeat, bufs, Shape::new(), move |c| {
-                c.in_place(kind, t, root, op)
-            });
+            batch.record_repeat(group, site, seen, move |c| c.in_place(kind, t, root, op));
             self
         }
 
@@ -586,15 +675,11 @@ macro_rules! recorded_sinks {
         ) -> &mut Self {
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let (repeat, bufs) = match in_out_key(id, site, kind, x, &mut *out, op, dim) {
-                Some(key) => (batch.repeats_next(&key), (key.input.0, key.output.0)),
-                None => (false, (std::ptr::null_mut(), std::ptr::null_mut())),
+            let seen = match in_out_key(id, site, kind, x, &mut *out, op, dim) {
+                Some(ref key) => batch.check_repeat(key),
+                None => Seen::New(None),
             };
-            // The output's shape, which validation reads, is kept with the op.
-            let shape = if repeat { Shape::new() } else { Shape::from_slice(out.shape()) };
-            batch.record_repeat(group, site, repeat, bufs, shape, move |c| {
-                c.in_out(kind, x, out, op, dim)
-            });
+            batch.record_repeat(group, site, seen, move |c| c.in_out(kind, x, out, op, dim));
             self
         }
     };
@@ -780,7 +865,7 @@ impl Ctx {
             ordinals: HashMap::new(),
             trace: None,
             spare_ops: Vec::new(),
-            spare_shapes: Vec::new(),
+            spare_words: Vec::new(),
             spare_serial: None,
             batches: 0,
             last: Default::default(),
@@ -1016,12 +1101,12 @@ impl Ctx {
     /// are fused into one synchronisation.
     pub fn batch<'a>(&mut self) -> Batch<'_, 'a> {
         let ops = std::mem::take(&mut self.spare_ops);
-        let shapes = std::mem::take(&mut self.spare_shapes);
+        let words = std::mem::take(&mut self.spare_words);
         let kept = self.spare_serial.take();
         Batch {
             ctx: self,
             ops,
-            shapes,
+            words,
             kept,
             serial: None,
             recorded: 0,
@@ -1375,8 +1460,8 @@ pub struct Batch<'c, 'a> {
     /// The ops recorded (the first `recorded`), then the rest of the last batch's, which the
     /// calls still to come are compared with (see [`Batch::record_repeat`]).
     ops: Vec<Op>,
-    /// Beside each op, the output shape its validation read (empty where it read none).
-    shapes: Vec<Shape>,
+    /// Beside each op, the key of the call that made it (see [`CallWords`]); as long as `ops`.
+    words: Vec<Option<CallWords>>,
     /// The number of the batch whose ops `ops` started as, if it ran.
     kept: Option<u64>,
     /// This batch's number, once it runs.
@@ -1397,7 +1482,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         &mut self,
         group: Option<&Group>,
         site: CallSite,
-        output_shape: Shape,
+        words: Option<CallWords>,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
         if self.error.is_none() {
@@ -1411,9 +1496,9 @@ impl<'c, 'a> Batch<'c, 'a> {
                     }
                     // The last batch's ops from here on no longer line up with this one's.
                     self.ops.truncate(self.recorded);
-                    self.shapes.truncate(self.recorded);
+                    self.words.truncate(self.recorded);
                     self.ops.push(op);
-                    self.shapes.push(output_shape);
+                    self.words.push(words);
                     self.recorded += 1;
                     if let Some(staged) = staged {
                         self.staged.push(staged);
@@ -1425,35 +1510,37 @@ impl<'c, 'a> Batch<'c, 'a> {
         self
     }
 
-    /// Whether `call`, the next call this batch records, repeats the last batch's op at the
-    /// same place (see [`repeats`]).
-    fn repeats_next(&self, call: &CallKey<'_>) -> bool {
+    /// Whether the call with key `key`, the next call this batch records, repeats the last
+    /// batch's call at the same place (equal keys: see [`repeats`] for what that covers): its
+    /// buffers (input, output) for a repeat to take, or its words for a call to keep.
+    #[inline(always)]
+    fn check_repeat(&self, key: &CallKey<'_>) -> Seen {
         let i = self.recorded;
-        self.error.is_none()
-            && matches!(
-                (self.ops.get(i), self.shapes.get(i)),
-                (Some(op), Some(shape)) if repeats(op, shape, call)
-            )
+        match self.words.get(i) {
+            Some(Some(words)) if i < self.ops.len() && words_match(words, key) => {
+                Seen::Repeat(key.input.0, key.output.0)
+            }
+            _ => Seen::New(call_words(key)),
+        }
     }
 
-    /// Records a broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all: if
-    /// it `repeat`s the last batch's op at the same place ([`Batch::repeats_next`]), that op is
-    /// kept, with this call's buffers `bufs` (input, output), instead of describing and
-    /// validating the call again; otherwise [`Batch::record`], the op validated with
-    /// `output_shape`. The guard's check of the call site and of the group handle run either
-    /// way.
+    /// Records a broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all, as
+    /// [`Batch::check_repeat`] saw it: a call that repeats the last batch's call at the same
+    /// place keeps that call's op, with this call's buffers, instead of describing and
+    /// validating the call again; another is [`Batch::record`]ed, with its key's words. The
+    /// guard's check of the call site and of the group handle run either way.
     fn record_repeat<B: Parts>(
         &mut self,
         group: Option<&Group>,
         site: CallSite,
-        repeat: bool,
-        bufs: (*mut u8, *mut u8),
-        output_shape: Shape,
+        seen: Seen,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
-        if !repeat {
-            return self.record(group, site, output_shape, build);
-        }
+        let bufs = match seen {
+            Seen::Repeat(input, output) if self.error.is_none() => (input, output),
+            Seen::Repeat(..) => return self, // the batch is refused already
+            Seen::New(words) => return self.record(group, site, words, build),
+        };
         let g = group.unwrap_or(&self.ctx.world_group);
         if let Err(e) = self.ctx.admitted(g, site, true) {
             self.error = Some(e);
@@ -1481,7 +1568,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
-        self.record(None, site, Shape::new(), build)
+        self.record(None, site, None, build)
     }
 
     /// This batch and the whole world, for the forms recorded by `record_repeat`.
@@ -1512,7 +1599,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         // Every call repeated the last batch's op at its place, and that batch had no more.
         let again = self.repeated == self.recorded && self.ops.len() == self.recorded;
         self.ops.truncate(self.recorded);
-        self.shapes.truncate(self.recorded);
+        self.words.truncate(self.recorded);
         if let Some(e) = self.error.take() {
             return Err(self.ctx.refused(e));
         }
@@ -1547,19 +1634,19 @@ impl Drop for Batch<'_, '_> {
     /// with (see `Batch::record_repeat`); the borrows of tensors they stand for end here,
     /// and their pointers are not read again.
     fn drop(&mut self) {
-        let (mut ops, mut shapes) = (
+        let (mut ops, mut words) = (
             std::mem::take(&mut self.ops),
-            std::mem::take(&mut self.shapes),
+            std::mem::take(&mut self.words),
         );
         if self.error.is_some() {
             // A batch refused as a whole leaves nothing to repeat.
             ops.clear();
-            shapes.clear();
+            words.clear();
         }
         ops.truncate(self.recorded);
-        shapes.truncate(self.recorded);
+        words.truncate(self.recorded);
         self.ctx.spare_ops = ops;
-        self.ctx.spare_shapes = shapes;
+        self.ctx.spare_words = words;
         self.ctx.spare_serial = self.serial;
     }
 }
@@ -1576,8 +1663,7 @@ impl<'c, 'a> BatchComm<'_, 'c, 'a> {
         site: CallSite,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
-        self.batch
-            .record(Some(self.group), site, Shape::new(), build);
+        self.batch.record(Some(self.group), site, None, build);
         self
     }
 
@@ -1588,4 +1674,191 @@ impl<'c, 'a> BatchComm<'_, 'c, 'a> {
 
     recorded_sinks!('a);
     comm_methods!('a, &mut Self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shape of up to four dimensions with small sizes, and the edges of each width.
+    fn shapes() -> Vec<Vec<usize>> {
+        let mut all: Vec<Vec<usize>> = vec![vec![]];
+        for len in 1..=4 {
+            let top = if len <= 2 {
+                (1 << 30) - 1
+            } else {
+                (1 << 14) - 1
+            };
+            let values = [0, 1, 2, 3, top - 1, top];
+            let mut grow: Vec<Vec<usize>> = vec![vec![]];
+            for _ in 0..len {
+                grow = grow
+                    .iter()
+                    .flat_map(|s| values.iter().map(move |&v| [s.clone(), vec![v]].concat()))
+                    .collect();
+            }
+            all.extend(grow);
+        }
+        all
+    }
+
+    #[test]
+    fn dims_words_are_injective_and_refuse_what_does_not_fit() {
+        let shapes = shapes();
+        let mut seen = std::collections::HashMap::new();
+        for s in &shapes {
+            let w = dims_word(s).unwrap_or_else(|| panic!("{s:?} fits"));
+            if let Some(other) = seen.insert(w, s.clone()) {
+                panic!("{s:?} and {other:?} share a word");
+            }
+        }
+        assert_eq!(dims_word(&[1 << 30]), None);
+        assert_eq!(dims_word(&[1, 1 << 14, 1]), None);
+        assert_eq!(dims_word(&[1; 5]), None);
+    }
+
+    #[test]
+    fn call_words_tell_apart_keys_that_differ_in_any_part() {
+        let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 8]);
+        let site = CallSite::caller();
+        let base = CallKey {
+            kind: OpKind::AllReduce,
+            group: GroupId(3),
+            peer: None,
+            op: Some(ReduceOp::Sum),
+            dtype: DType::F32,
+            shape: &[2, 3],
+            dim: 0,
+            output_shape: &[],
+            input: (a.as_mut_ptr(), 6),
+            output: (a.as_mut_ptr(), 6),
+            site,
+        };
+        let words = call_words(&base).expect("fits");
+        assert!(words_match(&words, &base));
+        let other_file = CallSite {
+            file: "elsewhere.rs",
+            ..site
+        };
+        let changed: Vec<CallKey<'_>> = vec![
+            CallKey {
+                kind: OpKind::Reduce,
+                ..base
+            },
+            CallKey {
+                group: GroupId(4),
+                ..base
+            },
+            CallKey {
+                peer: Some(0),
+                ..base
+            },
+            CallKey {
+                peer: Some(1),
+                ..base
+            },
+            CallKey {
+                op: Some(ReduceOp::Max),
+                ..base
+            },
+            CallKey {
+                op: Some(ReduceOp::PreMulSum(2.0)),
+                ..base
+            },
+            CallKey { op: None, ..base },
+            CallKey {
+                dtype: DType::I32,
+                ..base
+            },
+            CallKey {
+                shape: &[3, 2],
+                ..base
+            },
+            CallKey {
+                shape: &[6],
+                ..base
+            },
+            CallKey { dim: 1, ..base },
+            CallKey {
+                output_shape: &[2, 3],
+                ..base
+            },
+            CallKey {
+                input: (b.as_mut_ptr(), 6),
+                ..base
+            },
+            CallKey {
+                input: (a.as_mut_ptr(), 5),
+                ..base
+            },
+            CallKey {
+                output: (c.as_mut_ptr(), 6),
+                ..base
+            },
+            CallKey {
+                output: (a.as_mut_ptr(), 7),
+                ..base
+            },
+            CallKey {
+                site: other_file,
+                ..base
+            },
+            CallKey {
+                site: CallSite {
+                    line: site.line + 1,
+                    ..site
+                },
+                ..base
+            },
+            CallKey {
+                site: CallSite {
+                    column: site.column + 1,
+                    ..site
+                },
+                ..base
+            },
+        ];
+        for (i, key) in changed.iter().enumerate() {
+            assert!(!words_match(&words, key), "change {i} was not seen");
+            let w = call_words(key).expect("fits");
+            assert!(
+                !words_match(&w, &base),
+                "change {i} was not seen the other way"
+            );
+        }
+        let scaled = CallKey {
+            op: Some(ReduceOp::PreMulSum(2.0)),
+            ..base
+        };
+        let w = call_words(&scaled).expect("fits");
+        assert!(!words_match(
+            &w,
+            &CallKey {
+                op: Some(ReduceOp::PreMulSum(3.0)),
+                ..base
+            }
+        ));
+        // Parts beyond their fields: no words, so such calls are never taken for repeats.
+        assert!(
+            call_words(&CallKey {
+                dim: 1 << 16,
+                ..base
+            })
+            .is_none()
+        );
+        assert!(
+            call_words(&CallKey {
+                peer: Some(1 << 31),
+                ..base
+            })
+            .is_none()
+        );
+        assert!(
+            call_words(&CallKey {
+                shape: &[1; 5],
+                ..base
+            })
+            .is_none()
+        );
+    }
 }

@@ -94,13 +94,15 @@ impl<T: Arith> Reducer<T> {
 /// final step. A trait rather than a closure because the steps' types differ per operator and
 /// the loop must be compiled for each (so that they inline into it).
 pub(crate) trait Fold<T> {
+    /// What the loop returns.
+    type Output;
     /// Runs the loop with these steps.
     fn fold(
         self,
         start: impl Fn(T) -> T + Copy,
         combine: impl Fn(T, T) -> T + Copy,
         finish: impl Fn(T) -> T + Copy,
-    );
+    ) -> Self::Output;
 }
 
 impl<T: Arith> Reducer<T> {
@@ -108,7 +110,7 @@ impl<T: Arith> Reducer<T> {
     /// [`Fold`]). The same values as [`Reducer::start`], [`Reducer::combine`] and
     /// [`Reducer::finish`] applied to slices.
     #[inline(always)]
-    pub(crate) fn fold(&self, f: impl Fold<T>) {
+    pub(crate) fn fold<F: Fold<T>>(&self, f: F) -> F::Output {
         let (scale, count) = (self.scale, self.count);
         let same = |a: T| a;
         match self.op {

@@ -189,66 +189,82 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
     }
 }
 
-/// Member `me`'s share of a stretch of `len` small reductions: the steps it is the [`reducer`]
-/// of, each reduced whole from every member's pack entry.
+/// Member `me`'s share of a stretch of `len` small reductions, from its first step `first`:
+/// every step it checks or reduces is first passed to `check` (by its index in the stretch),
+/// and a step it is the [`reducer`] of is reduced whole from every member's pack entry only
+/// once `check` accepted it. The first error `check` returns ends the pass: steps before it
+/// were reduced, as the step-by-step path would have done.
 ///
 /// # Safety
-/// `tables[j]` points at member j's pack entries for the stretch; for every step the members'
-/// entries have equal element counts, below the small-reduction size, their buffers (exposed
-/// addresses, see [`PackEntry`]) hold that many elements of `desc.dtype` and stay live until
-/// every member has marked the step done;
-/// every member's op is a `desc.kind` (all_reduce or reduce) with `desc`'s root and reduction;
+/// `tables[j]` points at member j's pack entries for the stretch, whose buffers (exposed
+/// addresses, see [`PackEntry`]) stay live until every member has marked the step done; a
+/// step `check` accepts has equal element counts in every member's entry, below the
+/// small-reduction size, buffers that hold that many elements of `desc.dtype`, and every
+/// member's op is a `desc.kind` (all_reduce or reduce) with `desc`'s root and reduction;
 /// `root` is the root's member index for a reduce.
 pub(crate) unsafe fn reduce_pack(
     desc: &OpDesc,
     root: usize,
     tables: &[*const PackEntry],
-    len: u64,
+    (first, len): (u64, u64),
     me: usize,
-) {
+    check: impl FnMut(usize) -> crate::error::Result<()>,
+) -> crate::error::Result<()> {
     fail_point!("kernel");
     let n = tables.len();
     let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
     with_dtype!(desc.dtype, T => {
         let pass = PackPass {
             tables,
+            first,
             len: len as usize,
             me,
             root: (desc.kind != OpKind::AllReduce).then_some(root),
             // Alone, a reduction other than PreMulSum leaves a buffer as it is.
             alone_unchanged: n == 1 && !matches!(op, crate::ReduceOp::PreMulSum(_)),
+            check,
         };
-        Reducer::<T>::new(op, n).fold(pass);
+        Reducer::<T>::new(op, n).fold(pass)
     })
 }
 
-/// The steps of a stretch that member `me` reduces (see [`reduce_pack`]), as a [`Fold`]: the
-/// operator's loop is compiled once per operator and type, and each step is one pass over its
-/// elements.
-struct PackPass<'a> {
+/// The steps of a stretch that member `me` checks and reduces (see [`reduce_pack`]), as a
+/// [`Fold`]: the operator's loop is compiled once per operator and type, and each step is one
+/// pass over its elements.
+struct PackPass<'a, C> {
     tables: &'a [*const PackEntry],
+    /// The stretch's first collective step, and its length.
+    first: u64,
     len: usize,
     me: usize,
     /// The root's member index for a reduce; `None` for an all_reduce.
     root: Option<usize>,
     /// Whether a step whose one member reduces in place has nothing to do.
     alone_unchanged: bool,
+    check: C,
 }
 
-impl<T: Arith> Fold<T> for PackPass<'_> {
+impl<T: Arith, C: FnMut(usize) -> crate::error::Result<()>> Fold<T> for PackPass<'_, C> {
+    type Output = crate::error::Result<()>;
+
     fn fold(
-        self,
+        mut self,
         start: impl Fn(T) -> T + Copy,
         combine: impl Fn(T, T) -> T + Copy,
         finish: impl Fn(T) -> T + Copy,
-    ) {
+    ) -> Self::Output {
         let n = self.tables.len();
         let mut srcs: SmallVec<[*const T; 8]> = SmallVec::from_elem(std::ptr::null(), n);
         let mut dsts: SmallVec<[*mut T; 8]> = SmallVec::new();
         for i in 0..self.len {
             // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
             // contract).
-            if reducer_at(unsafe { (*self.tables[0].add(i)).input }, n) != self.me {
+            let reduces = reducer_at(unsafe { (*self.tables[0].add(i)).input }, n) == self.me;
+            if !reduces && checker(self.first + i as u64, n) != self.me {
+                continue;
+            }
+            (self.check)(i)?;
+            if !reduces {
                 continue;
             }
             dsts.clear();
@@ -266,10 +282,12 @@ impl<T: Arith> Fold<T> for PackPass<'_> {
             }
             // SAFETY: as above, for our own table.
             let numel = unsafe { (*self.tables[self.me].add(i)).numel } as usize;
-            // SAFETY: every buffer holds `numel` elements (contract); we are the step's only
-            // writer; an output is either distinct from every input or its member's input.
+            // SAFETY: `check` accepted the step, so every buffer holds `numel` elements
+            // (contract); we are the step's only writer; an output is either distinct from
+            // every input or its member's input.
             unsafe { fold_across(&srcs, &dsts, numel, start, combine, finish) };
         }
+        Ok(())
     }
 }
 
@@ -673,6 +691,7 @@ mod tests {
             numel: usize,
         }
         impl<T: Arith> Fold<T> for Probe<'_, T> {
+            type Output = ();
             fn fold(
                 self,
                 start: impl Fn(T) -> T + Copy,

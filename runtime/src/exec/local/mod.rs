@@ -872,16 +872,11 @@ impl LocalBackend {
         // Each member's stretch shares its op k's kind, root, reduction and element type, so
         // one full comparison of a step proves those for all; after it, equal shape keys make
         // a step agree. A step without a key, or with differing ones, is compared in full (and
-        // reported from there).
+        // reported from there). Each step is checked right before it is reduced, in the one
+        // pass over the stretch.
         let mut checked = false;
         let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(n);
-        for step in k..k + len {
-            let i = (step - k) as usize;
-            // SAFETY: step i of the stretch is posted by every member (above).
-            let first = unsafe { (*tables[0].add(i)).input };
-            if kernels::checker(step, n) != run.me && kernels::reducer_at(first, n) != run.me {
-                continue;
-            }
+        let check = |i: usize| -> Result<()> {
             // SAFETY: step i of the stretch is posted by every member (above).
             let key = unsafe { (*tables[run.me].add(i)).key };
             let same = key != NO_KEY
@@ -890,8 +885,9 @@ impl LocalBackend {
                     // SAFETY: as above, for every member's table.
                     .all(|&t| unsafe { (*t.add(i)).key } == key);
             if checked && same {
-                continue;
+                return Ok(());
             }
+            let step = k + i as u64;
             entries.clear();
             // SAFETY: as above.
             entries.extend(firsts.iter().map(|&p| unsafe { &*p.add(i) }));
@@ -900,14 +896,16 @@ impl LocalBackend {
                 return Err(self.unfit(entries[run.me], &g.members, step));
             }
             checked = true;
-        }
+            Ok(())
+        };
         let desc = &ops[run.start + at].desc;
         let root = kernels::root_member(desc, &g.members);
         fail_point!("step");
-        // SAFETY: every owned step was checked above (equal shapes, hence equal element
-        // counts, which every member's table holds only for buffers of that size); the
-        // stretch is posted by every member, who stays in it until we mark it done.
-        unsafe { kernels::reduce_pack(desc, root, &tables, len, run.me) };
+        // SAFETY: `check` accepts a step only when every member's op agrees with ours on it
+        // (equal shapes, hence equal element counts, which every member's table holds only
+        // for buffers of that size); the stretch is posted by every member, who stays in it
+        // until we mark it done.
+        unsafe { kernels::reduce_pack(desc, root, &tables, (k, len), run.me, check) }?;
         self.finish(run, g, k + len);
         run.next = k + len;
         Ok(true)
