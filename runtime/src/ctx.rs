@@ -1360,6 +1360,7 @@ fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
 
 /// The key of a broadcast, reduce or all_reduce of `t` (see [`repeats`]); `None` for a tensor
 /// on a device, whose calls are never reused.
+#[inline(always)]
 fn in_place_key<T: Element>(
     group: GroupId,
     site: CallSite,
@@ -1389,6 +1390,7 @@ fn in_place_key<T: Element>(
 }
 
 /// The key of an all_gather, reduce_scatter or all_to_all of `x` into `out`.
+#[inline(always)]
 fn in_out_key<'t, T: Element>(
     group: GroupId,
     site: CallSite,

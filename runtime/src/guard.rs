@@ -111,11 +111,19 @@ impl Guard {
     }
 
     /// Checks that the call at `site` is the next one the verified schedule expects (no-op when
-    /// no guard is active on this thread).
+    /// no guard is active on this thread). Inlined: every call passes here, most of them
+    /// without a guard, and a call would cost more than the test.
+    #[inline(always)]
     pub(crate) fn check(site: CallSite) -> Result<()> {
         if !ANY.with(Cell::get) {
             return Ok(());
         }
+        Self::check_active(site)
+    }
+
+    /// [`Guard::check`] with a guard active.
+    #[inline(never)]
+    fn check_active(site: CallSite) -> Result<()> {
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             let Some(g) = a.last_mut() else { return Ok(()) };

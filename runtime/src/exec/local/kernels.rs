@@ -15,7 +15,7 @@ use crate::model::{OpDesc, OpKind};
 use crate::reduce::{Fold, Reducer};
 use crate::rules::rows;
 
-use super::pack::PackEntry;
+use super::pack::{NO_KEY, PackEntry};
 
 /// Entries below this many bytes are reduced whole by one member (their [`reducer`])
 /// rather than sliced: slicing tiny tensors costs more in bookkeeping than it saves.
@@ -190,10 +190,16 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
 }
 
 /// Member `me`'s share of a stretch of `len` small reductions, from its first step `first`:
-/// every step it checks or reduces is first passed to `check` (by its index in the stretch),
-/// and a step it is the [`reducer`] of is reduced whole from every member's pack entry only
-/// once `check` accepted it. The first error `check` returns ends the pass: steps before it
-/// were reduced, as the step-by-step path would have done.
+/// each step it checks or reduces is checked first, and a step it is the [`reducer`] of is
+/// then reduced whole from every member's pack entry.
+///
+/// Every member's stretch shares its first op's kind, root, reduction and element type, so one
+/// full comparison of a step (`check`, given the step's index in the stretch) proves those for
+/// the whole stretch; after it, equal shape keys in every member's entry make a step agree,
+/// and only a step without a key, or with differing ones, is compared in full again (and
+/// reported from there). The first step `check` refuses ends the pass (`false`; `check` keeps
+/// the error): the steps before it were reduced, as the step-by-step path would have done.
+/// (A `bool` rather than a `Result`: a large error type would pass through memory.)
 ///
 /// # Safety
 /// `tables[j]` points at member j's pack entries for the stretch, whose buffers (exposed
@@ -208,8 +214,8 @@ pub(crate) unsafe fn reduce_pack(
     tables: &[*const PackEntry],
     (first, len): (u64, u64),
     me: usize,
-    check: impl FnMut(usize) -> crate::error::Result<()>,
-) -> crate::error::Result<()> {
+    check: impl FnMut(usize) -> bool,
+) -> bool {
     fail_point!("kernel");
     let n = tables.len();
     let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
@@ -244,8 +250,8 @@ struct PackPass<'a, C> {
     check: C,
 }
 
-impl<T: Arith, C: FnMut(usize) -> crate::error::Result<()>> Fold<T> for PackPass<'_, C> {
-    type Output = crate::error::Result<()>;
+impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
+    type Output = bool;
 
     fn fold(
         mut self,
@@ -256,6 +262,7 @@ impl<T: Arith, C: FnMut(usize) -> crate::error::Result<()>> Fold<T> for PackPass
         let n = self.tables.len();
         let mut srcs: SmallVec<[*const T; 8]> = SmallVec::from_elem(std::ptr::null(), n);
         let mut dsts: SmallVec<[*mut T; 8]> = SmallVec::new();
+        let mut checked = false;
         for i in 0..self.len {
             // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
             // contract).
@@ -263,7 +270,19 @@ impl<T: Arith, C: FnMut(usize) -> crate::error::Result<()>> Fold<T> for PackPass
             if !reduces && checker(self.first + i as u64, n) != self.me {
                 continue;
             }
-            (self.check)(i)?;
+            // SAFETY: as above, for every member's table.
+            let key = unsafe { (*self.tables[self.me].add(i)).key };
+            let same = key != NO_KEY
+                && self
+                    .tables
+                    .iter()
+                    .all(|&t| unsafe { (*t.add(i)).key } == key);
+            if !(checked && same) {
+                if !(self.check)(i) {
+                    return false;
+                }
+                checked = true;
+            }
             if !reduces {
                 continue;
             }
@@ -287,7 +306,7 @@ impl<T: Arith, C: FnMut(usize) -> crate::error::Result<()>> Fold<T> for PackPass
             // every input or its member's input.
             unsafe { fold_across(&srcs, &dsts, numel, start, combine, finish) };
         }
-        Ok(())
+        true
     }
 }
 

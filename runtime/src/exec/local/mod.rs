@@ -60,7 +60,7 @@ use crate::plan::Target;
 
 use eager::{RING, Sig};
 use kernels::{Step, copy_rows};
-use pack::{NO_KEY, PackEntry};
+use pack::PackEntry;
 use world::GroupState;
 pub(crate) use world::{Abort, WorldState};
 
@@ -869,34 +869,21 @@ impl LocalBackend {
         if len < 2 {
             return Ok(false);
         }
-        // Each member's stretch shares its op k's kind, root, reduction and element type, so
-        // one full comparison of a step proves those for all; after it, equal shape keys make
-        // a step agree. A step without a key, or with differing ones, is compared in full (and
-        // reported from there). Each step is checked right before it is reduced, in the one
-        // pass over the stretch.
-        let mut checked = false;
+        // One full comparison of a step, when the pass asks for it (see `reduce_pack`).
         let mut entries: SmallVec<[&Op; 8]> = SmallVec::with_capacity(n);
-        let check = |i: usize| -> Result<()> {
-            // SAFETY: step i of the stretch is posted by every member (above).
-            let key = unsafe { (*tables[run.me].add(i)).key };
-            let same = key != NO_KEY
-                && tables
-                    .iter()
-                    // SAFETY: as above, for every member's table.
-                    .all(|&t| unsafe { (*t.add(i)).key } == key);
-            if checked && same {
-                return Ok(());
-            }
+        let mut failure = None;
+        let check = |i: usize| {
             let step = k + i as u64;
             entries.clear();
-            // SAFETY: as above.
+            // SAFETY: step i of the stretch is posted by every member (above).
             entries.extend(firsts.iter().map(|&p| unsafe { &*p.add(i) }));
-            self.check_agreement(&entries, &g.members, step)?;
-            if !kernels::buffers_fit(&entries, &g.members) {
-                return Err(self.unfit(entries[run.me], &g.members, step));
-            }
-            checked = true;
-            Ok(())
+            let agreed = match self.check_agreement(&entries, &g.members, step) {
+                Ok(()) if kernels::buffers_fit(&entries, &g.members) => return true,
+                Ok(()) => self.unfit(entries[run.me], &g.members, step),
+                Err(e) => e,
+            };
+            failure = Some(agreed);
+            false
         };
         let desc = &ops[run.start + at].desc;
         let root = kernels::root_member(desc, &g.members);
@@ -905,7 +892,11 @@ impl LocalBackend {
         // (equal shapes, hence equal element counts, which every member's table holds only
         // for buffers of that size); the stretch is posted by every member, who stays in it
         // until we mark it done.
-        unsafe { kernels::reduce_pack(desc, root, &tables, (k, len), run.me, check) }?;
+        if !unsafe { kernels::reduce_pack(desc, root, &tables, (k, len), run.me, check) } {
+            return Err(failure.unwrap_or_else(|| {
+                Error::Internal("a packed step refused without a cause".into())
+            }));
+        }
         self.finish(run, g, k + len);
         run.next = k + len;
         Ok(true)
