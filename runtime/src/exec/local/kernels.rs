@@ -270,12 +270,13 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
             if !reduces && checker(self.first + i as u64, n) != self.me {
                 continue;
             }
-            // SAFETY: as above, for every member's table.
+            // SAFETY: as above, for our own table.
             let key = unsafe { (*self.tables[self.me].add(i)).key };
             let same = key != NO_KEY
                 && self
                     .tables
                     .iter()
+                    // SAFETY: as above, for every member's table.
                     .all(|&t| unsafe { (*t.add(i)).key } == key);
             if !(checked && same) {
                 if !(self.check)(i) {
