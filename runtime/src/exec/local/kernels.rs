@@ -442,7 +442,16 @@ pub(crate) fn buffers_fit(ops: &[&Op], members: &[usize]) -> bool {
 /// The member that checks that everyone agrees on step `seq` of a communicator of `n`, whatever
 /// the step is: members take turns.
 pub(crate) fn checker(seq: u64, n: usize) -> usize {
-    (seq % n as u64) as usize
+    member_of(seq, n)
+}
+
+/// `x mod n`, a mask for the usual power-of-two group sizes: packed passes ask for every step's
+/// checker and reducer, and a 64-bit division per question cost more than the rest of the
+/// bookkeeping of a step.
+#[inline(always)]
+fn member_of(x: u64, n: usize) -> usize {
+    let n = n as u64;
+    (if n.is_power_of_two() { x & (n - 1) } else { x % n }) as usize
 }
 
 /// Small reductions whose member-0 inputs lie in one aligned block of this many bytes (64 KiB)
@@ -461,7 +470,7 @@ pub(crate) fn reducer(first_input: *const u8, n: usize) -> usize {
 
 /// [`reducer`] for the address of member 0's input.
 pub(crate) fn reducer_at(first_input: usize, n: usize) -> usize {
-    (first_input >> REDUCER_BLOCK_SHIFT) % n
+    member_of((first_input >> REDUCER_BLOCK_SHIFT) as u64, n)
 }
 
 /// Whether member `me` of `n` must wait for step `seq` and take part in it, whatever the other
