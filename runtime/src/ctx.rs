@@ -93,14 +93,14 @@ struct CallKey<'t> {
     site: CallSite,
 }
 
-/// A call's key ([`CallKey`]) in twelve words, kept by a batch beside each op for the next
+/// A call's key ([`CallKey`]) in thirteen words, kept by a batch beside each op for the next
 /// batch's call at that place (see [`Batch::record_repeat`]): equal words, equal keys, so one
 /// comparison of two small arrays decides a repeat. `None` when a part does not fit its field
 /// (see [`dims_word`]; a `dim` from 2^16, a root from 2^31): such calls are described anew.
-type CallWords = [u64; 12];
+type CallWords = [u64; 13];
 
 fn call_words(k: &CallKey<'_>) -> Option<CallWords> {
-    let mut words = [0; 12];
+    let mut words = [0; 13];
     each_word(k, |i, w| {
         words[i] = w;
         true
@@ -154,7 +154,11 @@ fn each_word(k: &CallKey<'_>, mut f: impl FnMut(usize, u64) -> bool) -> bool {
         // and a copy elsewhere only makes the call look new.
         && f(9, word(k.site.file.as_ptr().addr()))
         && f(10, word(k.site.file.len()))
-        && f(11, u64::from(k.site.line) | u64::from(k.site.column) << 32)
+        // Line and column apart: one 8-byte load of the two 4-byte fields, stored separately
+        // just before, would wait for both stores to complete (a store-forwarding stall that
+        // took half of the time of recording a repeated call).
+        && f(11, u64::from(k.site.line))
+        && f(12, u64::from(k.site.column))
 }
 
 /// A shape as one word, injectively: its length in the top three bits, then its dimensions —

@@ -451,7 +451,11 @@ pub(crate) fn checker(seq: u64, n: usize) -> usize {
 #[inline(always)]
 fn member_of(x: u64, n: usize) -> usize {
     let n = n as u64;
-    (if n.is_power_of_two() { x & (n - 1) } else { x % n }) as usize
+    (if n.is_power_of_two() {
+        x & (n - 1)
+    } else {
+        x % n
+    }) as usize
 }
 
 /// Small reductions whose member-0 inputs lie in one aligned block of this many bytes (64 KiB)
