@@ -24,6 +24,8 @@ const SLICE_MIN_BYTES: usize = 8 * 1024;
 /// One collective step as seen by member `me` of `n`: every member's op, in member order.
 pub(crate) struct Step<'a> {
     pub me: usize,
+    /// The step's number on its communicator.
+    pub seq: u64,
     pub ops: &'a [&'a Op],
 }
 
@@ -83,7 +85,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::AllReduce | OpKind::Reduce => {
             let numel = desc.numel();
-            let red = reducer(step.ops[0].input.ptr, n);
+            let red = reducer(step.seq, n);
             let Some((lo, hi)) = owned_range(numel, es, n, me, red) else {
                 return;
             };
@@ -266,8 +268,9 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
         for i in 0..self.len {
             // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
             // contract).
-            let reduces = reducer_at(unsafe { (*self.tables[0].add(i)).input }, n) == self.me;
-            if !reduces && checker(self.first + i as u64, n) != self.me {
+            let seq = self.first + i as u64;
+            let reduces = reducer(seq, n) == self.me;
+            if !reduces && checker(seq, n) != self.me {
                 continue;
             }
             // SAFETY: as above, for our own table.
@@ -458,29 +461,26 @@ fn member_of(x: u64, n: usize) -> usize {
     }) as usize
 }
 
-/// Small reductions whose member-0 inputs lie in one aligned block of this many bytes (64 KiB)
-/// share a reducer.
-const REDUCER_BLOCK_SHIFT: u32 = 16;
+/// Consecutive small reductions go to one reducer this many steps at a time.
+const REDUCER_RUN: u64 = 64;
 
-/// The member that does a small reduction whole, chosen by where member 0's input lives (its
-/// 64 KiB block): the same tensors go to the same member every time a program repeats its
-/// calls, so their cache lines stay in one core's cache instead of moving with the step count,
-/// and neighbouring small tensors, which share lines at their ends, mostly share a reducer
-/// too. (Measured on a bucket of 1000 × 1 KiB at world 2: 4 KiB blocks cost ~1.4× the time of
-/// 64 KiB ones; alternating by step, ~1.5–2×.)
-pub(crate) fn reducer(first_input: *const u8, n: usize) -> usize {
-    reducer_at(first_input.addr(), n)
-}
-
-/// [`reducer`] for the address of member 0's input.
-pub(crate) fn reducer_at(first_input: usize, n: usize) -> usize {
-    member_of((first_input >> REDUCER_BLOCK_SHIFT) as u64, n)
+/// The member that does small reduction step `seq` whole: members take runs of
+/// [`REDUCER_RUN`] consecutive steps in turn. Runs, not single steps, so that a member reduces
+/// neighbouring tensors (a bucket's are usually allocated in order, and small ones share cache
+/// lines at their ends) and each run of steps stays in one core's cache while it is reduced;
+/// by step number, not by where the tensors live, so that every member has the same share —
+/// a bucket of 1000 × 1 KiB at world 2 split by the 64 KiB block of member 0's inputs (the
+/// rule before) gave 550 steps to one member and 450 to the other, and the bucket waited for
+/// the first (measured: 44–46 µs a bucket then, 43–44.5 µs now, with the tensors written
+/// before every bucket or not) — and a member knows which steps are its own without reading
+/// anyone's op.
+pub(crate) fn reducer(seq: u64, n: usize) -> usize {
+    member_of(seq / REDUCER_RUN, n)
 }
 
 /// Whether member `me` of `n` must wait for step `seq` and take part in it, whatever the other
 /// members posted. The step's [`checker`] always does; otherwise only members with data to
-/// move: nobody in a barrier, and in a small reduction only its [`reducer`] — which the caller
-/// learns from member 0's op.
+/// move: nobody in a barrier, and in a small reduction only its [`reducer`].
 pub(crate) fn participates(desc: &OpDesc, n: usize, me: usize, seq: u64) -> bool {
     if checker(seq, n) == me {
         return true;
@@ -653,19 +653,24 @@ mod tests {
     }
 
     #[test]
-    fn reducers_follow_blocks_and_spread_over_members() {
-        // Addresses only: never dereferenced.
-        let at = std::ptr::without_provenance::<u8>;
-        let base = 1usize << 20;
+    fn reducers_take_runs_of_steps_in_turn() {
         for n in 1..=8 {
-            let picks: Vec<usize> = (0..4 * n)
-                .map(|block| reducer(at(base + (block << REDUCER_BLOCK_SHIFT) + 8), n))
-                .collect();
-            for me in 0..n {
-                assert_eq!(picks.iter().filter(|&&p| p == me).count(), 4, "n={n}");
+            let run = REDUCER_RUN as usize;
+            // Every member gets the same share of any whole number of turns, from any step.
+            for first in [0u64, 5, 63, 64, 1000] {
+                let mut share = vec![0usize; n];
+                for seq in first..first + (run * n) as u64 {
+                    share[reducer(seq, n)] += 1;
+                }
+                assert_eq!(share, vec![run; n], "n={n} from {first}");
             }
-            // Within a block, one reducer.
-            assert_eq!(reducer(at(base + 100), n), reducer(at(base + 65000), n));
+            // A run of steps has one reducer; the next run has the next member.
+            for turn in 0..3 * n as u64 {
+                let start = turn * REDUCER_RUN;
+                let r = reducer(start, n);
+                assert!((start..start + REDUCER_RUN).all(|s| reducer(s, n) == r));
+                assert_eq!(reducer(start + REDUCER_RUN, n), (r + 1) % n);
+            }
         }
     }
 

@@ -755,17 +755,8 @@ impl LocalBackend {
             let k = run.next;
             let idx = run.start + (k - run.base) as usize;
             let desc = &ops[idx].desc;
-            let takes_part = if kernels::participates(desc, n, run.me, k) {
-                true
-            } else if kernels::is_small_reduction(desc) {
-                // Its reducer is chosen by member 0's input (`kernels::reducer`).
-                let Some(first) = self.first_input(run, g, ops, idx, k) else {
-                    return Ok(Some((idx, SmallVec::from_slice(&g.members[..1]))));
-                };
-                kernels::reducer(first, n) == run.me
-            } else {
-                false
-            };
+            let takes_part = kernels::participates(desc, n, run.me, k)
+                || (kernels::is_small_reduction(desc) && kernels::reducer(k, n) == run.me);
             if !takes_part {
                 // Nothing to move or check for us in this step: the step's owner checks that
                 // everyone agrees and does the work, and nobody completes the step before the
@@ -791,6 +782,7 @@ impl LocalBackend {
                 kernels::run_share(
                     &Step {
                         me: run.me,
+                        seq: k,
                         ops: &entries,
                     },
                     &g.members,
@@ -1023,28 +1015,6 @@ impl LocalBackend {
         ));
         self.shared.abort(Abort::Error(err.clone()));
         err
-    }
-
-    /// Member 0's input buffer for step `k`, once member 0 has posted it. Read before this
-    /// member marks step `k` done, so member 0 is still in it and the op is live.
-    fn first_input(
-        &self,
-        run: &TargetRun,
-        g: &GroupState,
-        ops: &[Op],
-        idx: usize,
-        k: u64,
-    ) -> Option<*const u8> {
-        if run.me == 0 {
-            return Some(ops[idx].input.ptr.cast_const());
-        }
-        let slot = &g.slots[0];
-        if slot.posted.load(Ordering::Acquire) <= k {
-            return None;
-        }
-        // SAFETY: member 0 posted step k (Acquire above), and we have not finished it.
-        let op = unsafe { member_op(g, 0, k) };
-        Some(op.input.ptr.cast_const())
     }
 
     /// Leaves a broadcast step whose root we are, right after filling our slot (see `eager`):
