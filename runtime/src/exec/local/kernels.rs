@@ -192,8 +192,10 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
 }
 
 /// Member `me`'s share of a stretch of `len` small reductions, from its first step `first`:
-/// each step it checks or reduces is checked first, and a step it is the [`reducer`] of is
-/// then reduced whole from every member's pack entry.
+/// the steps it is the [`reducer`] of, each checked and then reduced whole from every member's
+/// pack entry. (Their [`checker`]s need not look: inside a packed pass every member's op is a
+/// small reduction, and each step's reducer checks it — here, or in the step-by-step path if
+/// it took that one.)
 ///
 /// Every member's stretch shares its first op's kind, root, reduction and element type, so one
 /// full comparison of a step (`check`, given the step's index in the stretch) proves those for
@@ -265,15 +267,9 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
         let mut srcs: SmallVec<[*const T; 8]> = SmallVec::from_elem(std::ptr::null(), n);
         let mut dsts: SmallVec<[*mut T; 8]> = SmallVec::new();
         let mut checked = false;
-        for i in 0..self.len {
+        for i in reduced_steps(self.first, self.len, self.me, n) {
             // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
             // contract).
-            let seq = self.first + i as u64;
-            let reduces = reducer(seq, n) == self.me;
-            if !reduces && checker(seq, n) != self.me {
-                continue;
-            }
-            // SAFETY: as above, for our own table.
             let key = unsafe { (*self.tables[self.me].add(i)).key };
             let same = key != NO_KEY
                 && self
@@ -286,9 +282,6 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
                     return false;
                 }
                 checked = true;
-            }
-            if !reduces {
-                continue;
             }
             dsts.clear();
             for (j, table) in self.tables.iter().enumerate() {
@@ -312,6 +305,20 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
         }
         true
     }
+}
+
+/// The indices, within a stretch of `len` steps from step `first`, of the steps member `me` of
+/// `n` is the [`reducer`] of: whole runs at a time, the others skipped without a look.
+fn reduced_steps(first: u64, len: usize, me: usize, n: usize) -> impl Iterator<Item = usize> {
+    let end = first + len as u64;
+    // The first step of each run that overlaps the stretch, and the part of it in the stretch.
+    (first / REDUCER_RUN..end.div_ceil(REDUCER_RUN))
+        .filter(move |&run| member_of(run, n) == me)
+        .flat_map(move |run| {
+            let lo = (run * REDUCER_RUN).max(first);
+            let hi = ((run + 1) * REDUCER_RUN).min(end);
+            (lo - first) as usize..(hi - first) as usize
+        })
 }
 
 /// Elements [`fold_across`] reduces at a time: a cache line of `f32`, held in registers.
