@@ -99,6 +99,7 @@ struct CallKey<'t> {
 /// (see [`dims_word`]; a `dim` from 2^16, a root from 2^31): such calls are described anew.
 type CallWords = [u64; 13];
 
+#[inline(always)] // so that a call's key never needs to be in memory
 fn call_words(k: &CallKey<'_>) -> Option<CallWords> {
     let mut words = [0; 13];
     each_word(k, |i, w| {
@@ -1484,6 +1485,8 @@ pub struct Batch<'c, 'a> {
 }
 
 impl<'c, 'a> Batch<'c, 'a> {
+    // Out of line: the path of a call that repeats the last batch's stays small around it.
+    #[inline(never)]
     fn record<B: Parts>(
         &mut self,
         group: Option<&Group>,
