@@ -40,9 +40,10 @@ pub struct Ctx {
     /// The last batch's ops, as recorded (see [`Batch::record_repeat`]), and beside each the
     /// key of the call that made it, as words (`None` for calls that never repeat): the next
     /// batch compares each call it records with the key at the same place and keeps that op if
-    /// the call repeats it. A program that runs the same bucket every step then neither describes nor
-    /// validates its calls again, nor grows (and pages in) a fresh list. The ops' buffers
-    /// dangle between batches; a repeat replaces them with its own tensors' pointers.
+    /// the call repeats it. A program that runs the same bucket every step then neither
+    /// describes nor validates its calls again, nor grows (and pages in) a fresh list. The
+    /// ops' buffers dangle between batches; a repeat replaces them with its own tensors'
+    /// pointers.
     spare_ops: Vec<Op>,
     spare_words: Vec<Option<CallWords>>,
     /// The number of the batch `spare_ops` come from, if it ran (see `BatchMark`).
