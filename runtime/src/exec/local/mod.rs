@@ -1620,11 +1620,6 @@ unsafe impl Backend for LocalBackend {
 }
 
 impl LocalBackend {
-    /// Runs a lone small collective (see `eager`) while no posted message needs progress: the
-    /// same protocol as a batch of one, minus the batch machinery (plan, run list, passes) on
-    /// the way in and out, which costs more than the step itself. If the step cannot complete
-    /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
-    /// over from where it stands, with the deadlock detector and every check.
     /// Runs `ops` as planned (`plan`, see [`crate::plan`]); `again`: they repeat the last
     /// batch that succeeded exactly, and `plan` is its plan (see `execute_batch`).
     fn execute_plan(
@@ -1657,6 +1652,11 @@ impl LocalBackend {
         result
     }
 
+    /// Runs a lone small collective (see `eager`) while no posted message needs progress: the
+    /// same protocol as a batch of one, minus the batch machinery (plan, run list, passes) on
+    /// the way in and out, which costs more than the step itself. If the step cannot complete
+    /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
+    /// over from where it stands, with the deadlock detector and every check.
     fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
         let mut run = self.numbered(crate::plan::target(op), 0, 1)?;
         let ops = std::slice::from_ref(op);
