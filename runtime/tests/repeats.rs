@@ -513,6 +513,46 @@ fn a_batch_repeated_around_other_calls_and_batches_keeps_its_results() {
     }
 }
 
+#[test]
+fn a_batch_the_backend_reorders_is_repeated_in_its_own_order() {
+    // Calls on a group made after the world come first here, so the backend runs the world's
+    // call first (ops go by communicator); the next batch records the calls in the written
+    // order again. Each is compared with the last batch's call at its place in that order, and
+    // keeps the op made for that call — not whatever op the reordering left at that place
+    // (another communicator's, with another tensor's length).
+    let results = spawn(3, |ctx| {
+        let r = ctx.rank() as f32;
+        let pair = ctx.new_group([0, 1])?;
+        let in_pair = pair.members().contains(&ctx.rank());
+        let mut sums = Vec::new();
+        for round in 0..4 {
+            let mut small = Tensor::full([2], r + round as f32)?;
+            let mut large = Tensor::full([64], 10.0 * r)?;
+            let mut b = ctx.batch();
+            if in_pair {
+                b.group(&pair).all_reduce(&mut small, ReduceOp::Sum);
+            }
+            b.all_reduce(&mut large, ReduceOp::Sum);
+            b.run()?;
+            sums.push((small.to_vec(), large.to_vec()));
+        }
+        Ok(sums)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, sums) in results.iter().enumerate() {
+        for (round, (small, large)) in sums.iter().enumerate() {
+            // The pair sums ranks 0 and 1; rank 2 keeps its own. The world sums 0, 10, 20.
+            let want = if rank < 2 {
+                1.0 + 2.0 * round as f32
+            } else {
+                rank as f32 + round as f32
+            };
+            assert_eq!(small, &vec![want; 2], "rank {rank} round {round}");
+            assert_eq!(large, &vec![30.0; 64], "rank {rank} round {round}");
+        }
+    }
+}
+
 /// Every rank's result is a collective mismatch that names a `[4]` and a `[2, 2]` tensor.
 fn every_rank_reports_shapes_4_and_2x2(results: &[Result<()>]) {
     for (rank, r) in results.iter().enumerate() {
