@@ -1117,7 +1117,8 @@ impl Ctx {
             serial: None,
             recorded: 0,
             repeated: 0,
-            order: (None, true),
+            last_target: 0,
+            in_order: true,
             staged: Vec::new(),
             members: Vec::new(),
             error: None,
@@ -1478,11 +1479,12 @@ pub struct Batch<'c, 'a> {
     recorded: usize,
     /// How many of the calls recorded repeated the last batch's op at their place.
     repeated: usize,
-    /// The target (see `plan`) of the last op recorded, and whether every op so far came in
-    /// target order. Backends run a batch sorted by target, reordering `ops` in place; the
-    /// keys in `words` stay in the order written, so after a reordered batch they no longer
-    /// describe the op at their place, and that batch leaves nothing to repeat.
-    order: (Option<crate::plan::Target>, bool),
+    /// The target (see `plan`) of the last op recorded, as its `order_key`, and whether every
+    /// op so far came in target order. Backends run a batch sorted by target, reordering `ops`
+    /// in place; the keys in `words` stay in the order written, so after a reordered batch
+    /// they no longer describe the op at their place, and that batch leaves nothing to repeat.
+    last_target: u64,
+    in_order: bool,
     /// The staging of the list forms among `ops`, finished after the run.
     staged: Vec<Staged>,
     /// Each op's group members, kept only while tracing.
@@ -1513,7 +1515,9 @@ impl<'c, 'a> Batch<'c, 'a> {
                     // The last batch's ops from here on no longer line up with this one's.
                     self.ops.truncate(self.recorded);
                     self.words.truncate(self.recorded);
-                    in_order(&mut self.order, crate::plan::target(&op));
+                    let t = crate::plan::target(&op).order_key();
+                    self.in_order &= self.last_target <= t;
+                    self.last_target = t;
                     self.ops.push(op);
                     self.words.push(words);
                     self.recorded += 1;
@@ -1572,7 +1576,9 @@ impl<'c, 'a> Batch<'c, 'a> {
         // Equal addresses, but the kept pointers may be a freed tensor's (see `Ctx::recall`).
         (op.input.ptr, op.output.ptr) = bufs;
         // The six forms that repeat are collectives: their target is their communicator.
-        in_order(&mut self.order, crate::plan::Target::Coll(g.id()));
+        let t = crate::plan::Target::Coll(g.id()).order_key();
+        self.in_order &= self.last_target <= t;
+        self.last_target = t;
         if self.ctx.trace.is_some() {
             let members = traced_members(op, g);
             self.members.push(members);
@@ -1657,7 +1663,7 @@ impl Drop for Batch<'_, '_> {
             std::mem::take(&mut self.ops),
             std::mem::take(&mut self.words),
         );
-        if self.error.is_some() || !self.order.1 {
+        if self.error.is_some() || !self.in_order {
             // A batch refused as a whole leaves nothing to repeat; nor does one the backend
             // reordered, whose ops no longer line up with their keys.
             ops.clear();
@@ -1669,13 +1675,6 @@ impl Drop for Batch<'_, '_> {
         self.ctx.spare_words = words;
         self.ctx.spare_serial = self.serial;
     }
-}
-
-/// Notes in a batch's `order` (see `Batch::order`) that its next op goes to `target`.
-fn in_order(order: &mut (Option<crate::plan::Target>, bool), target: crate::plan::Target) {
-    let (last, sorted) = order;
-    *sorted &= last.is_none_or(|l| l <= target);
-    *last = Some(target);
 }
 
 /// Collectives on one group within a batch: see [`Batch::group`].

@@ -25,6 +25,21 @@ pub(crate) enum Target {
     Recv(usize),
 }
 
+impl Target {
+    /// The target as one word, in the same order as the targets themselves: for keeping the
+    /// last one where a comparison per call must not load a freshly stored enum (a load of a
+    /// value just written field by field stalls).
+    pub(crate) fn order_key(self) -> u64 {
+        // Communicator ids are u32; peers are ranks, below 2^62 in any world.
+        let (variant, value) = match self {
+            Target::Coll(g) => (0u64, u64::from(g.0)),
+            Target::Send(p) => (1, p as u64),
+            Target::Recv(p) => (2, p as u64),
+        };
+        variant << 62 | (value & ((1 << 62) - 1))
+    }
+}
+
 /// The target of `op`.
 pub(crate) fn target(op: &Op) -> Target {
     match op.desc.kind {
@@ -91,6 +106,25 @@ mod tests {
             desc,
             input: Buf::NONE,
             output: Buf::NONE,
+        }
+    }
+
+    #[test]
+    fn order_keys_keep_the_order_of_targets() {
+        let targets = [
+            Target::Coll(GroupId(0)),
+            Target::Coll(GroupId(7)),
+            Target::Coll(GroupId(u32::MAX)),
+            Target::Send(0),
+            Target::Send(3),
+            Target::Send(1 << 40),
+            Target::Recv(0),
+            Target::Recv(2),
+        ];
+        for a in targets {
+            for b in targets {
+                assert_eq!(a.order_key().cmp(&b.order_key()), a.cmp(&b), "{a:?} {b:?}");
+            }
         }
     }
 
