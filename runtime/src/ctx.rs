@@ -1626,6 +1626,9 @@ impl<'c, 'a> Batch<'c, 'a> {
         self.ops.truncate(self.recorded);
         self.words.truncate(self.recorded);
         if let Some(e) = self.error.take() {
+            // A batch refused as a whole leaves nothing to repeat (`drop` sees no error now).
+            self.ops.clear();
+            self.words.clear();
             return Err(self.ctx.refused(e));
         }
         if self.ops.is_empty() {
