@@ -588,6 +588,59 @@ fn broadcasts_and_scatters_left_early_meet_ranks_that_batch_them_and_stragglers(
     }
 }
 
+#[test]
+fn a_root_running_ahead_keeps_small_and_larger_inputs_of_every_step_apart() {
+    // A root broadcasting without pause runs ahead of its members by up to the whole slot ring
+    // when inputs fit in a slot's line, and by no more than its data areas when they do not
+    // (24 bytes and less travel with the signature; more, up to the eager limit, in a separate,
+    // shorter ring). Members that start late and stall now and then, sizes mixed from call to
+    // call, and enough calls to wrap both rings: every member must get each step's own values.
+    let (iters, small, larger) = if cfg!(miri) {
+        (40, 3, 4)
+    } else {
+        (1_500, 3, 128)
+    };
+    for world in if cfg!(miri) { 3..=3 } else { 2..=4 } {
+        let sizes: Vec<usize> = (0..iters)
+            .map(|i| {
+                if draw(21, i).is_multiple_of(3) {
+                    larger
+                } else {
+                    small
+                }
+            })
+            .collect();
+        let value = |i: u64, e: usize| (i * 1000 + e as u64) as f64;
+        let sizes_in = sizes.clone();
+        let got = spawn(world, move |ctx| {
+            let rank = ctx.rank();
+            if rank != 0 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            let mut seen = Vec::with_capacity(sizes_in.len());
+            for (i, &n) in (0..).zip(&sizes_in) {
+                if rank != 0 && draw(rank as u64 + 30, i).is_multiple_of(97) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                let v = (0..n)
+                    .map(|e| if rank == 0 { value(i, e) } else { -1.0 })
+                    .collect();
+                let mut t = Tensor::<f64>::from_vec([n], v)?;
+                ctx.broadcast(&mut t, 0)?;
+                seen.push(t.to_vec());
+            }
+            Ok(seen)
+        })
+        .unwrap_or_else(|e| panic!("world {world}: {e}"));
+        for (rank, seen) in got.iter().enumerate() {
+            for ((i, &n), s) in (0..).zip(&sizes).zip(seen) {
+                let want: Vec<f64> = (0..n).map(|e| value(i, e)).collect();
+                assert_eq!(s, &want, "world {world}, rank {rank}, broadcast {i}");
+            }
+        }
+    }
+}
+
 /// How a rank makes the broadcast under test: alone, or batched with a barrier (in place).
 #[derive(Clone, Copy, Debug)]
 enum Way {

@@ -20,11 +20,14 @@
 //! a broadcast (below), whose in-place members read the members that left through their kept
 //! ops.
 //!
-//! **Slot reuse.** Each member has a ring of [`RING`] slots per communicator, by step. A member
-//! fills its slot for step `t` only once every member's `done` covers step `t - RING` (the
-//! slot's previous use, `LocalBackend::slot_free`); otherwise the step runs in place. Without
-//! broadcasts that leave early this always holds (completing step `t - 1` needs every member
-//! past `t - 2`); with them it is what keeps a slot from being refilled while a peer reads it.
+//! **Slot reuse.** Each member has a ring of [`RING`] slots per communicator, by step, each a
+//! cache line (step, signature, an input of up to [`INLINE_BYTES`]) and a kept op, and a ring of
+//! [`DATA_RING`] data areas of [`EAGER_BYTES`] for larger inputs. A member fills its slot for
+//! step `t` only once every member's `done` covers step `t - RING`, or `t - DATA_RING` for an
+//! input that needs an area (the previous use of either, `LocalBackend::slot_free`); otherwise
+//! the step runs in place. Without broadcasts that leave early this always holds (completing
+//! step `t - 1` needs every member past `t - 2`); with them it is what keeps a slot or an area
+//! from being refilled while a peer reads it, and the ring's depth is how far a root runs ahead.
 //!
 //! **Broadcasts and scatters leave early.** A non-root of a small broadcast or scatter needs only
 //! the root's data, and the root needs nothing from anyone: so a member completes such a step as
@@ -72,8 +75,36 @@ use super::pack::{NO_KEY, shape_key};
 pub(crate) const EAGER_BYTES: usize = if cfg!(miri) { 32 } else { 1024 };
 
 /// Eager slots per member and communicator: how far a broadcast's root may run ahead of its
-/// slowest member. Under Miri, 8: the tests it can get through then still wrap the ring.
-pub(crate) const RING: u64 = if cfg!(miri) { 8 } else { 64 };
+/// slowest member. Deep, because the slots are small (a cache line and a kept op): with ranks
+/// outnumbering cores, a root that can run further before it must give up its core for its
+/// members makes fewer context switches per call (a loop of 8-byte broadcasts at world 4 on two
+/// cores: 64 slots 225–361 ns a call, 256 205, 512 175; `BENCHMARKS.md`). Under Miri, 8: the
+/// tests it can get through then still wrap the ring.
+pub(crate) const RING: u64 = if cfg!(miri) { 8 } else { 512 };
+
+/// Inputs of at most this many bytes travel in the slot's first cache line, with its step and
+/// signature; larger ones in the member's [`EagerData`] for the step.
+pub(crate) const INLINE_BYTES: usize = 24;
+
+/// Data areas per member and communicator, for inputs larger than [`INLINE_BYTES`]: a step with
+/// one may run at most this far ahead of the slowest member (their kilobyte each is what would
+/// make a deep ring costly). Divides [`RING`], so a slot always uses the same area. Under Miri,
+/// 4: the tests wrap both rings.
+pub(crate) const DATA_RING: u64 = if cfg!(miri) { 4 } else { 64 };
+
+const _: () = assert!(RING.is_multiple_of(DATA_RING) && INLINE_BYTES <= EAGER_BYTES);
+
+/// How many steps apart two uses of the storage of an eager step with an input of `bytes` bytes
+/// are: a member may fill its slot for step `t` once every member has finished step
+/// `t - ring_for(bytes)`.
+#[inline(always)]
+pub(crate) fn ring_for(bytes: usize) -> u64 {
+    if bytes <= INLINE_BYTES {
+        RING
+    } else {
+        DATA_RING
+    }
+}
 
 /// What agreement compares, as three words: equal signatures mean agreeing descriptions.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -136,8 +167,9 @@ impl Sig {
     }
 }
 
-/// One member's eager slot for one step of its ring: the step, the signature and the input (the
-/// first cache line holds the step, the signature and the first 32 bytes).
+/// One member's eager slot for one step of its ring: the step, the signature, where the input
+/// is, and a small input itself, all in the first cache line (a larger input lives in the
+/// member's [`EagerData`] for the step).
 #[repr(C, align(64))]
 pub(crate) struct EagerSlot {
     /// One past the step the slot holds (Release after the body; readers Acquire).
@@ -148,7 +180,10 @@ pub(crate) struct EagerSlot {
 #[repr(C)]
 struct Body {
     sig: Sig,
-    data: [u8; EAGER_BYTES],
+    /// Where this step's input is: `inline`, or the member's data area for the step.
+    data: *const u8,
+    /// An input of at most [`INLINE_BYTES`] (8-byte aligned: offset 40 of the slot).
+    inline: [u8; INLINE_BYTES],
     /// For a signature that leaves early: the member's op, its buffers pointing at `data`.
     kept: Option<Op>,
 }
@@ -159,7 +194,8 @@ impl Default for EagerSlot {
             seq: AtomicU64::new(0),
             body: UnsafeCell::new(Body {
                 sig: Sig([0; 3]),
-                data: [0; EAGER_BYTES],
+                data: std::ptr::null(),
+                inline: [0; INLINE_BYTES],
                 kept: None,
             }),
         }
@@ -167,36 +203,62 @@ impl Default for EagerSlot {
 }
 
 // SAFETY: `body` is written only by the slot's member, before it stores `seq` (Release), and
-// read by peers only after they load that `seq` (Acquire); the member rewrites it only for the
-// step `RING` later, once every peer has finished the step it holds (module docs, "Slot
-// reuse"). The kept op's buffers point into the slot itself.
+// read by peers only after they load that `seq` (Acquire); the member rewrites it only for a
+// later step, once every peer has finished the step it holds (module docs, "Slot reuse"). The
+// data pointer and the kept op's buffers point into the slot itself or the member's data area
+// for the step, which follows the same rule.
 unsafe impl Sync for EagerSlot {}
+// SAFETY: the data pointer only ever points into the world's own slots and areas, which move
+// between threads with the slot (as the kept op's buffers, already `Send`, do).
+unsafe impl Send for EagerSlot {}
+
+/// A member's storage for an eager input larger than [`INLINE_BYTES`]; one per [`DATA_RING`]
+/// steps.
+#[repr(C, align(64))]
+pub(crate) struct EagerData(UnsafeCell<[u8; EAGER_BYTES]>);
+
+impl Default for EagerData {
+    fn default() -> Self {
+        EagerData(UnsafeCell::new([0; EAGER_BYTES]))
+    }
+}
+
+// SAFETY: as for `EagerSlot`: written by its member before the `seq` of the slot that points
+// at it is stored (Release), read by peers after they load it (Acquire), rewritten only once
+// every peer has finished the step (`ring_for`).
+unsafe impl Sync for EagerData {}
 
 impl EagerSlot {
-    /// Fills the slot for `step` with `sig` and `op`'s input.
+    /// Fills the slot for `step` with `sig` and `op`'s input (in the slot, or in `area` if it
+    /// is larger than [`INLINE_BYTES`]).
     ///
     /// # Safety
-    /// The caller is the slot's member, and every peer has finished the slot's previous step
-    /// (module docs); `op`'s input is a live host buffer of the size `sig` was made for (at most
-    /// [`EAGER_BYTES`]).
+    /// The caller is the slot's member, `area` is its data area for `step`, and every peer has
+    /// finished the previous step that used either (`ring_for`; module docs); `op`'s input is a
+    /// live host buffer of the size `sig` was made for (at most [`EAGER_BYTES`]).
     #[inline(always)]
-    pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op) {
+    pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op, area: &EagerData) {
         let bytes = op.input.len * op.desc.dtype.size();
         let body = self.body.get();
-        // SAFETY: no peer reads the body now (contract). Written in place, through raw
-        // pointers: only the first `bytes` of the data are read for this step (equal
+        // SAFETY: no peer reads the body or the area now (contract). Written in place, through
+        // raw pointers: only the first `bytes` of the data are read for this step (equal
         // signatures, equal sizes), so the rest is left as it is.
         unsafe {
             // The signature this slot held `RING` steps ago: if its kept op has the same
             // signature (an exact encoding of everything but the group, which is the slot's,
             // and the site), only the site is left to compare.
             let was = (&raw mut (*body).sig).replace(sig);
-            let data = (&raw mut (*body).data).cast::<u8>();
+            let data = if bytes <= INLINE_BYTES {
+                (&raw mut (*body).inline).cast::<u8>()
+            } else {
+                area.0.get().cast::<u8>()
+            };
+            (&raw mut (*body).data).write(data);
             // The input holds `bytes` (≤ EAGER_BYTES) bytes (contract); the data has room. A
             // missing input (a non-root's scatter) is a null pointer: nothing to copy.
             copy_small(op.input.ptr.cast_const(), data, bytes);
             // A member that may leave early (a broadcast's, a scatter's) may go before peers
-            // are done with its op: they read this copy, whose buffers are the slot's data,
+            // are done with its op: they read this copy, whose buffers are the step's data,
             // never the member's tensors (a root's input is all its peers read from it).
             // A loop of the same broadcast finds its copy there already: rewriting it would
             // cost more than the step's data.
@@ -213,6 +275,7 @@ impl EagerSlot {
                     && crate::exec::same_site(&k.desc.site, &op.desc.site)
                     && k.input.len == op.input.len
                     && k.output.len == op.output.len
+                    && k.input.ptr == at(op.input).ptr
             };
             if !sig.leaves_early() {
                 if kept.is_some() {
@@ -251,9 +314,10 @@ impl EagerSlot {
         }
         let body = self.body.get().cast_const();
         // SAFETY: the member filled the body before storing `seq` (Acquire above) and will not
-        // touch it again before we finish this step (module docs). A raw pointer to the data,
-        // not a reference: it stays valid (the slot lives as long as the world).
-        unsafe { Some(((*body).sig, (&raw const (*body).data).cast::<u8>())) }
+        // touch it or the data it points at again before we finish this step (module docs). A
+        // raw pointer to the data, not a reference: it stays valid (slots and areas live as
+        // long as the world).
+        unsafe { Some(((*body).sig, (*body).data)) }
     }
 }
 

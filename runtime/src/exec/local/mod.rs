@@ -520,11 +520,14 @@ impl LocalBackend {
             // field and loaded whole stalls the load until the stores retire.
             let sig = sig
                 .or_else(|| Sig::of(op))
-                .filter(|_| self.slot_free(run, g));
+                .filter(|_| self.slot_free(run, g, op));
             if let Some(sig) = sig {
-                // SAFETY: our own slot, whose previous use every member has finished
-                // (`slot_free`); `Sig::of` checked the input's size, host memory.
-                unsafe { g.eager_slot(run.me, run.base).fill(run.base, sig, op) };
+                // SAFETY: our own slot and data area, whose previous uses every member has
+                // finished (`slot_free`); `Sig::of` checked the input's size, host memory.
+                unsafe {
+                    let area = g.eager_data(run.me, run.base);
+                    g.eager_slot(run.me, run.base).fill(run.base, sig, op, area)
+                };
             }
             run.eager = sig;
         }
@@ -536,10 +539,12 @@ impl LocalBackend {
         g
     }
 
-    /// Whether our eager slot for the run's step is free: every member has finished the step
-    /// it held last (`RING` steps earlier; see `eager`). From a cached bound when it suffices.
-    fn slot_free(&self, run: &TargetRun, g: &GroupState) -> bool {
-        let need = (run.base + 1).saturating_sub(RING);
+    /// Whether our eager storage for the run's step, `op`, is free: every member has finished
+    /// the step that used it last (`eager::ring_for` steps earlier). From a cached bound when it
+    /// suffices.
+    fn slot_free(&self, run: &TargetRun, g: &GroupState, op: &Op) -> bool {
+        let ring = eager::ring_for(op.input.len * op.desc.dtype.size());
+        let need = (run.base + 1).saturating_sub(ring);
         let Some(l) = run.group.and_then(|i| self.local.get(i)) else {
             return false;
         };
@@ -1662,7 +1667,7 @@ impl LocalBackend {
         let ops = std::slice::from_ref(op);
         self.guarded(|b| {
             if sig.leaves_early() {
-                b.await_slot(&run)?;
+                b.await_slot(&run, op)?;
             }
             let g = b.post_coll(ops, &mut run, Some(sig), false);
             fail_point!("post");
@@ -1711,12 +1716,12 @@ impl LocalBackend {
     /// or its own checks of steps it left), checks what we left and gives up the core, for a
     /// while. If the slot is still busy then, the step runs in place, where `drive` waits with
     /// the deadlock detector and every check.
-    fn await_slot(&self, run: &TargetRun) -> Result<()> {
+    fn await_slot(&self, run: &TargetRun, op: &Op) -> Result<()> {
         let (Some(gi), g) = (run.group, self.group_of(run)) else {
             return Ok(());
         };
         let mut since: Option<Instant> = None;
-        while !self.slot_free(run, g) {
+        while !self.slot_free(run, g, op) {
             let Some(_busy) = self.shared.enter(self.rank) else {
                 return Ok(()); // aborted: the next step reports it
             };

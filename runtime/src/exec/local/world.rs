@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::error::{DeadlockReport, Error, PeerFailure, RankWait};
 use crate::exec::Op;
 
-use super::eager::{EagerSlot, RING};
+use super::eager::{DATA_RING, EagerData, EagerSlot, RING};
 use super::pack::PackEntry;
 use crate::model::{CallSite, GroupId, WorldId};
 
@@ -41,6 +41,8 @@ pub(crate) struct GroupState {
     pub slots: Box<[CollSlot]>,
     /// Member `j`'s eager slot for step `k` is `eager[RING * j + k % RING]` (see `eager`).
     pub eager: Box<[EagerSlot]>,
+    /// Member `j`'s data area for step `k` is `data[DATA_RING * j + k % DATA_RING]`.
+    pub data: Box<[EagerData]>,
 }
 
 impl GroupState {
@@ -52,12 +54,20 @@ impl GroupState {
             eager: (0..RING as usize * n)
                 .map(|_| EagerSlot::default())
                 .collect(),
+            data: (0..DATA_RING as usize * n)
+                .map(|_| EagerData::default())
+                .collect(),
         }
     }
 
     /// Member `j`'s eager slot for `step`.
     pub(crate) fn eager_slot(&self, j: usize, step: u64) -> &EagerSlot {
         &self.eager[RING as usize * j + (step % RING) as usize]
+    }
+
+    /// Member `j`'s data area for `step` (an eager input larger than a slot holds).
+    pub(crate) fn eager_data(&self, j: usize, step: u64) -> &EagerData {
+        &self.data[DATA_RING as usize * j + (step % DATA_RING) as usize]
     }
 }
 
