@@ -20,6 +20,13 @@
 //! When Open MPI is installed (`mpicc` and `mpirun` on the `PATH`), the same run also builds
 //! `openmpi_ref.c` and runs it at each world size with the same sizes and conventions, and the
 //! table gets Open MPI's figure and rankwise's ratio to it.
+//!
+//! Each world size is launched several times (`RANKWISE_BENCH_LAUNCHES`, 3 by default; 1 in a
+//! quick run), a fresh rankwise world and an Open MPI run in turn, and each figure is the median
+//! over launches of the launch's own median. Where the scheduler places unpinned threads and
+//! processes is decided at launch and holds for the whole launch: with ranks outnumbering cores
+//! it can put three of four on one core, which changes a small call's time by 1.5–2× on either
+//! side. One launch per side made the ratio a draw of two placements.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -167,6 +174,20 @@ fn bench_size(ctx: &mut Ctx, size: usize) -> Result<SizeResult> {
     })
 }
 
+/// Per size, the median over launches of each figure (every launch measured every size).
+fn median_launch(launches: &[Vec<SizeResult>]) -> Vec<SizeResult> {
+    let of = |f: &dyn Fn(&SizeResult) -> f64, i: usize| {
+        median(launches.iter().map(|l| f(&l[i])).collect())
+    };
+    (0..launches[0].len())
+        .map(|i| SizeResult {
+            copy: of(&|r| r.copy, i),
+            rmw: of(&|r| r.rmw, i),
+            ops: (0..OPS.len()).map(|o| of(&|r| r.ops[o], i)).collect(),
+        })
+        .collect()
+}
+
 fn fmt_time(s: f64) -> String {
     if s < 1e-6 {
         format!("{:.0} ns", s * 1e9)
@@ -293,8 +314,14 @@ fn main() -> Result<()> {
         .map(|n| n.get())
         .unwrap_or(1);
     let pinned = std::env::var("RANKWISE_PIN").is_ok_and(|v| v == "1");
+    let launches: usize = std::env::var("RANKWISE_BENCH_LAUNCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 1 } else { 3 })
+        .max(1);
     println!(
-        "# rankwise local backend, {cores} core(s), rank threads {}\n",
+        "# rankwise local backend, {cores} core(s), rank threads {}; each figure the median of \
+         {launches} launch(es) per world size (RANKWISE_BENCH_LAUNCHES)\n",
         if pinned {
             "pinned (RANKWISE_PIN=1)"
         } else {
@@ -312,17 +339,28 @@ fn main() -> Result<()> {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for world in [2, 4, 8].into_iter().filter(|_| only != "batch") {
-        let per_size = spawn(world, |ctx| {
-            sizes
-                .iter()
-                .map(|&s| bench_size(ctx, s))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        let results = &per_size[0];
-        let theirs = openmpi
-            .as_ref()
-            .map(|o| o.measure(world, &sizes))
-            .unwrap_or_default();
+        let mut ours: Vec<Vec<SizeResult>> = Vec::new();
+        let mut theirs: Vec<HashMap<(String, usize), f64>> = Vec::new();
+        for _ in 0..launches {
+            let mut per_size = spawn(world, |ctx| {
+                sizes
+                    .iter()
+                    .map(|&s| bench_size(ctx, s))
+                    .collect::<Result<Vec<_>>>()
+            })?;
+            ours.push(per_size.swap_remove(0));
+            if let Some(o) = &openmpi {
+                theirs.push(o.measure(world, &sizes));
+            }
+        }
+        let results = &median_launch(&ours);
+        let theirs: HashMap<(String, usize), f64> = (theirs.first().into_iter())
+            .flat_map(|first| first.keys())
+            .filter_map(|key| {
+                let all: Vec<f64> = theirs.iter().filter_map(|m| m.get(key).copied()).collect();
+                (!all.is_empty()).then(|| (key.clone(), median(all)))
+            })
+            .collect();
         for (i, op) in OPS.into_iter().enumerate() {
             for (&size, r) in sizes.iter().zip(results) {
                 let t = r.ops[i];
