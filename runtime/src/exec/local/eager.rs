@@ -184,7 +184,12 @@ struct Body {
     data: *const u8,
     /// An input of at most [`INLINE_BYTES`] (8-byte aligned: offset 40 of the slot).
     inline: [u8; INLINE_BYTES],
-    /// For a signature that leaves early: the member's op, its buffers pointing at `data`.
+    /// The signature of the step `kept` was made for.
+    kept_sig: Sig,
+    /// The member's op for the last step with a signature that leaves early that used this
+    /// slot, its buffers pointing at that step's data: current only while `sig` leaves early
+    /// (other steps leave it in place, so that a loop mixing them with broadcasts does not
+    /// drop and rebuild it at every use).
     kept: Option<Op>,
 }
 
@@ -196,6 +201,7 @@ impl Default for EagerSlot {
                 sig: Sig([0; 3]),
                 data: std::ptr::null(),
                 inline: [0; INLINE_BYTES],
+                kept_sig: Sig([0; 3]),
                 kept: None,
             }),
         }
@@ -244,10 +250,7 @@ impl EagerSlot {
         // raw pointers: only the first `bytes` of the data are read for this step (equal
         // signatures, equal sizes), so the rest is left as it is.
         unsafe {
-            // The signature this slot held `RING` steps ago: if its kept op has the same
-            // signature (an exact encoding of everything but the group, which is the slot's,
-            // and the site), only the site is left to compare.
-            let was = (&raw mut (*body).sig).replace(sig);
+            (&raw mut (*body).sig).write(sig);
             let data = if bytes <= INLINE_BYTES {
                 (&raw mut (*body).inline).cast::<u8>()
             } else {
@@ -262,6 +265,10 @@ impl EagerSlot {
             // never the member's tensors (a root's input is all its peers read from it).
             // A loop of the same broadcast finds its copy there already: rewriting it would
             // cost more than the step's data.
+            // If the kept op was made for the same signature (an exact encoding of everything
+            // but the group, which is the slot's, and the site), only the site, the sizes and
+            // where the data is are left to compare.
+            let was = (*body).kept_sig;
             let kept = &mut (*body).kept;
             let at = |b: Buf| {
                 if b.is_none() {
@@ -277,16 +284,13 @@ impl EagerSlot {
                     && k.output.len == op.output.len
                     && k.input.ptr == at(op.input).ptr
             };
-            if !sig.leaves_early() {
-                if kept.is_some() {
-                    *kept = None;
-                }
-            } else if !kept.as_ref().is_some_and(same) {
+            if sig.leaves_early() && !kept.as_ref().is_some_and(same) {
                 *kept = Some(Op {
                     desc: op.desc.clone(),
                     input: at(op.input),
                     output: at(op.output),
                 });
+                (*body).kept_sig = sig;
             }
         }
         self.seq.store(step + 1, Ordering::Release);
@@ -304,7 +308,14 @@ impl EagerSlot {
             return None;
         }
         // SAFETY: filled before `seq` (Acquire above), stable by the contract.
-        unsafe { (*self.body.get().cast_const()).kept.as_ref() }
+        let body = unsafe { &*self.body.get().cast_const() };
+        // A step that does not leave early keeps nothing: an op left from an earlier one is not
+        // this step's.
+        if body.sig.leaves_early() {
+            body.kept.as_ref()
+        } else {
+            None
+        }
     }
 
     /// The slot's signature and input if it holds `step`.
