@@ -62,9 +62,12 @@ impl Op {
     }
 }
 
-/// Calls per sample and number of samples for a size: enough work per sample to time well.
+/// Calls per sample and number of samples for a size: enough work per sample to time well —
+/// 16 MiB of traffic, so that a sample of a mid-size call is several calls, not one call timed
+/// with the skew of the barrier before it (with 2 MiB, a 1 MiB call at world 4 was sampled
+/// alone, and measured 2–4× its time in a loop).
 fn plan(size: usize, world: usize) -> (usize, usize) {
-    let per_sample = (2 * MIB / size.max(1)).clamp(1, 2000) / world.clamp(1, 4);
+    let per_sample = (16 * MIB / size.max(1)).clamp(1, 2000) / world.clamp(1, 4);
     let samples = if size >= 16 * MIB { 5 } else { 11 };
     (per_sample.max(1), samples)
 }

@@ -14,10 +14,10 @@ enum { ALL_REDUCE, ALL_GATHER, BROADCAST, REDUCE_SCATTER, ALL_TO_ALL, OPS };
 static const char *NAMES[OPS] = {"AllReduce", "AllGather", "Broadcast", "ReduceScatter",
                                  "AllToAll"};
 
-/* Calls per sample, as `plan` in collectives.rs: 2 MiB of traffic, 1..=2000 calls, fewer at
+/* Calls per sample, as `plan` in collectives.rs: 16 MiB of traffic, 1..=2000 calls, fewer at
  * larger worlds. */
 static long calls_per_sample(long size, int world) {
-    long per = (2L << 20) / (size > 1 ? size : 1);
+    long per = (16L << 20) / (size > 1 ? size : 1);
     if (per < 1) per = 1;
     if (per > 2000) per = 2000;
     int div = world < 1 ? 1 : (world > 4 ? 4 : world);
