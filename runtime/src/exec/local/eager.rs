@@ -487,3 +487,34 @@ unsafe fn gather_parts(op: &Op, inputs: &[*const u8], part: usize) {
         unsafe { std::ptr::copy_nonoverlapping(input, op.output.ptr.add(j * part), part) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn a_slot_is_one_line_for_small_inputs_and_four_in_all() {
+        // The step, the signature, the data pointer and a small input share the first line: a
+        // non-root of a small broadcast reads one line of its root per step.
+        let inline = offset_of!(EagerSlot, body) + offset_of!(Body, inline);
+        assert_eq!(inline + INLINE_BYTES, 64);
+        assert_eq!(
+            inline % 8,
+            0,
+            "inline inputs must be 8-byte aligned for the kernels"
+        );
+        // The ring's memory (`docs/decisions.md`, "Small slots, a deep ring"): 512 slots of
+        // four lines and 64 areas of 1 KiB per member and communicator.
+        assert!(size_of::<EagerSlot>() <= 256, "{}", size_of::<EagerSlot>());
+        assert_eq!(size_of::<EagerData>(), EAGER_BYTES.next_multiple_of(64));
+    }
+
+    #[test]
+    fn inputs_that_fit_the_line_take_the_deep_ring() {
+        assert_eq!(ring_for(0), RING);
+        assert_eq!(ring_for(INLINE_BYTES), RING);
+        assert_eq!(ring_for(INLINE_BYTES + 1), DATA_RING);
+        assert_eq!(ring_for(EAGER_BYTES), DATA_RING);
+    }
+}
