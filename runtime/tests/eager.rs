@@ -594,7 +594,8 @@ fn a_root_running_ahead_keeps_small_and_larger_inputs_of_every_step_apart() {
     // when inputs fit in a slot's line, and by no more than its data areas when they do not
     // (24 bytes and less travel with the signature; more, up to the eager limit, in a separate,
     // shorter ring). Members that start late and stall now and then, sizes mixed from call to
-    // call, and enough calls to wrap both rings: every member must get each step's own values.
+    // call, ranks running some steps in place, and enough calls to wrap both rings: every
+    // member must get each step's own values.
     let (iters, small, larger) = if cfg!(miri) {
         (40, 3, 4)
     } else {
@@ -626,7 +627,22 @@ fn a_root_running_ahead_keeps_small_and_larger_inputs_of_every_step_apart() {
                     .map(|e| if rank == 0 { value(i, e) } else { -1.0 })
                     .collect();
                 let mut t = Tensor::<f64>::from_vec([n], v)?;
-                ctx.broadcast(&mut t, 0)?;
+                // In the second half, now and then a broadcast and a barrier, which some ranks
+                // batch (so they run it in place, reading the members that left through the
+                // ops kept in their slots, small and larger inputs alike) and others make one by
+                // one. (Not in the first: a barrier stops the root from running ahead.)
+                if 2 * i >= iters && draw(40, i).is_multiple_of(10) {
+                    if draw(rank as u64 + 50, i).is_multiple_of(2) {
+                        let mut b = ctx.batch();
+                        b.broadcast(&mut t, 0).barrier();
+                        b.run()?;
+                    } else {
+                        ctx.broadcast(&mut t, 0)?;
+                        ctx.barrier()?;
+                    }
+                } else {
+                    ctx.broadcast(&mut t, 0)?;
+                }
                 seen.push(t.to_vec());
             }
             Ok(seen)
