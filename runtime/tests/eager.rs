@@ -649,6 +649,7 @@ fn a_root_running_ahead_keeps_small_and_larger_inputs_of_every_step_apart() {
         })
         .unwrap_or_else(|e| panic!("world {world}: {e}"));
         for (rank, seen) in got.iter().enumerate() {
+            assert_eq!(seen.len(), sizes.len(), "world {world}, rank {rank}");
             for ((i, &n), s) in (0..).zip(&sizes).zip(seen) {
                 let want: Vec<f64> = (0..n).map(|e| value(i, e)).collect();
                 assert_eq!(s, &want, "world {world}, rank {rank}, broadcast {i}");
