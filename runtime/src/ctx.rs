@@ -1117,8 +1117,10 @@ impl Ctx {
             serial: None,
             recorded: 0,
             repeated: 0,
-            last_target: 0,
-            in_order: true,
+            order: TargetOrder {
+                last: 0,
+                kept: true,
+            },
             staged: Vec::new(),
             members: Vec::new(),
             error: None,
@@ -1479,18 +1481,33 @@ pub struct Batch<'c, 'a> {
     recorded: usize,
     /// How many of the calls recorded repeated the last batch's op at their place.
     repeated: usize,
-    /// The target (see `plan`) of the last op recorded, as its `order_key`, and whether every
-    /// op so far came in target order. Backends run a batch sorted by target, reordering `ops`
-    /// in place; the keys in `words` stay in the order written, so after a reordered batch
-    /// they no longer describe the op at their place, and that batch leaves nothing to repeat.
-    last_target: u64,
-    in_order: bool,
+    /// Whether the ops came in target order: backends run a batch sorted by target, reordering
+    /// `ops` in place; the keys in `words` stay in the order written, so after a reordered
+    /// batch they no longer describe the op at their place, and that batch leaves nothing to
+    /// repeat.
+    order: TargetOrder,
     /// The staging of the list forms among `ops`, finished after the run.
     staged: Vec<Staged>,
     /// Each op's group members, kept only while tracing.
     members: Vec<Arc<[usize]>>,
     error: Option<Error>,
     _borrows: PhantomData<&'a mut ()>,
+}
+
+/// The target (see `plan`) of the last op a batch recorded, as its `order_key`, and whether
+/// every op so far came in target order.
+struct TargetOrder {
+    last: u64,
+    kept: bool,
+}
+
+impl TargetOrder {
+    /// Notes the next op's target key.
+    #[inline(always)]
+    fn note(&mut self, key: u64) {
+        self.kept &= self.last <= key;
+        self.last = key;
+    }
 }
 
 impl<'c, 'a> Batch<'c, 'a> {
@@ -1515,9 +1532,7 @@ impl<'c, 'a> Batch<'c, 'a> {
                     // The last batch's ops from here on no longer line up with this one's.
                     self.ops.truncate(self.recorded);
                     self.words.truncate(self.recorded);
-                    let t = crate::plan::target(&op).order_key();
-                    self.in_order &= self.last_target <= t;
-                    self.last_target = t;
+                    self.order.note(crate::plan::target(&op).order_key());
                     self.ops.push(op);
                     self.words.push(words);
                     self.recorded += 1;
@@ -1567,6 +1582,9 @@ impl<'c, 'a> Batch<'c, 'a> {
             self.error = Some(e);
             return self;
         }
+        // The six forms that repeat are collectives: their target is their communicator.
+        self.order
+            .note(crate::plan::Target::Coll(g.id()).order_key());
         let Some(op) = self.ops.get_mut(self.recorded) else {
             self.error = Some(Error::Internal(
                 "a repeated call without the call it repeats".into(),
@@ -1575,10 +1593,6 @@ impl<'c, 'a> Batch<'c, 'a> {
         };
         // Equal addresses, but the kept pointers may be a freed tensor's (see `Ctx::recall`).
         (op.input.ptr, op.output.ptr) = bufs;
-        // The six forms that repeat are collectives: their target is their communicator.
-        let t = crate::plan::Target::Coll(g.id()).order_key();
-        self.in_order &= self.last_target <= t;
-        self.last_target = t;
         if self.ctx.trace.is_some() {
             let members = traced_members(op, g);
             self.members.push(members);
@@ -1666,7 +1680,7 @@ impl Drop for Batch<'_, '_> {
             std::mem::take(&mut self.ops),
             std::mem::take(&mut self.words),
         );
-        if self.error.is_some() || !self.in_order {
+        if self.error.is_some() || !self.order.kept {
             // A batch refused as a whole leaves nothing to repeat; nor does one the backend
             // reordered, whose ops no longer line up with their keys.
             ops.clear();

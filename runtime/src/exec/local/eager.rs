@@ -99,11 +99,14 @@ const _: () = assert!(RING.is_multiple_of(DATA_RING) && INLINE_BYTES <= EAGER_BY
 /// `t - ring_for(bytes)`.
 #[inline(always)]
 pub(crate) fn ring_for(bytes: usize) -> u64 {
-    if bytes <= INLINE_BYTES {
-        RING
-    } else {
-        DATA_RING
-    }
+    if in_line(bytes) { RING } else { DATA_RING }
+}
+
+/// Whether an input of `bytes` bytes travels in its slot's line rather than a data area: the one
+/// rule both where [`EagerSlot::fill`] puts it and how far [`ring_for`] lets it run ahead follow.
+#[inline(always)]
+fn in_line(bytes: usize) -> bool {
+    bytes <= INLINE_BYTES
 }
 
 /// What agreement compares, as three words: equal signatures mean agreeing descriptions.
@@ -251,7 +254,7 @@ impl EagerSlot {
         // signatures, equal sizes), so the rest is left as it is.
         unsafe {
             (&raw mut (*body).sig).write(sig);
-            let data = if bytes <= INLINE_BYTES {
+            let data = if in_line(bytes) {
                 (&raw mut (*body).inline).cast::<u8>()
             } else {
                 area.0.get().cast::<u8>()

@@ -313,7 +313,7 @@ fn reduced_steps(first: u64, len: usize, me: usize, n: usize) -> impl Iterator<I
     let end = first + len as u64;
     // The first step of each run that overlaps the stretch, and the part of it in the stretch.
     (first / REDUCER_RUN..end.div_ceil(REDUCER_RUN))
-        .filter(move |&run| member_of(run, n) == me)
+        .filter(move |&run| reducer(run * REDUCER_RUN, n) == me)
         .flat_map(move |run| {
             let lo = (run * REDUCER_RUN).max(first);
             let hi = ((run + 1) * REDUCER_RUN).min(end);
