@@ -2,7 +2,7 @@
 //! run, unchecked, on the local backend. The verifier's verdict must agree with what actually
 //! happens: accepted programs run to completion; rejected ones fail at run time in one of the
 //! ways the verifier predicted (hang, mismatch, misuse). Failing cases are shrunk by proptest and
-//! kept in `proptest-regressions/`.
+//! kept in `proptest-regressions/`. `RANKWISE_SOAK_SCALE=20` runs twenty times as many cases.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,15 @@ mod programs;
 use programs::{Event, Mutation, build, mutate};
 use rankwise_runtime::verify::{Match, Program, Verdict, verify};
 use rankwise_runtime::{Code, Emulation, Error, Options, PeerFailure, spawn_with};
+
+/// `n` cases, times `RANKWISE_SOAK_SCALE` (1 by default; e.g. 20 for a soak run).
+fn scaled(n: u32) -> u32 {
+    let scale: u32 = std::env::var("RANKWISE_SOAK_SCALE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1);
+    n.saturating_mul(scale.max(1))
+}
 
 /// Events of every kind, posted sends and receives (kinds 6 and 7) included.
 fn event() -> impl Strategy<Value = Event> {
@@ -89,7 +98,7 @@ fn agree(p: &Program) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(600), ..ProptestConfig::default() })]
 
     #[test]
     fn correct_programs_are_accepted_and_run(world in 1usize..=5,
@@ -127,7 +136,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(1500), ..ProptestConfig::default() })]
 
     #[test]
     fn twice_mutated_programs_agree_too(world in 2usize..=4,
@@ -192,7 +201,7 @@ fn digests(p: &Program, emulate: Emulation) -> rankwise_runtime::Result<Vec<u64>
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: scaled(300), ..ProptestConfig::default() })]
 
     /// The NCCL lowering, executed with NCCL's semantics on host memory, gives every rank the
     /// same bits as the threads backend — for NCCL with its own all_to_all, gather and scatter
