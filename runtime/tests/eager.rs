@@ -934,3 +934,75 @@ fn a_call_refused_after_a_broadcast_left_early_waits_for_the_broadcast_first() {
         );
     }
 }
+
+/// What the members other than the odd one call at the step under test.
+#[derive(Clone, Copy, Debug)]
+enum Rooted {
+    Broadcast,
+    Scatter,
+}
+
+/// `before` agreeing all_reduces, then every rank but `odd` makes a lone `rooted` call from
+/// root 3 (which members complete from the root's slot, and the root leaves), then a batch of
+/// small all_reduces; rank `odd` skips the rooted call and makes only the batch (with a barrier
+/// first, `barrier`). Every rank must stop with a collective mismatch — in particular `odd`,
+/// which in a batch has nothing to move at steps it neither checks nor reduces.
+fn skipped_rooted_call(before: usize, odd: usize, rooted: Rooted, barrier: bool) {
+    let results = spawn_each(4, Options::default(), |ctx| {
+        let rank = ctx.rank();
+        for i in 0..before {
+            let mut t = Tensor::full([2], i as f32)?;
+            ctx.all_reduce(&mut t, ReduceOp::Sum)?;
+        }
+        if rank != odd {
+            match rooted {
+                Rooted::Broadcast => ctx.broadcast(&mut Tensor::<f32>::full([2], 1.0)?, 3)?,
+                Rooted::Scatter => {
+                    let input = (rank == 3)
+                        .then(|| Tensor::<f32>::full([8], 1.0))
+                        .transpose()?;
+                    ctx.scatter(input.as_ref(), &mut Tensor::<f32>::full([2], 0.0)?, 3, 0)?
+                }
+            }
+        }
+        let mut ts = (0..3)
+            .map(|i| Tensor::<f32>::full([2], i as f32))
+            .collect::<Result<Vec<_>>>()?;
+        let mut b = ctx.batch();
+        if barrier && rank == odd {
+            b.barrier();
+        }
+        for t in ts.iter_mut() {
+            b.all_reduce(t, ReduceOp::Prod);
+        }
+        b.run()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, r) in results.iter().enumerate() {
+        let case = format!("{before} before, rank {odd} skips a {rooted:?}, barrier {barrier}");
+        assert!(
+            matches!(r, Err(Error::CollectiveMismatch(_))),
+            "{case}: rank {rank} got {r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_with_nothing_to_move_is_compared_with_rooted_calls_left_early() {
+    // Each step's checker is `step mod 4`, so the steps before it place the odd rank
+    // everywhere relative to the checker.
+    let befores: &[usize] = if cfg!(miri) {
+        &[0, 1]
+    } else {
+        &[0, 1, 2, 3, 6]
+    };
+    for &before in befores {
+        for odd in 0..3 {
+            for rooted in [Rooted::Broadcast, Rooted::Scatter] {
+                for barrier in [false, true] {
+                    skipped_rooted_call(before, odd, rooted, barrier);
+                }
+            }
+        }
+    }
+}

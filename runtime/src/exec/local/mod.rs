@@ -270,6 +270,29 @@ fn unposted(g: &GroupState, k: u64) -> Option<SmallVec<[usize; 8]>> {
     )
 }
 
+/// Whether step `k`'s checker compares every member's op at it, so that a member with nothing
+/// to move in the step may leave the comparing to it; `None` until the checker has posted `k`.
+///
+/// Not when the checker filled its slot for `k` with a step it may leave early (a broadcast or
+/// scatter): it then compares itself with the root's slot alone, the root compares nobody
+/// whose `done` is past the step (`settle_group`), and a member that called something else
+/// there — a small all_reduce, a barrier — would pass unchecked, returning what nobody reduced
+/// (found by the differential tests: a rank that skipped a scatter came back with its batch of
+/// all_reduces "done").
+fn checked_by_checker(g: &GroupState, k: u64, n: usize) -> Option<bool> {
+    let c = kernels::checker(k, n);
+    if g.slots[c].posted.load(Ordering::Acquire) <= k {
+        return None;
+    }
+    // The checker fills its slot before it posts (Acquire above), and cannot refill it for a
+    // later step before we finish `k`.
+    let leaves = g
+        .eager_slot(c, k)
+        .read(k)
+        .is_some_and(|(sig, _)| sig.leaves_early());
+    Some(!leaves)
+}
+
 /// The members whose `done` is below `upto` (none: every member has finished those steps).
 fn not_done(g: &GroupState, upto: u64) -> SmallVec<[usize; 8]> {
     g.slots
@@ -763,12 +786,22 @@ impl LocalBackend {
             let takes_part = kernels::participates(desc, n, run.me, k)
                 || (kernels::is_small_reduction(desc) && kernels::reducer(k, n) == run.me);
             if !takes_part {
-                // Nothing to move or check for us in this step: the step's owner checks that
-                // everyone agrees and does the work, and nobody completes the step before the
-                // owner's `done` says so. Marking ours now saves a round trip.
-                self.finish(run, g, k + 1);
-                run.next += 1;
-                continue;
+                match checked_by_checker(g, k, n) {
+                    // Nothing to move or check for us in this step: the step's checker compares
+                    // every member's op, its reducer does the work, and nobody completes the
+                    // step before their `done` says so. Marking ours now saves a round trip.
+                    Some(true) => {
+                        self.finish(run, g, k + 1);
+                        run.next += 1;
+                        continue;
+                    }
+                    // The checker may compare itself with a root's slot alone: we check.
+                    Some(false) => {}
+                    None => {
+                        let checker = g.members[kernels::checker(k, n)];
+                        return Ok(Some((idx, SmallVec::from_slice(&[checker]))));
+                    }
+                }
             }
             if let Some(missing) = unposted(g, k) {
                 return Ok(Some((idx, missing)));
