@@ -270,8 +270,9 @@ fn unposted(g: &GroupState, k: u64) -> Option<SmallVec<[usize; 8]>> {
     )
 }
 
-/// Whether step `k`'s checker compares every member's op at it, so that a member with nothing
-/// to move in the step may leave the comparing to it; `None` until the checker has posted `k`.
+/// Whether step `k`'s checker (member `c`) compares every member's op at it, so that a member
+/// with nothing to move in the step may leave the comparing to it; `None` until the checker
+/// has posted `k`.
 ///
 /// Not when the checker filled its slot for `k` with a step it may leave early (a broadcast or
 /// scatter): it then compares itself with the root's slot alone, the root compares nobody
@@ -279,8 +280,7 @@ fn unposted(g: &GroupState, k: u64) -> Option<SmallVec<[usize; 8]>> {
 /// there — a small all_reduce, a barrier — would pass unchecked, returning what nobody reduced
 /// (found by the differential tests: a rank that skipped a scatter came back with its batch of
 /// all_reduces "done").
-fn checked_by_checker(g: &GroupState, k: u64, n: usize) -> Option<bool> {
-    let c = kernels::checker(k, n);
+fn checked_by_checker(g: &GroupState, c: usize, k: u64) -> Option<bool> {
     if g.slots[c].posted.load(Ordering::Acquire) <= k {
         return None;
     }
@@ -786,7 +786,8 @@ impl LocalBackend {
             let takes_part = kernels::participates(desc, n, run.me, k)
                 || (kernels::is_small_reduction(desc) && kernels::reducer(k, n) == run.me);
             if !takes_part {
-                match checked_by_checker(g, k, n) {
+                let checker = kernels::checker(k, n);
+                match checked_by_checker(g, checker, k) {
                     // Nothing to move or check for us in this step: the step's checker compares
                     // every member's op, its reducer does the work, and nobody completes the
                     // step before their `done` says so. Marking ours now saves a round trip.
@@ -797,10 +798,7 @@ impl LocalBackend {
                     }
                     // The checker may compare itself with a root's slot alone: we check.
                     Some(false) => {}
-                    None => {
-                        let checker = g.members[kernels::checker(k, n)];
-                        return Ok(Some((idx, SmallVec::from_slice(&[checker]))));
-                    }
+                    None => return Ok(Some((idx, SmallVec::from_slice(&[g.members[checker]])))),
                 }
             }
             if let Some(missing) = unposted(g, k) {
