@@ -207,6 +207,70 @@ fn examples_print_what_they_print_on_threads() {
 }
 
 #[test]
+fn checked_programs_give_the_threads_engines_results() {
+    // Small rooted collectives of every kind and root, alone and batched, proven (one way).
+    for np in [1, 2, 3, 4] {
+        same_as_threads(np, PLAIN, "proofs", &[], true);
+    }
+    // With every call checked as if unproven (`all`), the same results.
+    let all = Opts {
+        env: &[("RANKWISE_MPI_CHECK", "all")],
+        ..PLAIN
+    };
+    same_as_threads(4, all, "proofs", &[], true);
+}
+
+#[test]
+fn a_proven_broadcast_waits_only_for_its_root() {
+    // Rank 2 comes a second late to a small broadcast from rank 0. Proven, the broadcast goes
+    // one way and rank 1 is done as soon as the root's message is there; checked as an
+    // unproven call (`RANKWISE_MPI_CHECK=all`), rank 1 must hear from rank 2 too.
+    let all = Opts {
+        env: &[("RANKWISE_MPI_CHECK", "all")],
+        ..PLAIN
+    };
+    for (np, opts, want) in [(3, PLAIN, "no"), (4, PLAIN, "no"), (4, all, "yes")] {
+        let run = mpirun(np, opts, "proofs", &["one-way"]);
+        assert!(run.ok, "-np {np}: {}", run.err);
+        let line = format!("rank 1 waited for rank 2: {want}");
+        assert!(
+            run.out.get(&1).is_some_and(|o| o.contains(&line)),
+            "-np {np} ({:?}): no {line:?} in {:?}",
+            opts.env,
+            run.out
+        );
+    }
+}
+
+#[test]
+fn ranks_that_do_not_share_a_proof_are_stopped_at_its_entry() {
+    // Ranks 0–1 and 2–3 run different checked functions: every rank's entry fails before
+    // either function's first call.
+    let run = mpirun(4, PLAIN, "proofs", &["different"]);
+    assert!(!run.ok, "the job succeeded: {:?}", run.out);
+    for want in [
+        "entered `first`, but rank(s) [2, 3] did not enter the same verified schedule",
+        "entered `second`, but rank(s) [0, 1] did not enter the same verified schedule",
+    ] {
+        assert!(run.err.contains(want), "no {want:?} in:\n{}", run.err);
+    }
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    // Rank 3 runs unchecked code: its call meets the handshake and both are named.
+    let run = mpirun(4, PLAIN, "proofs", &["unchecked"]);
+    assert!(!run.ok, "the job succeeded: {:?}", run.out);
+    let want = "rank 0 calls all_gather(u64[1], dim 0) at examples/proofs.rs:";
+    assert!(
+        run.err.contains(want)
+            && run
+                .err
+                .contains("but rank 3 calls broadcast(root 0, f32[2])"),
+        "{}",
+        run.err
+    );
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+}
+
+#[test]
 fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
     let run = mpirun(9, PLAIN, "ring_allreduce", &[]);
     assert!(!run.ok);

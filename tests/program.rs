@@ -43,7 +43,7 @@ static TABLE: Table = Table {
 #[test]
 fn a_call_off_the_schedule_is_an_error_naming_it() {
     let each = spawn_each(2, Options::default(), |ctx| {
-        let _guard = Guard::enter(&TABLE, ctx.rank(), ctx.world())?;
+        let _guard = Guard::enter(&TABLE, ctx)?;
         ctx.barrier() // OFF-SCHEDULE
     })
     .unwrap();

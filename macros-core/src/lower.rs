@@ -142,7 +142,7 @@ pub(crate) fn guard(
                 worlds: &[#(#worlds),*],
                 sites: &[#(#site_rows),*],
             };
-            ::rankwise::__private::Guard::enter(&#table, #ctx.rank(), #ctx.world())?
+            ::rankwise::__private::Guard::enter(&#table, &mut *#ctx)?
         };
     };
     enter

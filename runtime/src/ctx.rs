@@ -198,6 +198,8 @@ struct Caller<'g> {
     batched: bool,
     /// The backend's device: tensors live there or on the host.
     device: Device,
+    /// The guard admitted the call as proven (see `guard`): the op says so to the backend.
+    proven: bool,
 }
 
 /// A validated op and, for a list form, the staging it goes through.
@@ -412,6 +414,7 @@ impl Caller<'_> {
             desc,
             input,
             output,
+            proven: self.proven,
         })
     }
 
@@ -903,6 +906,22 @@ impl Ctx {
         &self.world_group
     }
 
+    /// Whether the backend uses the proof of a `#[rankwise::program]` function (see
+    /// `guard`): then the guard's entry makes the handshake.
+    pub(crate) fn trusts_proofs(&self) -> bool {
+        self.backend.try_borrow().is_ok_and(|b| b.trusts_proofs())
+    }
+
+    /// The guard's handshake: every rank's `mine`, gathered by one all_gather at `site` (the
+    /// program function's entry), which the usual agreement check compares with whatever call
+    /// each other rank makes there.
+    pub(crate) fn handshake(&mut self, site: CallSite, mine: u64) -> Result<Vec<u64>> {
+        let x = Tensor::from_vec([1], vec![mine])?;
+        let mut all = Tensor::<u64>::zeros([self.world])?;
+        self.in_out_one(None, site, OpKind::AllGather, &x, &mut all, None, 0)?;
+        Ok(all.to_vec())
+    }
+
     /// The backend's name (`"local"`, `"mpi"`, `"nccl"`, `"nccl-host"`).
     pub fn backend_name(&self) -> &'static str {
         self.backend_name
@@ -1132,8 +1151,10 @@ impl Ctx {
     /// call passes before it is described, or reused (see [`Ctx::recall`]).
     #[inline]
     fn admitted<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
-        crate::guard::Guard::check(site)?;
-        self.caller(group, site, batched)
+        let proven = crate::guard::Guard::check(site)?;
+        let mut c = self.caller(group, site, batched)?;
+        c.proven = proven;
+        Ok(c)
     }
 
     /// The op builder for one call on `group`, refusing a handle from another world (its id
@@ -1154,6 +1175,7 @@ impl Ctx {
             site,
             batched,
             device: self.device,
+            proven: false,
         })
     }
 
@@ -1236,9 +1258,10 @@ impl Ctx {
     /// group handle still run.
     fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        if let Err(e) = self.admitted(g, site, false) {
-            return Err(self.refused(e));
-        }
+        let proven = match self.admitted(g, site, false) {
+            Ok(c) => c.proven,
+            Err(e) => return Err(self.refused(e)),
+        };
         let Some(op) = self
             .last
             .get_mut(kind as usize)
@@ -1249,6 +1272,7 @@ impl Ctx {
                 "a repeated call without the call it repeats".into(),
             ));
         };
+        op.proven = proven;
         execute_one(&self.backend, &mut self.trace, op, g)
     }
 
@@ -1578,10 +1602,13 @@ impl<'c, 'a> Batch<'c, 'a> {
             Seen::New(words) => return self.record(group, site, words, build),
         };
         let g = group.unwrap_or(&self.ctx.world_group);
-        if let Err(e) = self.ctx.admitted(g, site, true) {
-            self.error = Some(e);
-            return self;
-        }
+        let proven = match self.ctx.admitted(g, site, true) {
+            Ok(c) => c.proven,
+            Err(e) => {
+                self.error = Some(e);
+                return self;
+            }
+        };
         // The six forms that repeat are collectives: their target is their communicator.
         self.order
             .note(crate::plan::Target::Coll(g.id()).order_key());
@@ -1593,12 +1620,15 @@ impl<'c, 'a> Batch<'c, 'a> {
         };
         // Equal addresses, but the kept pointers may be a freed tensor's (see `Ctx::recall`).
         (op.input.ptr, op.output.ptr) = bufs;
+        if op.proven == proven {
+            self.repeated += 1;
+        }
+        op.proven = proven;
         if self.ctx.trace.is_some() {
             let members = traced_members(op, g);
             self.members.push(members);
         }
         self.recorded += 1;
-        self.repeated += 1;
         self
     }
 

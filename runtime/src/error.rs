@@ -179,6 +179,25 @@ pub enum Error {
         expected: String,
     },
 
+    /// At the entry of a `#[rankwise::program]` function on a backend that uses the macro's
+    /// proof (MPI), some ranks were not entering the same verified schedule: another checked
+    /// function, another build of this one, or (if they made a matching call by chance) no
+    /// checked function at all.
+    #[error(
+        "rank {rank} entered `{function}`, but rank(s) {others:?} did not enter the same \
+         verified schedule at the same point (another `#[rankwise::program]` function, another \
+         build of this one, or unchecked code): every rank of a job must run the same build of \
+         the same program; stopped before the first call"
+    )]
+    ProofsDiffer {
+        /// The program function this rank entered.
+        function: &'static str,
+        /// This rank.
+        rank: usize,
+        /// The ranks whose schedule differs.
+        others: Vec<usize>,
+    },
+
     /// The trace (`RANKWISE_TRACE`, `Options::trace`) could not be written.
     #[error("could not write the trace to {path}: {detail}")]
     Trace {

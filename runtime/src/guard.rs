@@ -11,9 +11,19 @@
 //! pattern of site ids (a ring all-reduce is one pattern of two sites repeated `2·(W−1)` times).
 //! The guard lives in a thread-local: each rank runs on its own thread, and the checks must not
 //! borrow the `Ctx`, which a batch may be holding.
+//!
+//! **Proven calls.** On a backend that can use the proof (MPI, see `Backend::trusts_proofs`),
+//! the ranks first make sure they all run the same proof: one all_gather of the schedule's
+//! fingerprint at entry. From then on every call the guard admits is *proven* — every member
+//! of its step is on the same verified schedule, so the call's peers, root and shapes agree
+//! without asking — and the backend may skip the run-time agreement that only a root
+//! disagreement needs (a small broadcast then travels one way, as MPI's does). A rank that
+//! leaves its schedule stays off it: every later call of that rank in the function is refused,
+//! so no proven call of it can meet a peer that is elsewhere.
 
 use std::cell::{Cell, RefCell};
 
+use crate::Ctx;
 use crate::error::{Error, Result};
 use crate::model::CallSite;
 
@@ -53,6 +63,10 @@ struct Active {
     rep: u32,
     pos: usize,
     file: &'static str,
+    /// Every rank entered the same schedule (the handshake at entry): admitted calls are proven.
+    proven: bool,
+    /// Where this rank left its schedule, once it has: every later call is refused.
+    left_at: Option<CallSite>,
 }
 
 thread_local! {
@@ -72,26 +86,46 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// Checks the world size and starts following `table` for `rank`.
+    /// Checks the world size and starts following `table` for `ctx`'s rank. On a backend that
+    /// uses proofs, the ranks then agree that they all run this schedule (see the module docs):
+    /// one all_gather at the function's entry; a rank that runs another checked function, or
+    /// none, makes every rank's entry fail.
     #[track_caller]
-    pub fn enter(table: &'static Table, rank: usize, world: usize) -> Result<Guard> {
-        let file = CallSite::caller().file;
-        let Ok(i) = table.worlds.binary_search_by_key(&world, |w| w.0) else {
-            return Err(Error::WorldNotChecked {
-                function: table.function,
-                world,
-                checked: table.worlds.iter().map(|w| w.0).collect(),
-            });
-        };
-        let ranks = table.worlds[i]
-            .1
-            .get(rank)
-            .ok_or_else(|| Error::BadProgram {
-                detail: format!(
-                    "`{}` entered by rank {rank}, which is not a rank of a world of {world}",
-                    table.function
-                ),
-            })?;
+    pub fn enter(table: &'static Table, ctx: &mut Ctx) -> Result<Guard> {
+        let site = CallSite::caller();
+        let (rank, world) = (ctx.rank(), ctx.world());
+        let all = schedules(table, world)?;
+        let proven = ctx.trusts_proofs();
+        if proven {
+            let mine = fingerprint(table, all, site.file);
+            let seen = ctx.handshake(site, mine)?;
+            let others: Vec<usize> = (0..seen.len()).filter(|&r| seen[r] != mine).collect();
+            if !others.is_empty() {
+                return Err(Error::ProofsDiffer {
+                    function: table.function,
+                    rank,
+                    others,
+                });
+            }
+        }
+        Self::push(table, all, rank, site.file, proven)
+    }
+
+    /// Starts following `table` for `rank` among the schedules `all` of one world size.
+    fn push(
+        table: &'static Table,
+        all: &'static [RankTable],
+        rank: usize,
+        file: &'static str,
+        proven: bool,
+    ) -> Result<Guard> {
+        let world = all.len();
+        let ranks = all.get(rank).ok_or_else(|| Error::BadProgram {
+            detail: format!(
+                "`{}` entered by rank {rank}, which is not a rank of a world of {world}",
+                table.function
+            ),
+        })?;
         ACTIVE.with(|a| {
             a.borrow_mut().push(Active {
                 table,
@@ -102,6 +136,8 @@ impl Guard {
                 rep: 0,
                 pos: 0,
                 file,
+                proven,
+                left_at: None,
             })
         });
         ANY.with(|any| any.set(true));
@@ -111,22 +147,34 @@ impl Guard {
     }
 
     /// Checks that the call at `site` is the next one the verified schedule expects (no-op when
-    /// no guard is active on this thread). Inlined: every call passes here, most of them
-    /// without a guard, and a call would cost more than the test.
+    /// no guard is active on this thread), and says whether the call is proven (see the module
+    /// docs). Inlined: every call passes here, most of them without a guard, and a call would
+    /// cost more than the test.
     #[inline(always)]
-    pub(crate) fn check(site: CallSite) -> Result<()> {
+    pub(crate) fn check(site: CallSite) -> Result<bool> {
         if !ANY.with(Cell::get) {
-            return Ok(());
+            return Ok(false);
         }
         Self::check_active(site)
     }
 
     /// [`Guard::check`] with a guard active.
     #[inline(never)]
-    fn check_active(site: CallSite) -> Result<()> {
+    fn check_active(site: CallSite) -> Result<bool> {
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
-            let Some(g) = a.last_mut() else { return Ok(()) };
+            let Some(g) = a.last_mut() else {
+                return Ok(false);
+            };
+            if let Some(left) = g.left_at {
+                return Err(Error::Diverged {
+                    function: g.table.function,
+                    rank: g.rank,
+                    world: g.world,
+                    site,
+                    expected: format!("no call, since this rank left its schedule at {left}"),
+                });
+            }
             let next = g.ranks.runs.get(g.run).map(|r| r.pattern[g.pos]);
             let expected = next.and_then(|id| g.table.sites.get(id as usize));
             if let Some(&(line, column, _)) = expected {
@@ -145,9 +193,10 @@ impl Guard {
                             g.run += 1;
                         }
                     }
-                    return Ok(());
+                    return Ok(g.proven);
                 }
             }
+            g.left_at = Some(site);
             let expected = match expected {
                 Some(&(line, col, what)) => format!("{what} at {}:{line}:{col}", g.file),
                 None => "no further communication".to_string(),
@@ -161,6 +210,57 @@ impl Guard {
             })
         })
     }
+}
+
+/// Every rank's schedule at `world`, or why `table`'s function does not run there (refused
+/// before any communication, on every rank alike).
+fn schedules(table: &'static Table, world: usize) -> Result<&'static [RankTable]> {
+    match table.worlds.binary_search_by_key(&world, |w| w.0) {
+        Ok(i) if table.worlds[i].1.len() == world => Ok(table.worlds[i].1),
+        Ok(_) => Err(Error::BadProgram {
+            detail: format!(
+                "the schedule of `{}` for a world of {world} does not list every rank",
+                table.function
+            ),
+        }),
+        Err(_) => Err(Error::WorldNotChecked {
+            function: table.function,
+            world,
+            checked: table.worlds.iter().map(|w| w.0).collect(),
+        }),
+    }
+}
+
+/// A fingerprint of what the ranks must share to trust the proof: the function, its file, its
+/// sites and every rank's schedule at this world size (FNV-1a: stable across processes and
+/// builds, unlike `std`'s hasher).
+fn fingerprint(table: &Table, ranks: &[RankTable], file: &str) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for text in [table.function, file] {
+        eat(&text.len().to_le_bytes());
+        eat(text.as_bytes());
+    }
+    for &(line, column, what) in table.sites {
+        eat(&line.to_le_bytes());
+        eat(&column.to_le_bytes());
+        eat(what.as_bytes());
+    }
+    for r in ranks {
+        eat(&r.runs.len().to_le_bytes());
+        for run in r.runs {
+            eat(&run.times.to_le_bytes());
+            eat(&run.pattern.len().to_le_bytes());
+            for id in run.pattern {
+                eat(&id.to_le_bytes());
+            }
+        }
+    }
+    h
 }
 
 impl Drop for Guard {
@@ -194,9 +294,15 @@ mod tests {
         sites: &[(3, 5, "send"), (4, 5, "recv"), (9, 1, "barrier")],
     };
 
+    /// [`Guard::enter`] without a context (no handshake): `proven` says what it would have
+    /// established.
+    fn start(rank: usize, world: usize, proven: bool) -> Result<Guard> {
+        schedules(&TABLE, world).and_then(|all| Guard::push(&TABLE, all, rank, file!(), proven))
+    }
+
     #[test]
     fn a_call_at_the_same_place_in_another_file_diverges() {
-        let _g = Guard::enter(&TABLE, 0, 1).unwrap();
+        let g = start(0, 1, false).unwrap();
         let here = CallSite::caller().file;
         let elsewhere = CallSite {
             file: "other.rs",
@@ -204,6 +310,8 @@ mod tests {
             column: 5,
         };
         assert!(Guard::check(elsewhere).is_err());
+        drop(g);
+        let _g = start(0, 1, false).unwrap();
         let same = CallSite {
             file: here,
             line: 3,
@@ -220,12 +328,15 @@ mod tests {
             column,
         };
         assert!(matches!(
-            Guard::enter(&TABLE, 0, 2),
+            start(0, 2, false),
             Err(Error::WorldNotChecked { world: 2, .. })
         ));
-        let g = Guard::enter(&TABLE, 0, 1).unwrap();
+        let g = start(0, 1, false).unwrap();
         for (l, c) in [(3, 5), (4, 5), (3, 5), (4, 5), (9, 1)] {
-            Guard::check(at(l, c)).unwrap();
+            assert!(
+                !Guard::check(at(l, c)).unwrap(),
+                "proven without a handshake"
+            );
         }
         let err = Guard::check(at(3, 5)).unwrap_err();
         assert!(
@@ -235,8 +346,50 @@ mod tests {
         drop(g);
         // Without an active guard (unchecked programs), nothing is checked.
         Guard::check(at(1, 1)).unwrap();
-        let _g = Guard::enter(&TABLE, 0, 1).unwrap();
+        let _g = start(0, 1, false).unwrap();
         let err = Guard::check(at(4, 5)).unwrap_err();
         assert!(err.to_string().contains("send at"), "{err}");
+    }
+
+    #[test]
+    fn a_rank_that_left_its_schedule_stays_off_it() {
+        let at = |line, column| CallSite {
+            file: file!(),
+            line,
+            column,
+        };
+        let _g = start(0, 1, true).unwrap();
+        assert!(
+            Guard::check(at(3, 5)).unwrap(),
+            "on schedule after the handshake: proven"
+        );
+        // The expected call is the receive; a send instead leaves the schedule...
+        assert!(Guard::check(at(3, 5)).is_err());
+        // ...and the receive the schedule expected is no longer admitted either: a proven
+        // call of this rank could otherwise meet a peer that is not where the proof says.
+        let err = Guard::check(at(4, 5)).unwrap_err();
+        assert!(
+            err.to_string().contains("left its schedule at") && err.to_string().contains(":3:5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_fingerprint_covers_the_schedule_the_sites_and_the_file() {
+        static OTHER_RUNS: [Run; 1] = [Run {
+            pattern: &[0, 1],
+            times: 3,
+        }];
+        static OTHER: [RankTable; 1] = [RankTable { runs: &OTHER_RUNS }];
+        static MOVED: Table = Table {
+            function: "demo",
+            worlds: &[(1, &RANKS)],
+            sites: &[(3, 6, "send"), (4, 5, "recv"), (9, 1, "barrier")],
+        };
+        let base = fingerprint(&TABLE, &RANKS, "a.rs");
+        assert_eq!(base, fingerprint(&TABLE, &RANKS, "a.rs"));
+        assert_ne!(base, fingerprint(&TABLE, &OTHER, "a.rs"));
+        assert_ne!(base, fingerprint(&MOVED, &RANKS, "a.rs"));
+        assert_ne!(base, fingerprint(&TABLE, &RANKS, "b.rs"));
     }
 }

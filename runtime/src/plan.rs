@@ -106,6 +106,7 @@ mod tests {
             desc,
             input: Buf::NONE,
             output: Buf::NONE,
+            proven: false,
         }
     }
 

@@ -58,11 +58,7 @@ fn exchange(ctx: &mut Ctx) -> Result<()> {
                 (11u32, 13u32, "send"),
             ],
         };
-        ::rankwise::__private::Guard::enter(
-            &__RANKWISE_SCHEDULE,
-            ctx.rank(),
-            ctx.world(),
-        )?
+        ::rankwise::__private::Guard::enter(&__RANKWISE_SCHEDULE, &mut *ctx)?
     };
     let a = ctx.full([2], 1.0f32)?;
     let mut b = ctx.zeros::<f32>([2])?;

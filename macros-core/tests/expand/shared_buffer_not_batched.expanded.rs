@@ -141,11 +141,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                 (8u32, 9u32, "broadcast"),
             ],
         };
-        ::rankwise::__private::Guard::enter(
-            &__RANKWISE_SCHEDULE,
-            ctx.rank(),
-            ctx.world(),
-        )?
+        ::rankwise::__private::Guard::enter(&__RANKWISE_SCHEDULE, &mut *ctx)?
     };
     let mut t = ctx.full([4], 1.0f32)?;
     ctx.all_reduce(&mut t, ReduceOp::Sum)?;

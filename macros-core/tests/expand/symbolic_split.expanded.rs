@@ -72,11 +72,7 @@ fn shard(ctx: &mut Ctx) -> Result<()> {
             ],
             sites: &[(6u32, 9u32, "reduce_scatter")],
         };
-        ::rankwise::__private::Guard::enter(
-            &__RANKWISE_SCHEDULE,
-            ctx.rank(),
-            ctx.world(),
-        )?
+        ::rankwise::__private::Guard::enter(&__RANKWISE_SCHEDULE, &mut *ctx)?
     };
     let x = ctx.full([ROWS, 3], 1.0f32)?;
     let mut part = ctx.zeros::<f32>([ROWS / ctx.world(), 3])?;

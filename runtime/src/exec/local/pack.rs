@@ -235,6 +235,7 @@ mod tests {
             },
             input: buf,
             output: buf,
+            proven: false,
         }
     }
 

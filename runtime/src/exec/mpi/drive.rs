@@ -316,6 +316,7 @@ impl Packed {
                 desc,
                 input: b,
                 output: b,
+                proven: ops.iter().all(|o| o.proven),
             },
             buf,
         })

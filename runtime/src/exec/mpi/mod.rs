@@ -91,6 +91,9 @@ pub(super) struct MpiBackend {
     issued_steps: Vec<u64>,
     /// Whether members exchange call records before each collective (`RANKWISE_MPI_CHECK`).
     check: bool,
+    /// Whether calls a `#[rankwise::program]` proof covers skip what only that proof needs
+    /// (`RANKWISE_MPI_CHECK` other than `all`; see `Backend::trusts_proofs`).
+    proofs: bool,
     /// The wait loop's arrays, reused.
     lists: Lists,
     /// Posted sends and receives not yet waited for, in posting order.
@@ -145,16 +148,19 @@ enum Owner {
 /// [`MpiBackend::run_small`]); far below the monitor's period, far above a small exchange.
 const QUICK: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Whether collectives are checked for agreement before data moves: on unless
-/// `RANKWISE_MPI_CHECK` is `0`, `off` or `false` (every process of a job must agree, which the
-/// environment mpirun passes on ensures).
-fn check_enabled() -> bool {
-    !matches!(
-        std::env::var("RANKWISE_MPI_CHECK")
-            .as_deref()
-            .map(str::trim),
-        Ok("0" | "off" | "false")
-    )
+/// `RANKWISE_MPI_CHECK`: whether collectives are checked for agreement before data moves (on
+/// unless it is `0`, `off` or `false`), and whether calls a `#[rankwise::program]` proof covers
+/// are spared the part of it the proof makes unnecessary (unless it is `all`). Every process
+/// of a job must agree, which the environment mpirun passes on ensures.
+fn check_mode() -> (bool, bool) {
+    match std::env::var("RANKWISE_MPI_CHECK")
+        .as_deref()
+        .map(str::trim)
+    {
+        Ok("0" | "off" | "false") => (false, false),
+        Ok("all") => (true, false),
+        _ => (true, true),
+    }
 }
 
 /// Counts one more under `k`, returning the count before.
@@ -207,6 +213,7 @@ impl MpiBackend {
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         let tag_ub = raw::tag_ub(world);
+        let (check, proofs) = check_mode();
         let members: Vec<usize> = (0..size).collect();
         Ok(MpiBackend {
             rank,
@@ -225,7 +232,8 @@ impl MpiBackend {
             issued_sends: HashMap::new(),
             issued_recvs: HashMap::new(),
             issued_steps: Vec::new(),
-            check: check_enabled(),
+            check,
+            proofs,
             lists: Lists::default(),
             posted: Vec::new(),
             next_ticket: 0,
@@ -825,6 +833,10 @@ unsafe impl Send for MpiBackend {}
 unsafe impl Backend for MpiBackend {
     fn name(&self) -> &'static str {
         "mpi"
+    }
+
+    fn trusts_proofs(&self) -> bool {
+        self.check && self.proofs
     }
 
     fn world_id(&self) -> WorldId {

@@ -599,6 +599,7 @@ mod tests {
             },
             input: Buf::NONE,
             output: Buf::NONE,
+            proven: false,
         }
     }
 
