@@ -69,7 +69,7 @@ fn rooted(ctx: &mut Ctx) -> Result<Vec<String>> {
         ));
     }
     if world >= 2 {
-        let pair = ctx.new_group(&[0, 1])?;
+        let pair = ctx.new_group([0, 1])?;
         if rank < 2 {
             let mut p = ctx.full([2], rank as f32 + 0.5)?;
             ctx.group(&pair).broadcast(&mut p, 1)?;
