@@ -25,7 +25,7 @@ use rankwise::prelude::*;
 /// Small rooted collectives of every kind from every root, alone and batched (the macro
 /// batches adjacent calls on distinct tensors), on the world and on a sub-group.
 #[rankwise::program(world in 1..=4)]
-fn rooted(ctx: &mut Ctx) -> Result<Vec<String>> {
+pub fn rooted(ctx: &mut Ctx) -> Result<Vec<String>> {
     let (rank, world) = (ctx.rank(), ctx.world());
     let mut lines = Vec::new();
     for root in 0..world {
@@ -119,6 +119,7 @@ fn second(ctx: &mut Ctx) -> Result<Vec<String>> {
     Ok(vec![format!("{:?}", t.to_vec())])
 }
 
+#[allow(dead_code)] // also compiled into tests/examples.rs, which calls `rooted` directly
 fn main() -> Result<()> {
     let case = std::env::args().nth(1).unwrap_or_default();
     let ranks = rankwise::launch(4, |ctx| match case.as_str() {

@@ -247,3 +247,49 @@ fn seed002_ports_compute_what_the_arithmetic_says() {
         .expect("a number");
     assert!((first - want).abs() < 1e-6, "{first} vs {want}");
 }
+
+#[path = "../examples/proofs.rs"]
+mod proofs;
+
+/// The checked program of `examples/proofs.rs` (run under MPI by `tests/mpi.rs`, against the
+/// threads engine), against its arithmetic worked out here, at every world size it was checked
+/// for.
+#[test]
+fn proofs_rooted_collectives_compute_what_the_arithmetic_says() {
+    for world in 1..=4usize {
+        let ranks = rankwise::launch(world, proofs::rooted).expect("the program runs");
+        for (rank, lines) in ranks.iter() {
+            let mut want = Vec::new();
+            for root in 0..world {
+                let at_root = |v: Vec<f32>| {
+                    if rank == root {
+                        format!("{v:?}")
+                    } else {
+                        "-".to_string()
+                    }
+                };
+                // Rank r's base value is 10r + root; the root's is 11·root.
+                let base = |r: usize| (10 * r + root) as f32;
+                let rooted = base(root);
+                let max = at_root(vec![base(world - 1); 2]);
+                let scattered = vec![rooted + (2 * rank) as f32, rooted + (2 * rank + 1) as f32];
+                let gathered: Vec<f32> = if rank == root {
+                    (0..2).flat_map(|_| (0..world).map(base)).collect()
+                } else {
+                    vec![0.0; 2 * world]
+                };
+                let sum = at_root(vec![-(0..world).map(base).sum::<f32>()]);
+                want.push(format!(
+                    "root {root}: broadcast {:?} reduce {max} scatter {scattered:?} gather \
+                     {gathered:?} batch {:?} {sum}",
+                    vec![rooted; 3],
+                    vec![rooted],
+                ));
+            }
+            if world >= 2 && rank < 2 {
+                want.push("pair broadcast [1.5, 1.5]".to_string());
+            }
+            assert_eq!(lines, &want, "world {world}, rank {rank}");
+        }
+    }
+}
