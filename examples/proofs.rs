@@ -15,6 +15,7 @@
 //!   late; under MPI rank 1 does not wait for rank 2 (it would with the check of unchecked
 //!   calls, where every member hears from every other). Prints `rank 1 waited for rank 2:
 //!   no` or `yes`.
+//! * `twice`: a function under the attribute twice (two guards, two handshakes).
 //! * `different`: ranks 0 and 1 run one checked function, ranks 2 and 3 another; under MPI
 //!   every rank's entry fails (`ProofsDiffer`) before any call of either function.
 //! * `unchecked`: rank 3 runs unchecked code while the others enter a checked function; under
@@ -103,6 +104,16 @@ fn one_way(ctx: &mut Ctx) -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// The attribute twice (`twice`): two guards, each with its handshake, the inner one's made
+/// outside the outer one's schedule.
+#[rankwise::program(world in 2..=4)]
+#[rankwise::program(world in 1..=4)]
+fn twice(ctx: &mut Ctx) -> Result<Vec<String>> {
+    let mut t = ctx.full([2], ctx.rank() as f32)?;
+    ctx.broadcast(&mut t, ctx.world() - 1)?;
+    Ok(vec![format!("twice {:?}", t.to_vec())])
+}
+
 /// One of two different checked programs (`different`).
 #[rankwise::program(world = 4)]
 fn first(ctx: &mut Ctx) -> Result<Vec<String>> {
@@ -124,6 +135,7 @@ fn main() -> Result<()> {
     let case = std::env::args().nth(1).unwrap_or_default();
     let ranks = rankwise::launch(4, |ctx| match case.as_str() {
         "one-way" => one_way(ctx),
+        "twice" => twice(ctx),
         "different" if ctx.rank() < 2 => first(ctx),
         "different" => second(ctx),
         "unchecked" if ctx.rank() == 3 => {

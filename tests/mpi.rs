@@ -218,6 +218,10 @@ fn checked_programs_give_the_threads_engines_results() {
         ..PLAIN
     };
     same_as_threads(4, all, "proofs", &[], true);
+    // Two guards, one inside the other: the inner handshake is outside the outer schedule.
+    for np in [2, 4] {
+        same_as_threads(np, PLAIN, "proofs", &["twice"], true);
+    }
 }
 
 #[test]

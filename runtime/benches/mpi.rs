@@ -13,6 +13,7 @@ use std::time::Instant;
 use mpi::collective::SystemOperation;
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::*;
+use rankwise_runtime::__private::{Guard, RankTable, Run, Table};
 use rankwise_runtime::{Ctx, Engine, ReduceOp, Result, Tensor, launch};
 
 const KIB: usize = 1024;
@@ -152,6 +153,34 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
                 a / b,
                 (a - b) * 1e6
             ));
+            // The same broadcasts in a checked program: only rooted calls take another path.
+            if name == "broadcast" && ctx.backend_name() == "mpi" {
+                let schedule = broadcast_schedule(ctx, &mut t)?;
+                let (mut proven, mut theirs) = (Vec::new(), Vec::new());
+                for _ in 0..samples {
+                    let guard = Guard::enter(schedule, ctx)?;
+                    let mut err = Ok(());
+                    proven.push(time(&raw, k, || {
+                        if let Err(e) = checked_broadcast(ctx, &mut t) {
+                            err = Err(e);
+                        }
+                    }));
+                    drop(guard);
+                    err?;
+                    theirs.push(time(&raw, k, || {
+                        raw.process_at_rank(0).broadcast_into(&mut dst[..])
+                    }));
+                }
+                let (a, b) = (median(proven), median(theirs));
+                rows.push(format!(
+                    "| broadcast, checked program | {n} | {} | {} | {} | {:.2}× | {:+.2} µs |",
+                    size_name(size),
+                    fmt(a),
+                    fmt(b),
+                    a / b,
+                    (a - b) * 1e6
+                ));
+            }
         }
     }
     if !wanted("batch") {
@@ -210,6 +239,43 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
         b / ro,
     ));
     Ok(rows)
+}
+
+/// The broadcast of a checked program's loop: its one call site is the whole schedule.
+fn checked_broadcast(ctx: &mut Ctx, t: &mut Tensor<f32>) -> Result<()> {
+    ctx.broadcast(t, 0)
+}
+
+/// The guard table `#[rankwise::program]` emits for `for _ in 0..N { ctx.broadcast(&mut t,
+/// 0)?; }` (N as large as a `u32` goes), with [`checked_broadcast`]'s call site. The site is
+/// learnt from the guard itself: under a table that expects another site, the call is refused
+/// with an error naming its own.
+fn broadcast_schedule(ctx: &mut Ctx, t: &mut Tensor<f32>) -> Result<&'static Table> {
+    fn table(world: usize, line: u32, column: u32) -> &'static Table {
+        let runs: &'static [Run] = Box::leak(Box::new([Run {
+            pattern: &[0],
+            times: u32::MAX,
+        }]));
+        let ranks: Vec<RankTable> = (0..world).map(|_| RankTable { runs }).collect();
+        let worlds = Box::leak(Box::new([(world, &*Box::leak(ranks.into_boxed_slice()))]));
+        Box::leak(Box::new(Table {
+            function: "bench",
+            worlds,
+            sites: Box::leak(Box::new([(line, column, "broadcast")])),
+        }))
+    }
+    let probe = table(ctx.world(), 0, 0);
+    let guard = Guard::enter(probe, ctx)?;
+    let refused = checked_broadcast(ctx, t);
+    drop(guard);
+    match refused {
+        Err(rankwise_runtime::Error::Diverged { site, .. }) => {
+            Ok(table(ctx.world(), site.line, site.column))
+        }
+        other => Err(rankwise_runtime::Error::Internal(format!(
+            "the probe of the broadcast's call site was not refused: {other:?}"
+        ))),
+    }
 }
 
 fn main() -> Result<()> {

@@ -112,6 +112,19 @@ impl Eval<'_> {
         {
             return Flow::Normal(Val::Unit);
         }
+        // The guard entry of an inner `#[rankwise::program]` expansion (the attribute twice):
+        // it checks and handshakes, outside every schedule, and makes no call of the program.
+        if let Expr::Path(p) = &*c.func
+            && p.path.leading_colon.is_some()
+            && p.path.segments.iter().map(|s| s.ident.to_string()).eq([
+                "rankwise",
+                "__private",
+                "Guard",
+                "enter",
+            ])
+        {
+            return Flow::Normal(Val::Unknown);
+        }
         let mut args = match self.eval_args(&c.args, "another function") {
             Ok(args) => args,
             Err(flow) => return flow,
