@@ -198,8 +198,6 @@ struct Caller<'g> {
     batched: bool,
     /// The backend's device: tensors live there or on the host.
     device: Device,
-    /// The guard admitted the call as proven (see `guard`): the op says so to the backend.
-    proven: bool,
 }
 
 /// A validated op and, for a list form, the staging it goes through.
@@ -414,7 +412,6 @@ impl Caller<'_> {
             desc,
             input,
             output,
-            proven: self.proven,
         })
     }
 
@@ -1151,10 +1148,8 @@ impl Ctx {
     /// call passes before it is described, or reused (see [`Ctx::recall`]).
     #[inline]
     fn admitted<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
-        let proven = crate::guard::Guard::check(site)?;
-        let mut c = self.caller(group, site, batched)?;
-        c.proven = proven;
-        Ok(c)
+        crate::guard::Guard::check(site)?;
+        self.caller(group, site, batched)
     }
 
     /// The op builder for one call on `group`, refusing a handle from another world (its id
@@ -1175,7 +1170,6 @@ impl Ctx {
             site,
             batched,
             device: self.device,
-            proven: false,
         })
     }
 
@@ -1258,10 +1252,9 @@ impl Ctx {
     /// group handle still run.
     fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        let proven = match self.admitted(g, site, false) {
-            Ok(c) => c.proven,
-            Err(e) => return Err(self.refused(e)),
-        };
+        if let Err(e) = self.admitted(g, site, false) {
+            return Err(self.refused(e));
+        }
         let Some(op) = self
             .last
             .get_mut(kind as usize)
@@ -1272,7 +1265,6 @@ impl Ctx {
                 "a repeated call without the call it repeats".into(),
             ));
         };
-        op.proven = proven;
         execute_one(&self.backend, &mut self.trace, op, g)
     }
 
@@ -1602,13 +1594,10 @@ impl<'c, 'a> Batch<'c, 'a> {
             Seen::New(words) => return self.record(group, site, words, build),
         };
         let g = group.unwrap_or(&self.ctx.world_group);
-        let proven = match self.ctx.admitted(g, site, true) {
-            Ok(c) => c.proven,
-            Err(e) => {
-                self.error = Some(e);
-                return self;
-            }
-        };
+        if let Err(e) = self.ctx.admitted(g, site, true) {
+            self.error = Some(e);
+            return self;
+        }
         // The six forms that repeat are collectives: their target is their communicator.
         self.order
             .note(crate::plan::Target::Coll(g.id()).order_key());
@@ -1620,15 +1609,12 @@ impl<'c, 'a> Batch<'c, 'a> {
         };
         // Equal addresses, but the kept pointers may be a freed tensor's (see `Ctx::recall`).
         (op.input.ptr, op.output.ptr) = bufs;
-        if op.proven == proven {
-            self.repeated += 1;
-        }
-        op.proven = proven;
         if self.ctx.trace.is_some() {
             let members = traced_members(op, g);
             self.members.push(members);
         }
         self.recorded += 1;
+        self.repeated += 1;
         self
     }
 

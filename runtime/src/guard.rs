@@ -149,24 +149,37 @@ impl Guard {
     }
 
     /// Checks that the call at `site` is the next one the verified schedule expects (no-op when
-    /// no guard is active on this thread), and says whether the call is proven (see the module
-    /// docs). Inlined: every call passes here, most of them without a guard, and a call would
-    /// cost more than the test.
+    /// no guard is active on this thread). Inlined: every call passes here, most of them
+    /// without a guard, and a call would cost more than the test.
     #[inline(always)]
-    pub(crate) fn check(site: CallSite) -> Result<bool> {
+    pub(crate) fn check(site: CallSite) -> Result<()> {
         if !ANY.with(Cell::get) {
-            return Ok(false);
+            return Ok(());
         }
         Self::check_active(site)
     }
 
+    /// Whether the calls this thread makes now are proven (see the module docs): the innermost
+    /// active guard made its handshake and its rank is still on its schedule. A backend asks
+    /// when it runs calls, which the guard admitted on this same thread (a `Ctx` call runs
+    /// where it is made; a batch is recorded and run inside the function whose guard admitted
+    /// its calls, since it borrows the context the guard's entry needed).
+    pub(crate) fn proven() -> bool {
+        ANY.with(Cell::get)
+            && ACTIVE.with(|a| {
+                a.borrow()
+                    .last()
+                    .is_some_and(|g| g.proven && g.left_at.is_none())
+            })
+    }
+
     /// [`Guard::check`] with a guard active.
     #[inline(never)]
-    fn check_active(site: CallSite) -> Result<bool> {
+    fn check_active(site: CallSite) -> Result<()> {
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             let Some(g) = a.last_mut() else {
-                return Ok(false);
+                return Ok(());
             };
             if let Some(left) = g.left_at {
                 return Err(Error::Diverged {
@@ -195,7 +208,7 @@ impl Guard {
                             g.run += 1;
                         }
                     }
-                    return Ok(g.proven);
+                    return Ok(());
                 }
             }
             g.left_at = Some(site);
@@ -355,10 +368,8 @@ mod tests {
         ));
         let g = start(0, 1, false).unwrap();
         for (l, c) in [(3, 5), (4, 5), (3, 5), (4, 5), (9, 1)] {
-            assert!(
-                !Guard::check(at(l, c)).unwrap(),
-                "proven without a handshake"
-            );
+            Guard::check(at(l, c)).unwrap();
+            assert!(!Guard::proven(), "proven without a handshake");
         }
         let err = Guard::check(at(3, 5)).unwrap_err();
         assert!(
@@ -380,11 +391,10 @@ mod tests {
             line,
             column,
         };
-        let _g = start(0, 1, true).unwrap();
-        assert!(
-            Guard::check(at(3, 5)).unwrap(),
-            "on schedule after the handshake: proven"
-        );
+        assert!(!Guard::proven(), "proven without a guard");
+        let g = start(0, 1, true).unwrap();
+        Guard::check(at(3, 5)).unwrap();
+        assert!(Guard::proven(), "on schedule after the handshake: proven");
         // The expected call is the receive; a send instead leaves the schedule...
         assert!(Guard::check(at(3, 5)).is_err());
         // ...and the receive the schedule expected is no longer admitted either: a proven
@@ -394,6 +404,13 @@ mod tests {
             err.to_string().contains("left its schedule at") && err.to_string().contains(":3:5"),
             "{err}"
         );
+        assert!(!Guard::proven(), "proven after leaving the schedule");
+        drop(g);
+        // While the checks are lifted (the handshake of an inner guard), nothing is proven.
+        let _g = start(0, 1, true).unwrap();
+        assert!(Guard::proven());
+        Unchecked::during(|| assert!(!Guard::proven()));
+        assert!(Guard::proven(), "the checks are back after the handshake");
     }
 
     #[test]

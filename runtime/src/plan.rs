@@ -106,7 +106,6 @@ mod tests {
             desc,
             input: Buf::NONE,
             output: Buf::NONE,
-            proven: false,
         }
     }
 

@@ -81,10 +81,6 @@ pub(crate) struct Op {
     pub input: Buf,
     /// Buffer written by this rank's part of the call.
     pub output: Buf,
-    /// The call is on the verified schedule of a `#[rankwise::program]` function that every
-    /// rank entered (see `guard`): its members agree on its description by proof. Only a
-    /// backend whose [`Backend::trusts_proofs`] is true ever sees it set.
-    pub proven: bool,
 }
 
 // SAFETY: an `Op` is only created by `Ctx`/`Batch` methods from live `&Tensor`/`&mut Tensor`
@@ -135,9 +131,9 @@ pub(crate) unsafe trait Backend: Send {
     }
 
     /// Whether this backend skips run-time agreement that a `#[rankwise::program]` proof
-    /// makes unnecessary ([`Op::proven`]); the guard then makes every rank confirm, at the
-    /// function's entry, that all run the same proof. The local backend's checks cost no round
-    /// trip, so it keeps them all.
+    /// makes unnecessary (for the calls it runs while `guard::proven` says so); the guard then
+    /// makes every rank confirm, at the function's entry, that all run the same proof. The
+    /// local backend's checks cost no round trip, so it keeps them all.
     fn trusts_proofs(&self) -> bool {
         false
     }

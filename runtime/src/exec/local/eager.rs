@@ -292,7 +292,6 @@ impl EagerSlot {
                     desc: op.desc.clone(),
                     input: at(op.input),
                     output: at(op.output),
-                    proven: op.proven,
                 });
                 (*body).kept_sig = sig;
             }

@@ -1587,7 +1587,6 @@ unsafe impl Backend for LocalBackend {
             desc,
             input: if send { buf } else { Buf::NONE },
             output: if send { Buf::NONE } else { buf },
-            proven: false,
         });
         let plan = [(crate::plan::target(&op), 0..1)];
         let mut runs = Runs::new();

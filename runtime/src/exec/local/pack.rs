@@ -235,7 +235,6 @@ mod tests {
             },
             input: buf,
             output: buf,
-            proven: false,
         }
     }
 

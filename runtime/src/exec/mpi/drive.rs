@@ -316,7 +316,6 @@ impl Packed {
                 desc,
                 input: b,
                 output: b,
-                proven: ops.iter().all(|o| o.proven),
             },
             buf,
         })
@@ -464,7 +463,7 @@ impl<'a> Driver<'a> {
             k,
             chain.end,
             members.len(),
-            self.be.check,
+            self.be.rooted_check,
             chain.long,
             chain.cap,
         );
@@ -570,7 +569,7 @@ impl<'a> Driver<'a> {
                 comm,
                 members,
                 me,
-                self.be.check,
+                self.be.rooted_check,
                 None,
                 |r, from| reqs.push((r, Owner::Eager(s, from))),
             )?

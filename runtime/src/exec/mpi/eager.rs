@@ -224,7 +224,7 @@ pub(super) fn proposal(
     if n > MAX_MEMBERS || bound(&ops[k].desc) > SMALL {
         return Proposal::SCHEDULE;
     }
-    if one_way(&ops[k], check) {
+    if one_way(&ops[k].desc, check) {
         return Proposal::short(1);
     }
     let mut bytes = 0;
@@ -255,17 +255,17 @@ pub(super) fn proposal(
     }
 }
 
-/// Whether `op`, at the head of a run, is exchanged one way — only the messages that carry
-/// data (root to members, or members to root), alone. Only without the agreement check
-/// (`RANKWISE_MPI_CHECK=0`), or for a call a `#[rankwise::program]` proof covers: a member
+/// Whether `d`, at the head of a run, is exchanged one way — only the messages that carry data
+/// (root to members, or members to root), alone. Only without the agreement check (`check`
+/// false: `RANKWISE_MPI_CHECK=0`, or a call a `#[rankwise::program]` proof covers): a member
 /// that sends nothing tells nobody what it called, so a disagreement is found only by the
-/// members that receive (the header still travels with the data and is compared), and only
-/// its existence, not the other call; a disagreement about the root is not found at all —
-/// which the proof rules out (a checked program's roots are known statically and compared by
-/// the macro). Otherwise every member hears from every other: one round trip more than a
-/// one-way broadcast, the measured price of naming both calls.
-pub(super) fn one_way(op: &Op, check: bool) -> bool {
-    (!check || op.proven) && op.desc.kind.is_rooted()
+/// members that receive (the header still travels with the data and is compared), and only its
+/// existence, not the other call; a disagreement about the root is not found at all — which a
+/// proof rules out (a checked program's roots are static, and compared by the macro). With the
+/// check, every member hears from every other: one round trip more than a one-way broadcast,
+/// the measured price of naming both calls.
+pub(super) fn one_way(d: &OpDesc, check: bool) -> bool {
+    !check && d.kind.is_rooted()
 }
 
 /// The member index of `d`'s root among `members` (0 for calls without one).
@@ -361,7 +361,7 @@ impl Exchange {
             send: Scratch::reuse(send, n * stride)?,
             record: [0; RECORD],
             got: [0; MAX_MEMBERS],
-            one_way: one_way(&run[0], check),
+            one_way: one_way(&run[0].desc, check),
             direct: is_direct,
             pending: 0,
             data_pending: 0,
@@ -988,7 +988,6 @@ pub(super) mod tests {
             },
             input: Buf::NONE,
             output: Buf::NONE,
-            proven: false,
         }
     }
 
@@ -1026,17 +1025,8 @@ pub(super) mod tests {
         // Without the check, a rooted head goes one way, alone; other heads still pack.
         assert_eq!(proposal(&mixed, 1, 4, 4, false, true, MAX_PACK).calls, 1);
         assert_eq!(proposal(&kib, 0, 100, 2, false, true, MAX_PACK).calls, 64);
-        assert!(one_way(&mixed[3], false) && !one_way(&mixed[3], true));
-        assert!(!one_way(&mixed[2], false));
-        // A proven rooted head goes one way with the check on too; a proven all_to_all does
-        // not (only rooted calls have a one-way form).
-        let mut proven = mixed;
-        for o in &mut proven {
-            o.proven = true;
-        }
-        assert!(one_way(&proven[3], true) && !one_way(&proven[2], true));
-        assert_eq!(proposal(&proven, 1, 4, 4, true, true, MAX_PACK).calls, 1);
-        assert_eq!(proposal(&proven, 0, 4, 4, true, true, MAX_PACK).calls, 4);
+        assert!(one_way(&mixed[3].desc, false) && !one_way(&mixed[3].desc, true));
+        assert!(!one_way(&mixed[2].desc, false));
     }
 
     #[test]

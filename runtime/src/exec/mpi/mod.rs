@@ -94,6 +94,9 @@ pub(super) struct MpiBackend {
     /// Whether calls a `#[rankwise::program]` proof covers skip what only that proof needs
     /// (`RANKWISE_MPI_CHECK` other than `all`; see `Backend::trusts_proofs`).
     proofs: bool,
+    /// Whether the small rooted collectives of the batch being run are exchanged both ways
+    /// (`eager::one_way`): `check`, unless a proof covers the batch.
+    rooted_check: bool,
     /// The wait loop's arrays, reused.
     lists: Lists,
     /// Posted sends and receives not yet waited for, in posting order.
@@ -234,6 +237,7 @@ impl MpiBackend {
             issued_steps: Vec::new(),
             check,
             proofs,
+            rooted_check: check,
             lists: Lists::default(),
             posted: Vec::new(),
             next_ticket: 0,
@@ -378,6 +382,8 @@ impl MpiBackend {
 
     /// Runs the batch; on error, tells how much is still posted.
     fn run_batch(&mut self, ops: &mut [Op], pending: &mut usize) -> Result<()> {
+        // The guard that admitted these calls is active on this thread (see `Guard::proven`).
+        self.rooted_check = self.check && !(self.proofs && crate::guard::Guard::proven());
         if self.posted.iter().all(|p| p.done) && self.single_small(ops) {
             return self.run_small(&ops[0], pending);
         }
@@ -438,7 +444,7 @@ impl MpiBackend {
             return false;
         }
         self.eager_of(op.desc.group).is_ok_and(|(_, members)| {
-            eager::proposal(ops, 0, 1, members.len(), self.check, false, 1).calls == 1
+            eager::proposal(ops, 0, 1, members.len(), self.rooted_check, false, 1).calls == 1
         })
     }
 
@@ -472,7 +478,7 @@ impl MpiBackend {
                 comm,
                 members,
                 me,
-                self.check,
+                self.rooted_check,
                 spare,
                 |r, j| {
                     reqs.push(r);

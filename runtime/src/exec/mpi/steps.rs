@@ -599,7 +599,6 @@ mod tests {
             },
             input: Buf::NONE,
             output: Buf::NONE,
-            proven: false,
         }
     }
 
