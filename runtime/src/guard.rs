@@ -64,6 +64,7 @@ struct Active {
     pos: usize,
     file: &'static str,
     /// Every rank entered the same schedule (the handshake at entry): admitted calls are proven.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))] // only the MPI backend asks
     proven: bool,
     /// Where this rank left its schedule, once it has: every later call is refused.
     left_at: Option<CallSite>,
@@ -164,6 +165,7 @@ impl Guard {
     /// when it runs calls, which the guard admitted on this same thread (a `Ctx` call runs
     /// where it is made; a batch is recorded and run inside the function whose guard admitted
     /// its calls, since it borrows the context the guard's entry needed).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))] // only the MPI backend asks
     pub(crate) fn proven() -> bool {
         ANY.with(Cell::get)
             && ACTIVE.with(|a| {
