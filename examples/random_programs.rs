@@ -5,10 +5,17 @@
 //! * `good <seed> <count>`: runs every correct program `0..count` in turn and prints each rank's
 //!   digest of what it received (`rankwise::replay`);
 //! * `bad <seed> <index>`: mutates program `index`, prints the verifier's verdict, then runs it
-//!   (a wrong program then fails: an `Err` under threads, an aborted job under MPI).
+//!   (a wrong program then fails: an `Err` under threads, an aborted job under MPI);
+//! * `corpus`: runs every program of the macro's differential corpus (`tests/corpus`) that
+//!   `#[rankwise::program]` accepted, as checked functions (each with its guard — under MPI,
+//!   its handshake and its proven calls), and prints each rank's result.
 
 #[path = "../runtime/tests/common/programs.rs"]
 mod programs;
+
+#[path = "../tests/corpus/programs.rs"]
+#[rustfmt::skip] // generated: compared byte for byte with the generator's output
+mod corpus;
 
 use rankwise::Result;
 use rankwise::verify::verify;
@@ -38,6 +45,12 @@ fn main() -> Result<()> {
             }
             rankwise::replay(&p, ctx)?;
             out.push("ran".to_string());
+        } else if mode == "corpus" {
+            for (i, p) in corpus::CHECKED.iter().enumerate() {
+                if let Some(p) = p {
+                    out.push(format!("p{i} {:?}", p(ctx)?));
+                }
+            }
         } else {
             for i in 0..n {
                 let (p, _) = programs::numbered(seed, i, world);

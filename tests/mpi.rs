@@ -225,6 +225,16 @@ fn checked_programs_give_the_threads_engines_results() {
 }
 
 #[test]
+fn the_macros_corpus_runs_on_its_proofs_as_on_threads() {
+    // Every program of the differential corpus the macro accepted (96 of 240: sends, batches,
+    // rooted and other collectives, sub-groups), each entered with its handshake and run on
+    // its proof, gives every rank the threads engine's values.
+    for np in [2, 3, 4] {
+        same_as_threads(np, PLAIN, "random_programs", &["corpus"], true);
+    }
+}
+
+#[test]
 fn a_proven_broadcast_waits_only_for_its_root() {
     // Rank 2 comes a second late to a small broadcast from rank 0. Proven, the broadcast goes
     // one way and rank 1 is done as soon as the root's message is there; checked as an
