@@ -101,7 +101,8 @@ impl Guard {
             let mine = fingerprint(table, all, site.file);
             // Outside every schedule: a guard already active (the attribute twice) would
             // refuse the handshake's call as off its schedule.
-            let seen = Unchecked::during(|| ctx.handshake(site, mine))?;
+            let seen = Unchecked::during(|| ctx.handshake(site, mine))
+                .map_err(|e| name_the_handshake(e, table.function, site))?;
             let others: Vec<usize> = (0..seen.len()).filter(|&r| seen[r] != mine).collect();
             if !others.is_empty() {
                 return Err(Error::ProofsDiffer {
@@ -247,6 +248,21 @@ impl Drop for Unchecked {
         let active = ACTIVE.with(|a| !a.borrow().is_empty());
         ANY.with(|any| any.set(active));
     }
+}
+
+/// A collective mismatch met by the handshake at `site`, with the handshake's call named as
+/// what it is for the user (who never wrote that all_gather): the entry of `function`.
+fn name_the_handshake(e: Error, function: &str, site: CallSite) -> Error {
+    let Error::CollectiveMismatch(mut m) = e else {
+        return e;
+    };
+    let entry = format!("the entry of checked program `{function}` (its handshake)");
+    for (what, at) in [(&mut m.what_a, m.site_a), (&mut m.what_b, m.site_b)] {
+        if crate::exec::same_site(&at, &site) {
+            *what = entry.clone();
+        }
+    }
+    Error::CollectiveMismatch(m)
 }
 
 /// Every rank's schedule at `world`, or why `table`'s function does not run there (refused
