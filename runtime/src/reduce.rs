@@ -78,6 +78,49 @@ impl<T: Arith> Reducer<T> {
         }
     }
 
+    /// `acc = first ∘ acc`: [`Reducer::combine`] with the operands in the other places, for a
+    /// fold whose running value is the first input while the buffer holds the second (an
+    /// in-place fold whose own part comes last) — each element's operation and operand order
+    /// are exactly `combine`'s after copying `first` into `acc`. Not for `PreMulSum`, whose first
+    /// input must be scaled ([`Reducer::start`]) before it is combined.
+    #[inline]
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))] // the MPI backend's in-place fold
+    pub(crate) fn combine_before(&self, acc: &mut [T], first: &[T]) {
+        let acc = &mut acc[..first.len()];
+        match self.op {
+            ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum(_) => {
+                for (a, &x) in acc.iter_mut().zip(first) {
+                    *a = T::add(x, *a);
+                }
+            }
+            ReduceOp::Prod => {
+                for (a, &x) in acc.iter_mut().zip(first) {
+                    *a = T::mul(x, *a);
+                }
+            }
+            ReduceOp::Min => {
+                for (a, &x) in acc.iter_mut().zip(first) {
+                    *a = T::min(x, *a);
+                }
+            }
+            ReduceOp::Max => {
+                for (a, &x) in acc.iter_mut().zip(first) {
+                    *a = T::max(x, *a);
+                }
+            }
+            ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => {
+                let which = match self.op {
+                    ReduceOp::BitOr => Bitwise::Or,
+                    ReduceOp::BitXor => Bitwise::Xor,
+                    _ => Bitwise::And,
+                };
+                for (a, &x) in acc.iter_mut().zip(first) {
+                    *a = T::bitwise(x, *a, which).unwrap_or(*a);
+                }
+            }
+        }
+    }
+
     /// Applies the final step (division for `Avg`).
     #[inline]
     pub(crate) fn finish(&self, acc: &mut [T]) {
@@ -140,6 +183,49 @@ impl<T: Arith> Reducer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `combine_before(b, a)` computes exactly `combine(a, b)`, to the bit. Min and Max
+    /// compare, so their result depends on the operand order where the operands are unordered
+    /// or equal (a NaN, or zeros of both signs): that is where a swapped order shows. (Rust
+    /// leaves the payload of a NaN that arithmetic produces unspecified — Miri draws it — so the
+    /// arithmetic ops are checked on ordinary numbers.)
+    #[test]
+    fn combining_before_keeps_the_operand_order() {
+        let nan = |payload: u32| f32::from_bits(0x7fc0_0000 | payload);
+        let unordered = (
+            [1.5f32, nan(1), -0.0, 2.0, 0.0],
+            [2.25f32, 3.0, 0.0, nan(2), -0.0],
+        );
+        let ordinary = (
+            [1.5f32, -3.25, 1e30, 0.1, 4.0],
+            [2.25f32, 7.5, 1e10, 0.2, -4.0],
+        );
+        let cases = [
+            (ReduceOp::Sum, ordinary),
+            (ReduceOp::Avg, ordinary),
+            (ReduceOp::Prod, ordinary),
+            (ReduceOp::Min, unordered),
+            (ReduceOp::Max, unordered),
+        ];
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (op, (a, b)) in cases {
+            let r = Reducer::<f32>::new(op, 2);
+            let mut want = a.to_vec();
+            r.combine(&mut want, &b);
+            let mut got = b.to_vec();
+            r.combine_before(&mut got, &a);
+            assert_eq!(bits(&got), bits(&want), "{op:?}");
+        }
+        for op in [ReduceOp::BitAnd, ReduceOp::BitOr, ReduceOp::BitXor] {
+            let r = Reducer::<u8>::new(op, 2);
+            let (a, b) = ([0b1100u8, 0xff, 0], [0b1010u8, 0x0f, 0x80]);
+            let mut want = a;
+            r.combine(&mut want, &b);
+            let mut got = b;
+            r.combine_before(&mut got, &a);
+            assert_eq!(got, want, "{op:?}");
+        }
+    }
 
     #[test]
     fn premulsum_scales_every_input() {

@@ -545,7 +545,12 @@ unsafe fn fold_blocks(op: &Op, parts: &[*const u8], own: Option<usize>, len: usi
     let rop = d.op.unwrap_or(crate::ReduceOp::Sum);
     with_dtype!(d.dtype, T => {
         let r = Reducer::<T>::new(rop, parts.len());
-        let set_aside = own.is_some_and(|me| me != 0);
+        // Two parts, our own the second: `acc = part 0 ∘ acc` in one pass, where setting our
+        // block aside and copying part 0 in would take three (PreMulSum scales part 0 first).
+        let second = parts.len() == 2
+            && own == Some(1)
+            && !matches!(rop, crate::ReduceOp::PreMulSum(_));
+        let set_aside = own.is_some_and(|me| me != 0) && !second;
         let mut saved: Vec<T> = vec![T::default(); if set_aside { BLOCK.min(len) } else { 0 }];
         let mut at = 0;
         while at < len {
@@ -558,6 +563,12 @@ unsafe fn fold_blocks(op: &Op, parts: &[*const u8], own: Option<usize>, len: usi
             // SAFETY: as above, for `dst`, which only this slice touches from here on (our own
             // part, if any, is read through `saved` once set aside).
             let acc = unsafe { std::slice::from_raw_parts_mut((dst as *mut T).add(at), m) };
+            if second {
+                r.combine_before(acc, part(parts[0]));
+                r.finish(acc);
+                at += m;
+                continue;
+            }
             if set_aside {
                 saved[..m].copy_from_slice(acc);
             }
@@ -612,14 +623,24 @@ mod tests {
             ReduceOp::PreMulSum(0.3),
             ReduceOp::Avg,
             ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
         ] {
+            let compares = matches!(op, ReduceOp::Min | ReduceOp::Max);
             for n in 2..=4 {
                 for len in [1usize, 7, 2048, 2049, 5000] {
                     let o = all_reduce(DType::F32, op, len);
                     let inputs: Vec<Vec<f32>> = (0..n)
                         .map(|j| {
                             (0..len)
-                                .map(|i| ((i * 7 + j * 13) % 29) as f32 * 0.37 - 3.1)
+                                .map(|i| match (i * 5 + j) % 11 {
+                                    // Min and Max compare: with a NaN or a signed zero, a
+                                    // swapped operand order shows in the bits. (Arithmetic
+                                    // leaves a produced NaN's payload unspecified in Rust.)
+                                    0 if compares => f32::from_bits(0x7fc0_0001 + j as u32),
+                                    1 if compares => [0.0, -0.0][j % 2],
+                                    _ => ((i * 7 + j * 13) % 29) as f32 * 0.37 - 3.1,
+                                })
                                 .collect()
                         })
                         .collect();
