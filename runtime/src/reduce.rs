@@ -36,46 +36,7 @@ impl<T: Arith> Reducer<T> {
     /// `acc = acc ∘ x`.
     #[inline]
     pub(crate) fn combine(&self, acc: &mut [T], x: &[T]) {
-        let acc = &mut acc[..x.len()];
-        match self.op {
-            ReduceOp::Sum | ReduceOp::Avg => {
-                for (a, &x) in acc.iter_mut().zip(x) {
-                    *a = T::add(*a, x);
-                }
-            }
-            ReduceOp::PreMulSum(_) => {
-                for (a, &x) in acc.iter_mut().zip(x) {
-                    *a = T::add(*a, T::mul(self.scale, x));
-                }
-            }
-            ReduceOp::Prod => {
-                for (a, &x) in acc.iter_mut().zip(x) {
-                    *a = T::mul(*a, x);
-                }
-            }
-            ReduceOp::Min => {
-                for (a, &x) in acc.iter_mut().zip(x) {
-                    *a = T::min(*a, x);
-                }
-            }
-            ReduceOp::Max => {
-                for (a, &x) in acc.iter_mut().zip(x) {
-                    *a = T::max(*a, x);
-                }
-            }
-            ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => {
-                let which = match self.op {
-                    ReduceOp::BitOr => Bitwise::Or,
-                    ReduceOp::BitXor => Bitwise::Xor,
-                    _ => Bitwise::And,
-                };
-                for (a, &x) in acc.iter_mut().zip(x) {
-                    // Floats never reach here: ops are validated against the dtype before any
-                    // data moves. Keep the value rather than invent one if that ever changes.
-                    *a = T::bitwise(*a, x, which).unwrap_or(*a);
-                }
-            }
-        }
+        self.combine_ordered::<false>(acc, x);
     }
 
     /// `acc = first ∘ acc`: [`Reducer::combine`] with the operands in the other places, for a
@@ -86,26 +47,45 @@ impl<T: Arith> Reducer<T> {
     #[inline]
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))] // the MPI backend's in-place fold
     pub(crate) fn combine_before(&self, acc: &mut [T], first: &[T]) {
-        let acc = &mut acc[..first.len()];
+        debug_assert!(!matches!(self.op, ReduceOp::PreMulSum(_)));
+        self.combine_ordered::<true>(acc, first);
+    }
+
+    /// The loops of both: `acc[i] = acc[i] ∘ x[i]`, or with `SWAP` `x[i] ∘ acc[i]` — decided
+    /// at compile time, so each loop is as tight as one written out for its order.
+    #[inline(always)]
+    fn combine_ordered<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
+        let acc = &mut acc[..x.len()];
+        let ordered = |a: T, x: T| if SWAP { (x, a) } else { (a, x) };
         match self.op {
-            ReduceOp::Sum | ReduceOp::Avg | ReduceOp::PreMulSum(_) => {
-                for (a, &x) in acc.iter_mut().zip(first) {
-                    *a = T::add(x, *a);
+            ReduceOp::Sum | ReduceOp::Avg => {
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let (l, r) = ordered(*a, x);
+                    *a = T::add(l, r);
+                }
+            }
+            ReduceOp::PreMulSum(_) => {
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let (l, r) = ordered(*a, T::mul(self.scale, x));
+                    *a = T::add(l, r);
                 }
             }
             ReduceOp::Prod => {
-                for (a, &x) in acc.iter_mut().zip(first) {
-                    *a = T::mul(x, *a);
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let (l, r) = ordered(*a, x);
+                    *a = T::mul(l, r);
                 }
             }
             ReduceOp::Min => {
-                for (a, &x) in acc.iter_mut().zip(first) {
-                    *a = T::min(x, *a);
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let (l, r) = ordered(*a, x);
+                    *a = T::min(l, r);
                 }
             }
             ReduceOp::Max => {
-                for (a, &x) in acc.iter_mut().zip(first) {
-                    *a = T::max(x, *a);
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let (l, r) = ordered(*a, x);
+                    *a = T::max(l, r);
                 }
             }
             ReduceOp::BitAnd | ReduceOp::BitOr | ReduceOp::BitXor => {
@@ -114,8 +94,11 @@ impl<T: Arith> Reducer<T> {
                     ReduceOp::BitXor => Bitwise::Xor,
                     _ => Bitwise::And,
                 };
-                for (a, &x) in acc.iter_mut().zip(first) {
-                    *a = T::bitwise(x, *a, which).unwrap_or(*a);
+                for (a, &x) in acc.iter_mut().zip(x) {
+                    let (l, r) = ordered(*a, x);
+                    // Floats never reach here: ops are validated against the dtype before any
+                    // data moves. Keep the value rather than invent one if that ever changes.
+                    *a = T::bitwise(l, r, which).unwrap_or(*a);
                 }
             }
         }
