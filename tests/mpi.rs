@@ -38,6 +38,12 @@ struct Opts<'a> {
 
 const PLAIN: Opts = Opts { mca: &[], env: &[] };
 
+/// Every call checked as if no `#[rankwise::program]` proof covered it.
+const CHECK_ALL: Opts = Opts {
+    mca: &[],
+    env: &[("RANKWISE_MPI_CHECK", "all")],
+};
+
 /// No job of this suite takes a tenth of this; see `mpirun`.
 const MPIRUN_TIMEOUT_SECS: u32 = 180;
 
@@ -213,11 +219,7 @@ fn checked_programs_give_the_threads_engines_results() {
         same_as_threads(np, PLAIN, "proofs", &[], true);
     }
     // With every call checked as if unproven (`all`), the same results.
-    let all = Opts {
-        env: &[("RANKWISE_MPI_CHECK", "all")],
-        ..PLAIN
-    };
-    same_as_threads(4, all, "proofs", &[], true);
+    same_as_threads(4, CHECK_ALL, "proofs", &[], true);
     // Two guards, one inside the other: the inner handshake is outside the outer schedule.
     for np in [2, 4] {
         same_as_threads(np, PLAIN, "proofs", &["twice"], true);
@@ -239,11 +241,7 @@ fn a_proven_broadcast_waits_only_for_its_root() {
     // Rank 2 comes a second late to a small broadcast from rank 0. Proven, the broadcast goes
     // one way and rank 1 is done as soon as the root's message is there; checked as an
     // unproven call (`RANKWISE_MPI_CHECK=all`), rank 1 must hear from rank 2 too.
-    let all = Opts {
-        env: &[("RANKWISE_MPI_CHECK", "all")],
-        ..PLAIN
-    };
-    for (np, opts, want) in [(3, PLAIN, "no"), (4, PLAIN, "no"), (4, all, "yes")] {
+    for (np, opts, want) in [(3, PLAIN, "no"), (4, PLAIN, "no"), (4, CHECK_ALL, "yes")] {
         let run = mpirun(np, opts, "proofs", &["one-way"]);
         assert!(run.ok, "-np {np}: {}", run.err);
         let line = format!("rank 1 waited for rank 2: {want}");

@@ -116,12 +116,12 @@ impl Eval<'_> {
         // it checks and handshakes, outside every schedule, and makes no call of the program.
         if let Expr::Path(p) = &*c.func
             && p.path.leading_colon.is_some()
-            && p.path.segments.iter().map(|s| s.ident.to_string()).eq([
-                "rankwise",
-                "__private",
-                "Guard",
-                "enter",
-            ])
+            && p.path.segments.len() == 4
+            && p.path
+                .segments
+                .iter()
+                .zip(["rankwise", "__private", "Guard", "enter"])
+                .all(|(s, w)| s.ident == w)
         {
             return Flow::Normal(Val::Unknown);
         }
