@@ -247,12 +247,17 @@ impl MpiBackend {
 
     /// What a call described by `d` waits for, with its sequence number (counted here).
     fn waiting(&mut self, d: &OpDesc) -> Waiting {
-        let seq = match d.kind {
+        let seq = self.number(d);
+        self.waiting_at(d, seq)
+    }
+
+    /// The sequence number of a call described by `d` (counted here).
+    fn number(&mut self, d: &OpDesc) -> u64 {
+        match d.kind {
             OpKind::Send => next_seq(&mut self.issued_sends, d.peer.unwrap_or(0)),
             OpKind::Recv => next_seq(&mut self.issued_recvs, d.peer.unwrap_or(0)),
             _ => self.next_step(d.group),
-        };
-        self.waiting_at(d, seq)
+        }
     }
 
     /// The sequence number of the next collective step on group `g` (counted here).
@@ -267,19 +272,45 @@ impl MpiBackend {
 
     /// What a call described by `d`, numbered `seq`, waits for.
     fn waiting_at(&self, d: &OpDesc, seq: u64) -> Waiting {
-        let (peer, group) = match d.kind {
-            OpKind::Send | OpKind::Recv => (Some(d.peer.unwrap_or(0)), None),
-            _ => {
-                let key = self.groups.get(d.group.0 as usize);
-                (None, Some(key.map(|e| e.key.clone()).unwrap_or_default()))
-            }
-        };
-        Waiting {
+        let mut w = Waiting {
             kind: d.kind,
-            peer,
-            group,
+            peer: None,
+            group: None,
             seq,
             call: Call::Local(d.clone()),
+        };
+        self.aim(&mut w, d);
+        w
+    }
+
+    /// Points `w` at the peer or communicator of `d`, keeping the communicator's key when `w`
+    /// already holds it (a bucket refilled in place would otherwise swap a reference count
+    /// twice per call).
+    fn aim(&self, w: &mut Waiting, d: &OpDesc) {
+        match d.kind {
+            OpKind::Send | OpKind::Recv => {
+                w.peer = Some(d.peer.unwrap_or(0));
+                w.group = None;
+            }
+            _ => {
+                w.peer = None;
+                let key = self.groups.get(d.group.0 as usize).map(|e| &e.key);
+                match (&w.group, key) {
+                    (Some(held), Some(key)) if Arc::ptr_eq(held, key) => {}
+                    _ => w.group = Some(key.cloned().unwrap_or_default()),
+                }
+            }
+        }
+    }
+
+    /// [`Self::waiting`] into an entry of the last batch's list.
+    fn refill(&mut self, w: &mut Waiting, d: &OpDesc) {
+        w.seq = self.number(d);
+        w.kind = d.kind;
+        self.aim(w, d);
+        match &mut w.call {
+            Call::Local(held) => held.clone_from(d),
+            call => *call = Call::Local(d.clone()),
         }
     }
 
@@ -422,7 +453,7 @@ impl MpiBackend {
         if let Some(list) = Arc::get_mut(&mut waits).filter(|l| l.len() == n) {
             let (mine, posted) = list.split_at_mut(ops.len());
             for (w, o) in mine.iter_mut().zip(ops) {
-                *w = self.waiting(&o.desc);
+                self.refill(w, &o.desc);
             }
             for (w, p) in posted.iter_mut().zip(&self.posted) {
                 *w = p.wait.clone();
