@@ -40,6 +40,7 @@
 //! timeouts stop the world with an error instead of a hang.
 
 mod eager;
+mod fence;
 mod kernels;
 mod pack;
 mod world;

@@ -174,3 +174,39 @@ fn an_eager_completion_wakes_the_ranks_waiting_for_it() {
     }
     assert_eq!(got[1].1, vec![7.0]);
 }
+
+/// The park handshake across its threshold: a rank waits for a peer that arrives after a delay
+/// swept around the time a waiting rank stops yielding and parks (`YIELD_FOR`), so the peer's
+/// progress lands before, during and after the announcement of sleep (whose fence is the heavy
+/// side of `fence`, the waker's the light side). A wake-up lost in that window leaves both ranks
+/// asleep, which the world reports as a deadlock: every round must instead deliver.
+#[test]
+fn a_peer_arriving_as_a_rank_parks_wakes_it() {
+    let rounds: u32 = if cfg!(miri) { 3 } else { 120 };
+    let got = crate::spawn(2, |ctx| {
+        let mut sum = 0.0f32;
+        for i in 0..rounds {
+            // From a little before the waiting rank parks to well after.
+            let delay = super::YIELD_FOR / 2 + Duration::from_micros(u64::from(i % 40) * 20);
+            let mut t = Tensor::full([1], i as f32)?;
+            if ctx.rank() == 1 {
+                let until = std::time::Instant::now() + delay;
+                while std::time::Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+            // A message the waiting rank parks for, and a broadcast it parks for.
+            if ctx.rank() == 1 {
+                ctx.send(&t, 0)?;
+            } else {
+                ctx.recv(&mut t, 1)?;
+                sum += t.to_vec()[0];
+            }
+            ctx.broadcast(&mut t, 1)?;
+        }
+        Ok(sum)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let expected: f32 = (0..rounds).map(|i| i as f32).sum();
+    assert_eq!(got[0], expected);
+}

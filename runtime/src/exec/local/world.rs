@@ -178,6 +178,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl WorldState {
     pub(crate) fn new(world: usize, timeout: Option<Duration>) -> Arc<Self> {
+        // Before any rank thread can wake or announce.
+        super::fence::init();
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -313,8 +315,9 @@ impl WorldState {
     /// Called after publishing progress that `targets` may be waiting for.
     pub(crate) fn wake(&self, targets: impl IntoIterator<Item = usize>) {
         // Pairs with the fence in `announce`: either the sleeper's re-check sees our progress,
-        // or we see its announcement here.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        // or we see its announcement here. The light side of an asymmetric fence: this runs on
+        // every call that makes progress, `announce` after hundreds of microseconds of waiting.
+        super::fence::light();
         if self.parked.load(Ordering::Relaxed) == 0 {
             return;
         }
@@ -325,7 +328,9 @@ impl WorldState {
     }
 
     /// First half of going to sleep: announce it (with what we wait for). The caller must then
-    /// look for work once more before calling [`WorldState::sleep`].
+    /// look for work once more before calling [`WorldState::sleep`]. If the fence that makes
+    /// the re-check see every waker's progress cannot be made, the world stops with that error
+    /// (sleeping without it could miss a wake-up and be taken for a deadlock).
     pub(crate) fn announce(&self, rank: usize, wait: RankWait) {
         {
             let mut ctl = lock(&self.ctl);
@@ -335,7 +340,10 @@ impl WorldState {
             ctl.park[rank] = Park::Announced;
             ctl.waits[rank] = Some(wait);
         }
-        std::sync::atomic::fence(Ordering::SeqCst);
+        // Pairs with the light fence in `wake`.
+        if let Err(e) = super::fence::heavy() {
+            self.abort(Abort::Error(Error::Internal(e)));
+        }
     }
 
     /// Withdraws an announcement after finding work.
