@@ -1,19 +1,18 @@
-//! Asymmetric fences for the two store-then-load handshakes of a world: a rank that publishes
-//! progress and then looks for sleepers to wake, against a rank that says it will sleep and
-//! then looks for progress once more (`WorldState::wake` / `WorldState::announce`); and a rank
-//! entering a progress pass and then looking for an abort, against a rank that saw the abort and
-//! then waits for passes to end (`WorldState::enter` / `WorldState::quiesce`).
+//! Asymmetric fences for the store-then-load handshake of waking: a rank that publishes progress
+//! and then looks for sleepers to wake (`WorldState::wake`), against a rank that says it will
+//! sleep and then looks for progress once more (`WorldState::announce`).
 //!
-//! Each handshake needs a store-load fence on both sides, or a sleeper could miss its wake-up
-//! (and a quiescing rank a pass that is about to touch its buffers). But one side runs on every
-//! small call and the other almost never: a rank announces sleep only after yielding for
-//! hundreds of microseconds, and quiesces only when the world stops. A full fence on the hot
+//! The handshake needs a store-load fence on both sides, or a sleeper could miss its wake-up.
+//! But one side runs on every call that makes progress and the other almost never: a rank
+//! announces sleep only after yielding for hundreds of microseconds. A full fence on the hot
 //! side waits for the store buffer to drain — including the store that hands the step's data to
 //! another core — which was a fifth of a small broadcast at world 2. So, where Linux offers it,
 //! the hot side only keeps the compiler from reordering ([`light`]) and the rare side makes
 //! every running thread of the process execute a full barrier (`membarrier`, [`heavy`]), as
 //! user-space RCU and Folly's asymmetric barriers do. Elsewhere (other systems, kernels before
-//! 4.14, sandboxes that refuse the call, Miri) both sides are full fences.
+//! 4.14, sandboxes that refuse the call, Miri) both sides are full fences. (The other such pair,
+//! a pass entering against a rank quiescing after an abort, keeps its `SeqCst` store: removing
+//! it measured no difference.)
 //!
 //! Why it is enough: `heavy` returns only after every thread of the process that was running
 //! has passed a full barrier at some point P during the call (a thread that was not running
