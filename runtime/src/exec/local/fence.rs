@@ -1,18 +1,19 @@
-//! Asymmetric fences for the store-then-load handshake of waking: a rank that publishes progress
-//! and then looks for sleepers to wake (`WorldState::wake`), against a rank that says it will
-//! sleep and then looks for progress once more (`WorldState::announce`).
+//! Asymmetric fences for the two store-then-load handshakes of a world: a rank that publishes
+//! progress and then looks for sleepers to wake (`WorldState::wake`), against a rank that says
+//! it will sleep and then looks for progress once more (`WorldState::announce`); and a rank
+//! entering a progress pass and then looking for an abort (`WorldState::enter`), against a rank
+//! that saw the abort and then waits for passes to end (`WorldState::quiesce`).
 //!
-//! The handshake needs a store-load fence on both sides, or a sleeper could miss its wake-up.
-//! But one side runs on every call that makes progress and the other almost never: a rank
-//! announces sleep only after yielding for hundreds of microseconds. A full fence on the hot
-//! side waits for the store buffer to drain — including the store that hands the step's data to
-//! another core — which was a fifth of a small broadcast at world 2. So, where Linux offers it,
-//! the hot side only keeps the compiler from reordering ([`light`]) and the rare side makes
-//! every running thread of the process execute a full barrier (`membarrier`, [`heavy`]), as
-//! user-space RCU and Folly's asymmetric barriers do. Elsewhere (other systems, kernels before
-//! 4.14, sandboxes that refuse the call, Miri) both sides are full fences. (The other such pair,
-//! a pass entering against a rank quiescing after an abort, keeps its `SeqCst` store: removing
-//! it measured no difference.)
+//! Each handshake needs a store-load fence on both sides, or a sleeper could miss its wake-up
+//! (and a quiescing rank a pass that is about to touch its buffers). But one side runs on every
+//! call and the other almost never: a rank announces sleep only after yielding for hundreds of
+//! microseconds, and quiesces only when the world stops. A full fence on the hot side waits for
+//! the store buffer to drain — including the store that hands the step's data to another core;
+//! the two were a fifth of a small broadcast at world 2. So, where Linux offers it, the hot side
+//! only keeps the compiler from reordering ([`light`]) and the rare side makes every running
+//! thread of the process execute a full barrier (`membarrier`, [`heavy`]), as user-space RCU
+//! and Folly's asymmetric barriers do. Elsewhere (other systems, kernels before 4.14, sandboxes
+//! that refuse the call, Miri) both sides are full fences.
 //!
 //! Why it is enough: `heavy` returns only after every thread of the process that was running
 //! has passed a full barrier at some point P during the call (a thread that was not running
@@ -46,7 +47,8 @@ pub(crate) fn light() {
 
 /// The rare side's fence: between its store and its load. `Err` carries the system's error if
 /// the barrier could not be made although the kernel offers it and accepted a registration
-/// (which its interface rules out): the caller must then stop the world rather than rely on it.
+/// (only a lasting shortage of kernel memory could cause that): the caller must then not rely
+/// on the handshake.
 pub(crate) fn heavy() -> Result<(), String> {
     if ASYMMETRIC.get().copied().unwrap_or(false) {
         sys::barrier()
@@ -81,19 +83,25 @@ mod sys {
     }
 
     pub(super) fn barrier() -> Result<(), String> {
-        // A child made by `fork` shares our memory's contents (so it finds the asymmetric form
-        // chosen) but not the registration, which belongs to the parent's address space: it
-        // registers on its first barrier.
-        if membarrier(PRIVATE_EXPEDITED) == 0
-            || (membarrier(REGISTER_PRIVATE_EXPEDITED) == 0 && membarrier(PRIVATE_EXPEDITED) == 0)
-        {
-            Ok(())
-        } else {
-            Err(format!(
-                "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after registration: {}",
-                std::io::Error::last_os_error()
-            ))
+        let mut last = std::io::Error::from_raw_os_error(0);
+        // The kernel allocates a CPU mask per call, which can fail for a moment (ENOMEM).
+        for _ in 0..100 {
+            if membarrier(PRIVATE_EXPEDITED) == 0 {
+                return Ok(());
+            }
+            last = std::io::Error::last_os_error();
+            match last.raw_os_error() {
+                // A child made by `fork` shares our memory's contents (so it finds the
+                // asymmetric form chosen) but not the registration, which belongs to the
+                // parent's address space: it registers on its first barrier.
+                Some(libc::EPERM) if membarrier(REGISTER_PRIVATE_EXPEDITED) == 0 => {}
+                Some(libc::ENOMEM | libc::EAGAIN | libc::EINTR) => std::thread::yield_now(),
+                _ => break,
+            }
         }
+        Err(format!(
+            "membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after registration: {last}"
+        ))
     }
 }
 

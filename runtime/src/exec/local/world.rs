@@ -231,12 +231,14 @@ impl WorldState {
     /// Marks `rank` as possibly touching peers' buffers until the returned guard is dropped;
     /// `None` if the world is stopping, in which case it must not touch them.
     ///
-    /// `SeqCst` on both sides (here and in [`WorldState::abort`] + [`WorldState::quiesce`]): either
-    /// this check sees the abort, or the quiescing rank sees us busy and waits for us. The mark
-    /// is cleared by the guard's destructor, so a panic inside the pass cannot leave it set
-    /// (peers quiescing would wait for it forever).
+    /// A store-then-load handshake with [`WorldState::quiesce`] (which follows an abort): either
+    /// this check sees the abort, or the quiescing rank sees us busy and waits for us. This is
+    /// its light side (every pass runs it), `quiesce` the heavy one (see `fence`). The mark is
+    /// cleared by the guard's destructor, so a panic inside the pass cannot leave it set (peers
+    /// quiescing would wait for it forever).
     pub(crate) fn enter(&self, rank: usize) -> Option<Busy<'_>> {
-        self.busy[rank].0.store(true, Ordering::SeqCst);
+        self.busy[rank].0.store(true, Ordering::Relaxed);
+        super::fence::light();
         let busy = Busy { shared: self, rank };
         if self.aborted.load(Ordering::SeqCst) {
             return None; // `busy` drops here and clears the mark
@@ -246,7 +248,19 @@ impl WorldState {
 
     /// After an abort: waits until no other rank is inside a progress pass, so that buffers
     /// `rank` posted can no longer be read or written by anyone.
+    ///
+    /// The abort is visible here (this rank stored it or saw it); the heavy side of the fence
+    /// pairs with `enter`'s light one. Without it a pass could start after the check below and
+    /// touch buffers about to be freed, so if it cannot be made (see `fence::heavy`) the
+    /// process stops rather than go on.
     pub(crate) fn quiesce(&self, rank: usize) {
+        if let Err(e) = super::fence::heavy() {
+            eprintln!(
+                "rankwise: {e}; stopping the process, since a rank could otherwise still read \
+                 buffers that are about to be freed"
+            );
+            std::process::abort();
+        }
         for (r, b) in self.busy.iter().enumerate() {
             while r != rank && b.0.load(Ordering::SeqCst) {
                 std::thread::yield_now();
