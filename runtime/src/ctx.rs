@@ -91,7 +91,9 @@ struct CallKey<'t> {
     /// The buffers, as the call's tensors give them (the output's writable).
     input: (*mut u8, usize),
     output: (*mut u8, usize),
-    site: CallSite,
+    /// By reference: the site is made field by field from the caller's `Location`, and a copy
+    /// into the key would read it back in one wide load, which waits for those stores.
+    site: &'t CallSite,
 }
 
 /// A call's key ([`CallKey`]) in thirteen words, kept by a batch beside each op for the next
@@ -662,7 +664,7 @@ macro_rules! recorded_sinks {
         ) -> &mut Self {
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let seen = match in_place_key(id, site, kind, t, root, op) {
+            let seen = match in_place_key(id, &site, kind, t, root, op) {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
@@ -681,7 +683,7 @@ macro_rules! recorded_sinks {
         ) -> &mut Self {
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let seen = match in_out_key(id, site, kind, x, &mut *out, op, dim) {
+            let seen = match in_out_key(id, &site, kind, x, &mut *out, op, dim) {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
@@ -1231,7 +1233,7 @@ impl Ctx {
         let Some(last) = slot else {
             return Recall::Miss { keep: true };
         };
-        if !same_site(&last.op.desc.site, &call.site) {
+        if !same_site(&last.op.desc.site, call.site) {
             return Recall::Miss { keep: true };
         }
         if repeats(&last.op, &last.output_shape, call) {
@@ -1280,7 +1282,7 @@ impl Ctx {
         op: Option<ReduceOp>,
     ) -> Result<()> {
         let id = group.unwrap_or(&self.world_group).id();
-        let recall = match in_place_key(id, site, kind, t, root, op) {
+        let recall = match in_place_key(id, &site, kind, t, root, op) {
             Some(key) => self.recall(&key),
             None => Recall::Miss { keep: false },
         };
@@ -1306,7 +1308,7 @@ impl Ctx {
         dim: usize,
     ) -> Result<()> {
         let id = group.unwrap_or(&self.world_group).id();
-        let recall = match in_out_key(id, site, kind, x, out, op, dim) {
+        let recall = match in_out_key(id, &site, kind, x, out, op, dim) {
             Some(key) => self.recall(&key),
             None => Recall::Miss { keep: false },
         };
@@ -1381,20 +1383,20 @@ fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
         && !op.output.on_device
         && same_dims(&d.shape, call.shape)
         && same_dims(output_shape, call.output_shape)
-        && same_site(&d.site, &call.site)
+        && same_site(&d.site, call.site)
 }
 
 /// The key of a broadcast, reduce or all_reduce of `t` (see [`repeats`]); `None` for a tensor
 /// on a device, whose calls are never reused.
 #[inline(always)]
-fn in_place_key<T: Element>(
+fn in_place_key<'t, T: Element>(
     group: GroupId,
-    site: CallSite,
+    site: &'t CallSite,
     kind: OpKind,
-    t: &mut Tensor<T>,
+    t: &'t mut Tensor<T>,
     root: Option<usize>,
     op: Option<ReduceOp>,
-) -> Option<CallKey<'_>> {
+) -> Option<CallKey<'t>> {
     if t.device() != Device::Host {
         return None;
     }
@@ -1419,7 +1421,7 @@ fn in_place_key<T: Element>(
 #[inline(always)]
 fn in_out_key<'t, T: Element>(
     group: GroupId,
-    site: CallSite,
+    site: &'t CallSite,
     kind: OpKind,
     x: &'t Tensor<T>,
     out: &'t mut Tensor<T>,
@@ -1791,12 +1793,20 @@ mod tests {
             output_shape: &[],
             input: (a.as_mut_ptr(), 6),
             output: (a.as_mut_ptr(), 6),
-            site,
+            site: &site,
         };
         let words = call_words(&base).expect("fits");
         assert!(words_match(&words, &base));
         let other_file = CallSite {
             file: "elsewhere.rs",
+            ..site
+        };
+        let next_line = CallSite {
+            line: site.line + 1,
+            ..site
+        };
+        let next_column = CallSite {
+            column: site.column + 1,
             ..site
         };
         let changed: Vec<CallKey<'_>> = vec![
@@ -1859,21 +1869,15 @@ mod tests {
                 ..base
             },
             CallKey {
-                site: other_file,
+                site: &other_file,
                 ..base
             },
             CallKey {
-                site: CallSite {
-                    line: site.line + 1,
-                    ..site
-                },
+                site: &next_line,
                 ..base
             },
             CallKey {
-                site: CallSite {
-                    column: site.column + 1,
-                    ..site
-                },
+                site: &next_column,
                 ..base
             },
         ];
