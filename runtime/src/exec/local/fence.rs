@@ -35,10 +35,16 @@ pub(crate) fn init() {
     ASYMMETRIC.get_or_init(sys::register);
 }
 
+/// Whether [`init`] chose the asymmetric form.
+#[inline(always)]
+fn asymmetric() -> bool {
+    ASYMMETRIC.get().copied().unwrap_or(false)
+}
+
 /// The hot side's fence: between its store and its load.
 #[inline(always)]
 pub(crate) fn light() {
-    if ASYMMETRIC.get().copied().unwrap_or(false) {
+    if asymmetric() {
         compiler_fence(Ordering::SeqCst);
     } else {
         fence(Ordering::SeqCst);
@@ -50,7 +56,7 @@ pub(crate) fn light() {
 /// (only a lasting shortage of kernel memory could cause that): the caller must then not rely
 /// on the handshake.
 pub(crate) fn heavy() -> Result<(), String> {
-    if ASYMMETRIC.get().copied().unwrap_or(false) {
+    if asymmetric() {
         sys::barrier()
     } else {
         fence(Ordering::SeqCst);
@@ -111,8 +117,8 @@ mod sys {
         false
     }
 
+    /// Never called: without a registration both sides take full fences.
     pub(super) fn barrier() -> Result<(), String> {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
 }
@@ -147,19 +153,22 @@ mod tests {
                 std::hint::spin_loop();
             }
         };
+        // Waits for the other side to set `cell`, and takes the value (leaving it unset).
+        fn take(cell: &AtomicU64) -> u64 {
+            loop {
+                let v = cell.load(Ordering::Acquire);
+                if v != u64::MAX {
+                    cell.store(u64::MAX, Ordering::Relaxed);
+                    return v;
+                }
+                std::hint::spin_loop();
+            }
+        }
         let t = {
             let (hot, rare, start, seen) = (hot.clone(), rare.clone(), start.clone(), seen.clone());
             std::thread::spawn(move || {
                 for round in 1..=rounds {
-                    let at = loop {
-                        let at = start.load(Ordering::Acquire);
-                        if at != u64::MAX {
-                            break at;
-                        }
-                        std::hint::spin_loop();
-                    };
-                    start.store(u64::MAX, Ordering::Relaxed);
-                    spin_until(at);
+                    spin_until(take(&start));
                     hot.store(round, Ordering::Relaxed);
                     light();
                     let r = rare.load(Ordering::Relaxed);
@@ -180,14 +189,7 @@ mod tests {
             rare.store(round, Ordering::Relaxed);
             heavy().expect("the barrier");
             let h = hot.load(Ordering::Relaxed);
-            let r = loop {
-                let r = seen.load(Ordering::Acquire);
-                if r != u64::MAX {
-                    break r;
-                }
-                std::hint::spin_loop();
-            };
-            seen.store(u64::MAX, Ordering::Relaxed);
+            let r = take(&seen);
             assert!(
                 h == round || r == round,
                 "round {round}: neither side saw the other (hot saw {r}, rare saw {h})"
