@@ -300,7 +300,17 @@ pub(super) struct Exchange {
     /// message shorter than its receive is no MPI error: it is compared in `deliver`).
     data_pending: usize,
     got_data: [usize; MAX_MEMBERS],
+    /// Members (one bit each) whose header this member posted a receive for, whose header
+    /// arrived, and whose direct data arrived: each message is counted once, so a completion
+    /// reported twice, or a member never heard from, is named instead of read as data.
+    expected: Members,
+    heads: Members,
+    datas: Members,
 }
+
+/// A set of member indices, one bit each.
+type Members = u8;
+const _: () = assert!(MAX_MEMBERS <= Members::BITS as usize);
 
 /// An exchange's buffers, kept for the next one.
 pub(super) struct Buffers {
@@ -309,6 +319,7 @@ pub(super) struct Buffers {
 }
 
 /// How far an exchange is after a message.
+#[derive(Debug)]
 pub(super) struct Progress {
     /// Every header has arrived (before this message, not all had).
     pub(super) heads_now: bool,
@@ -366,6 +377,9 @@ impl Exchange {
             pending: 0,
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
+            expected: 0,
+            heads: 0,
+            datas: 0,
         };
         let header = header_of(run, long, step, &mut ex.record);
         // Everything that can fail before posting is checked here: once a message is posted,
@@ -429,6 +443,7 @@ impl Exchange {
                         );
                         posted += 1;
                         ex.pending += 1;
+                        ex.expected |= 1 << j;
                     }
                     if to_j {
                         push(
@@ -506,9 +521,16 @@ impl Exchange {
                     all_now: false,
                 });
             }
+            Msg::Head(i) if self.heads & 1 << i != 0 || self.expected & 1 << i == 0 => {
+                return Err(self.miscounted("header", i));
+            }
+            Msg::Data(i) if self.datas & 1 << i != 0 || !self.direct => {
+                return Err(self.miscounted("data", i));
+            }
             Msg::Head(i) => match got.count {
                 Some(c) if c >= head_len(Proposal::short(1)) => {
                     self.got[i] = c;
+                    self.heads |= 1 << i;
                     self.pending -= 1;
                 }
                 _ => {
@@ -519,6 +541,7 @@ impl Exchange {
                 }
             },
             Msg::Data(i) => {
+                self.datas |= 1 << i;
                 self.data_pending -= 1;
                 // Too long (truncated) counts as nothing: the size check in `deliver` fails.
                 self.got_data[i] = got.count.unwrap_or(0);
@@ -528,6 +551,18 @@ impl Exchange {
             heads_now: !before.0 && self.pending == 0,
             all_now: !before.1 && self.all_in(),
         })
+    }
+
+    /// The error for a completion of member `i`'s `what` this exchange did not wait for: one
+    /// reported twice, or one it never posted (a bug, in rankwise or in MPI's request
+    /// bookkeeping — either way the data cannot be trusted).
+    fn miscounted(&self, what: &str, i: usize) -> Error {
+        Error::Internal(format!(
+            "a small collective's {what} message from member {i} completed although it was not \
+             awaited (receives posted from members {:#010b}, headers heard {:#010b}, data heard \
+             {:#010b})",
+            self.expected, self.heads, self.datas
+        ))
     }
 
     /// Member `i`'s header: its region's first bytes.
@@ -732,6 +767,13 @@ impl Exchange {
         step: u64,
     ) -> Result<Agreed> {
         let n = members.len();
+        if !self.all_in() {
+            return Err(Error::Internal(format!(
+                "a small collective was delivered with {} headers and {} data messages still \
+                 outstanding",
+                self.pending, self.data_pending
+            )));
+        }
         let agreed = self.verify(&run[0].desc, comm, members, me, step)?;
         if agreed.delivered + agreed.packed > run.len() {
             return Err(Error::Internal(format!(
@@ -766,11 +808,26 @@ impl Exchange {
                     continue;
                 }
                 if at[i] + bytes > self.got[i] {
-                    return Err(Error::Internal(format!(
-                        "the small-collective message from member {i} is shorter ({} bytes) \
-                         than the agreed calls need",
-                        self.got[i]
-                    )));
+                    return Err(Error::Internal(if self.heads & 1 << i == 0 {
+                        format!(
+                            "the agreed small collectives need data from member {i}, but no \
+                             message from it was {} (receives posted from members {:#010b}, \
+                             headers heard {:#010b})",
+                            if self.expected & 1 << i == 0 {
+                                "awaited"
+                            } else {
+                                "received"
+                            },
+                            self.expected,
+                            self.heads
+                        )
+                    } else {
+                        format!(
+                            "the small-collective message from member {i} is shorter ({} bytes) \
+                             than the agreed calls need",
+                            self.got[i]
+                        )
+                    }));
                 }
                 // SAFETY: within region i (checked against what arrived, ≤ REGION).
                 parts[i] = unsafe { base.add(i * REGION + at[i]) };
@@ -1099,6 +1156,9 @@ pub(super) mod tests {
             pending: 0,
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
+            expected: 0,
+            heads: 0,
+            datas: 0,
         };
         let base = ex.recv.ptr();
         for (i, &(run, long)) in runs.iter().enumerate() {
@@ -1111,6 +1171,8 @@ pub(super) mod tests {
             // SAFETY: region i holds REGION ≥ HEAD_MAX bytes.
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), base.add(i * REGION), len) };
             ex.got[i] = len;
+            ex.expected |= 1 << i;
+            ex.heads |= 1 << i;
         }
         ex
     }
@@ -1228,6 +1290,40 @@ pub(super) mod tests {
             };
             assert!(ex.agreed(2, 0).is_err(), "proposal word {bad:#x} accepted");
         }
+    }
+
+    /// Every awaited message counts once: a header completed twice, one never awaited, or data
+    /// on an exchange that has none is an error naming the member, not a count gone wrong
+    /// (which would deliver a member's region before it arrived).
+    #[test]
+    fn a_message_counted_twice_or_never_awaited_is_an_error() {
+        let kib: Vec<Op> = (0..2).map(|_| op(OpKind::AllReduce, 256)).collect();
+        let head = Received {
+            tag: 0,
+            count: Some(HEAD_MAX),
+        };
+        let mut ex = heard(&[(&kib[..1], false), (&kib[..1], false), (&kib[..1], false)]);
+        // Members 1 and 2 awaited, neither heard yet.
+        (ex.heads, ex.got[1], ex.got[2], ex.pending) = (1, 0, 0, 2);
+        let progress = ex.received(Msg::Head(1), head).expect("first header");
+        assert!(!progress.heads_now);
+        let twice = ex
+            .received(Msg::Head(1), head)
+            .expect_err("a second completion");
+        assert!(twice.to_string().contains("member 1"), "{twice}");
+        assert_eq!(ex.pending, 1, "the repeat must not count");
+        let data = ex
+            .received(Msg::Data(2), head)
+            .expect_err("data on an exchange without");
+        assert!(
+            data.to_string().contains("data message from member 2"),
+            "{data}"
+        );
+        ex.expected &= !(1 << 2);
+        let unposted = ex
+            .received(Msg::Head(2), head)
+            .expect_err("a header never awaited");
+        assert!(unposted.to_string().contains("member 2"), "{unposted}");
     }
 
     #[test]
