@@ -4,7 +4,7 @@
 //!
 //! `cargo run --example failures -- <case>`, or `mpirun -np 4 target/debug/examples/failures
 //! <case>`, where `<case>` is one of: panic, error, deadlock, skip, mismatch, sizes, rooted,
-//! gathers, large, bucket, roots, batched, refilled, p2p, wait, posted, slow. (`slow` is
+//! gathers, exchanges, large, bucket, roots, batched, refilled, p2p, wait, posted, slow. (`slow` is
 //! correct: a long transfer that must not be taken for a hang.)
 
 use rankwise::prelude::*;
@@ -57,6 +57,18 @@ fn main() -> Result<()> {
                 let x = ctx.zeros::<f32>([len])?;
                 let mut y = ctx.zeros::<f32>([len * world])?;
                 ctx.all_gather(&x, &mut y, 0)?;
+            }
+            // Large exchanges of different kinds, the same size: rank 0 all-to-all, the others
+            // all-gather (the MPI backend sends both directly, tagged by the call).
+            "exchanges" => {
+                let x = ctx.zeros::<f32>([8192])?;
+                let mut y = ctx.zeros::<f32>([8192])?;
+                if rank == 0 {
+                    ctx.all_to_all(&x, &mut y, 0)?;
+                } else {
+                    let x = ctx.zeros::<f32>([8192 / world])?;
+                    ctx.all_gather(&x, &mut y, 0)?;
+                }
             }
             // Large tensors, different operators.
             "large" => {

@@ -302,7 +302,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 15] = [
+    let cases: [(&str, &[&str]); 16] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -341,6 +341,14 @@ fn failures_end_the_job_promptly_and_say_why() {
             &[
                 "step 1: rank 0 calls all_gather(f32[8192], dim 0)",
                 "rank 1 calls all_gather(f32[8000], dim 0)",
+            ],
+        ),
+        // Tagged by their calls: the two never match, and the monitor names both.
+        (
+            "exchanges",
+            &[
+                "step 1: rank 0 calls all_to_all(f32[8192], dim 0)",
+                "rank 1 calls all_gather(f32[2048], dim 0)",
             ],
         ),
         (

@@ -11,7 +11,9 @@
 //!
 //! Large gathers and scatters with contiguous blocks (and large broadcasts between two) use the
 //! same exchange *directly*: the header message first, then the data straight from the input
-//! into the output (see [`direct`]).
+//! into the output (see [`direct`]). All-gathers and all-to-alls, where every member sends
+//! every other one data, send no header at all: the agreement is the data message's tag (see
+//! [`call_tag`]).
 //!
 //! Messages go over a communicator of their own per group (a duplicate made with the group's),
 //! so they never meet point-to-point traffic, whose receives take any tag.
@@ -37,6 +39,52 @@ const CAP: usize = 64 * 1024;
 /// members disagree about what they exchange.
 const DATA: std::ffi::c_int = 0;
 const RECORDS: std::ffi::c_int = 1;
+/// The first tag of [`call_tag`]'s range (which runs to MPI's tag bound).
+const FIRST_CALL_TAG: std::ffi::c_int = 2;
+/// Tagged exchanges need at least this many tags (Open MPI has 2^31): a disagreement goes
+/// unseen when two calls' tags collide, one chance in the range's size.
+const MIN_CALL_TAGS: std::ffi::c_int = 1 << 24;
+
+/// MPI's largest tag (`MPI_TAG_UB`, a property of the process's MPI), set by the backend.
+static TAG_UB: std::sync::OnceLock<std::ffi::c_int> = std::sync::OnceLock::new();
+
+/// Records MPI's tag bound (once per process; the backend calls it as it starts).
+pub(super) fn set_tag_ub(ub: std::ffi::c_int) {
+    _ = TAG_UB.set(ub);
+}
+
+/// The tag of a *tagged* exchange's data messages: a hash of the head call's record and
+/// collective step (the header's first two words) folded into the tags above [`RECORDS`]; none
+/// when MPI has too few tags for it to tell calls apart.
+///
+/// A member receives only with the tag its own call gives, so members that disagree about the
+/// call (or are at different steps) never match each other's messages: each waits, and the
+/// monitor, seeing them blocked at one step of the communicator in different calls, names both
+/// (as a header exchange would, but without its message: at 64 KiB, raw MPI's one message per
+/// pair against two was 8–14 % of the call). Calls whose tags collide (one chance in 2^31 with
+/// Open MPI) would pass unseen; their sizes are still compared on arrival.
+fn call_tag(header: &[u8; HEAD_MAX]) -> Option<std::ffi::c_int> {
+    tag_within(header, *TAG_UB.get()?)
+}
+
+/// [`call_tag`] for the tag bound `ub`.
+fn tag_within(header: &[u8; HEAD_MAX], ub: std::ffi::c_int) -> Option<std::ffi::c_int> {
+    if ub - FIRST_CALL_TAG < MIN_CALL_TAGS {
+        return None;
+    }
+    // The head hash is already well mixed; the step word is not (one multiply spreads it).
+    let h = word(header, 0) ^ word(header, 8).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let span = (ub - FIRST_CALL_TAG) as u64 + 1;
+    Some(FIRST_CALL_TAG + ((h >> 1) % span) as std::ffi::c_int)
+}
+
+/// Whether a direct exchange of `d` is *tagged*: every member sends every other data (an
+/// all-gather or all-to-all), so each message can carry the agreement in its tag. A rooted
+/// direct call still exchanges headers, since members that send the root nothing must still
+/// tell it what they called.
+fn symmetric(d: &OpDesc) -> bool {
+    matches!(d.kind, OpKind::AllGather | OpKind::AllToAll)
+}
 
 /// Bytes of one member's region in the receive buffer: a header and a full payload.
 const REGION: usize = HEAD_MAX + CAP;
@@ -294,6 +342,8 @@ pub(super) struct Exchange {
     one_way: bool,
     /// Exchanged directly (see [`direct`]): headers, then data in place.
     direct: bool,
+    /// Directly, without headers: the data's tag is the agreement (see [`call_tag`]).
+    tagged: bool,
     /// Header receives still outstanding.
     pending: usize,
     /// A direct exchange's data receives still outstanding, and the bytes each brought (a
@@ -374,6 +424,7 @@ impl Exchange {
             got: [0; MAX_MEMBERS],
             one_way: one_way(&run[0].desc, check),
             direct: is_direct,
+            tagged: false,
             pending: 0,
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
@@ -382,6 +433,13 @@ impl Exchange {
             datas: 0,
         };
         let header = header_of(run, long, step, &mut ex.record);
+        let tag = match call_tag(&header) {
+            Some(t) if is_direct && symmetric(&run[0].desc) => {
+                ex.tagged = true;
+                t
+            }
+            _ => DATA,
+        };
         // Everything that can fail before posting is checked here: once a message is posted,
         // the exchange's memory must outlive it, so a later failure leaks the exchange (the
         // caller then ends the job) rather than free memory MPI may still use.
@@ -428,7 +486,8 @@ impl Exchange {
                         seg(d, me, j, n, head_root) > 0,
                     )
                 } else {
-                    (true, true)
+                    // (A tagged exchange's data says it all.)
+                    (!ex.tagged, !ex.tagged)
                 };
                 // Ranks of the group's communicator are member indices.
                 let (peer, len) = (raw::count(j)?, raw::count(at)?);
@@ -462,10 +521,7 @@ impl Exchange {
                         if inward > 0 {
                             let at = block(o, j, me, n, head_root, Side::Into);
                             let c = raw::count(inward * es)?;
-                            push(
-                                raw::irecv(at, c, u8s, peer, Some(DATA), comm)?,
-                                Msg::Data(j),
-                            );
+                            push(raw::irecv(at, c, u8s, peer, Some(tag), comm)?, Msg::Data(j));
                             posted += 1;
                             ex.data_pending += 1;
                         }
@@ -474,7 +530,7 @@ impl Exchange {
                             let at = block(o, me, j, n, head_root, Side::From);
                             let c = raw::count(outward * es)?;
                             push(
-                                raw::isend(raw::SendMode::Standard, at, c, u8s, peer, DATA, comm)?,
+                                raw::isend(raw::SendMode::Standard, at, c, u8s, peer, tag, comm)?,
                                 Msg::Sent,
                             );
                             posted += 1;
@@ -773,6 +829,16 @@ impl Exchange {
                  outstanding",
                 self.pending, self.data_pending
             )));
+        }
+        if self.tagged {
+            // Every message matched this member's tag: the calls agree (see `call_tag`).
+            // SAFETY: every message has arrived; the op's buffers are valid.
+            unsafe { self.deliver_direct(&run[0], members, me)? };
+            return Ok(Agreed {
+                delivered: 1,
+                packed: 0,
+                met_short: false,
+            });
         }
         let agreed = self.verify(&run[0].desc, comm, members, me, step)?;
         if agreed.delivered + agreed.packed > run.len() {
@@ -1153,6 +1219,7 @@ pub(super) mod tests {
             got: [0; MAX_MEMBERS],
             one_way: false,
             direct: false,
+            tagged: false,
             pending: 0,
             data_pending: 0,
             got_data: [0; MAX_MEMBERS],
@@ -1324,6 +1391,41 @@ pub(super) mod tests {
             .received(Msg::Head(2), head)
             .expect_err("a header never awaited");
         assert!(unposted.to_string().contains("member 2"), "{unposted}");
+    }
+
+    /// A tagged exchange's tag tells calls and steps apart, stays within MPI's bound and clear
+    /// of the header and record tags, and is not used where MPI has too few tags.
+    #[test]
+    fn call_tags_differ_by_call_and_step_within_the_bound() {
+        let ub = i32::MAX;
+        let mut seen = std::collections::HashMap::new();
+        for kind in [OpKind::AllGather, OpKind::AllToAll] {
+            for numel in [1024, 1025, 4096, 16384] {
+                // (Headers keep a step's low bits: steps that far apart are never both live.)
+                for step in [1u64, 2, 3, 1 << 20, (1 << 30) + 1] {
+                    let o = op(kind, numel);
+                    let mut rec = [0; RECORD];
+                    let h = header_of(std::slice::from_ref(&o), false, step, &mut rec);
+                    let t = tag_within(&h, ub).expect("Open MPI's bound has room");
+                    assert!((FIRST_CALL_TAG..=ub).contains(&t), "tag {t}");
+                    let again = header_of(std::slice::from_ref(&o), false, step, &mut rec);
+                    assert_eq!(tag_within(&again, ub), Some(t), "not deterministic");
+                    let before = seen.insert(t, (kind, numel, step));
+                    assert!(
+                        before.is_none(),
+                        "{before:?} and {:?} share tag {t}",
+                        (kind, numel, step)
+                    );
+                    assert_eq!(
+                        tag_within(&h, 32767),
+                        None,
+                        "the standard's minimum is too few"
+                    );
+                    let small = tag_within(&h, FIRST_CALL_TAG + MIN_CALL_TAGS).expect("enough");
+                    assert!(small <= FIRST_CALL_TAG + MIN_CALL_TAGS, "tag {small}");
+                }
+            }
+        }
     }
 
     #[test]

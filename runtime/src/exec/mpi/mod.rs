@@ -216,6 +216,7 @@ impl MpiBackend {
         let rank = world.rank() as usize;
         let size = world.size() as usize;
         let tag_ub = raw::tag_ub(world);
+        eager::set_tag_ub(tag_ub);
         let (check, proofs) = check_mode();
         let members: Vec<usize> = (0..size).collect();
         Ok(MpiBackend {
