@@ -163,7 +163,8 @@ pub(super) enum Msg {
 /// Whether `d` is exchanged *directly*: a gather or scatter of more than 4 KiB whose blocks
 /// are contiguous (along dim 0, or dims before it of size 1), or a large broadcast between two,
 /// goes as a header message and then the data, straight from the input and into the output —
-/// no copy, each byte sent once, which is what these collectives need at any size.
+/// no copy, each byte sent once, which is what these collectives need at any size. (All-gathers
+/// and all-to-alls send no header: see [`call_tag`].)
 /// (Reductions need every member's data folded, which the schedule path does with ring
 /// bandwidth.)
 pub(super) fn direct(d: &OpDesc, n: usize) -> bool {
@@ -382,8 +383,9 @@ impl Exchange {
     /// proposal carries the head's data alone, see [`Proposal`]; the head is collective step
     /// `step` of the group) and posts
     /// its messages: a receive from, and a send to, every other member (only those that carry
-    /// data, one way; the data after the header, directly), each handed to `push` with what it
-    /// is. Returns the exchange and how many requests it posted.
+    /// data, one way; the data after the header, directly; the data alone, tagged by the call,
+    /// for a direct all-gather or all-to-all), each handed to `push` with what it is. Returns
+    /// the exchange and how many requests it posted.
     ///
     /// # Safety
     /// The ops' buffers must be valid for their descriptions until the exchange is delivered;
