@@ -3,8 +3,9 @@
 //!
 //! Run: `cargo bench -p rankwise-runtime --bench collectives` (set `RANKWISE_BENCH_QUICK=1`
 //! for a fast smoke run with small sizes only; `RANKWISE_BENCH_ONLY=sizes` or `=batch` runs one
-//! of the two tables; `RANKWISE_PIN=1` pins rank threads to cores, as `mpirun` binds Open MPI's
-//! processes at 2 ranks).
+//! of the two tables; `RANKWISE_BENCH_SIZES=8,16777216` only these sizes, in bytes;
+//! `RANKWISE_PIN=1` pins rank threads to cores, as `mpirun` binds Open MPI's processes at 2
+//! ranks).
 //!
 //! *Size* is the larger per-rank buffer, as in nccl-tests: the buffer of all_reduce and
 //! broadcast, the output of all_gather, the input of reduce_scatter, both buffers of
@@ -308,7 +309,15 @@ impl OpenMpi {
 fn main() -> Result<()> {
     let quick = std::env::var_os("RANKWISE_BENCH_QUICK").is_some();
     let only = std::env::var("RANKWISE_BENCH_ONLY").unwrap_or_default();
-    let sizes: Vec<usize> = if quick {
+    // `RANKWISE_BENCH_SIZES=8,16777216`: only these sizes, in bytes (for measuring one change).
+    let chosen: Vec<usize> = std::env::var("RANKWISE_BENCH_SIZES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let sizes: Vec<usize> = if !chosen.is_empty() {
+        chosen
+    } else if quick {
         vec![8, KIB, 64 * KIB]
     } else {
         vec![8, KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB]
