@@ -254,6 +254,15 @@ pub(super) struct Agreed {
     pub(super) met_short: bool,
 }
 
+impl Agreed {
+    /// The head call alone (a direct exchange's one call).
+    const ONE: Agreed = Agreed {
+        delivered: 1,
+        packed: 0,
+        met_short: false,
+    };
+}
+
 /// How many collectives from `k` go into one exchange (see [`Proposal`]; a long one only if
 /// `long` allows, a short one of at most `cap`, a power of two); none when the head is neither
 /// small nor direct (it then takes the schedule path of `steps`). Every member decides the
@@ -832,17 +841,12 @@ impl Exchange {
                 self.pending, self.data_pending
             )));
         }
-        if self.tagged {
+        let agreed = if self.tagged {
             // Every message matched this member's tag: the calls agree (see `call_tag`).
-            // SAFETY: every message has arrived; the op's buffers are valid.
-            unsafe { self.deliver_direct(&run[0], members, me)? };
-            return Ok(Agreed {
-                delivered: 1,
-                packed: 0,
-                met_short: false,
-            });
-        }
-        let agreed = self.verify(&run[0].desc, comm, members, me, step)?;
+            Agreed::ONE
+        } else {
+            self.verify(&run[0].desc, comm, members, me, step)?
+        };
         if agreed.delivered + agreed.packed > run.len() {
             return Err(Error::Internal(format!(
                 "an exchange agreed on {} calls where this member proposed {}",
@@ -853,11 +857,7 @@ impl Exchange {
         if self.direct {
             // SAFETY: every message has arrived; the op's buffers are valid.
             unsafe { self.deliver_direct(&run[0], members, me)? };
-            return Ok(Agreed {
-                delivered: 1,
-                packed: 0,
-                met_short: false,
-            });
+            return Ok(Agreed::ONE);
         }
         let mut at = [0usize; MAX_MEMBERS];
         for (i, a) in at.iter_mut().enumerate().take(n) {
