@@ -60,9 +60,9 @@ pub(super) fn set_tag_ub(ub: std::ffi::c_int) {
 /// A member receives only with the tag its own call gives, so members that disagree about the
 /// call (or are at different steps) never match each other's messages: each waits, and the
 /// monitor, seeing them blocked at one step of the communicator in different calls, names both
-/// (as a header exchange would, but without its message: at 64 KiB, raw MPI's one message per
-/// pair against two was 8–14 % of the call). Calls whose tags collide (one chance in 2^31 with
-/// Open MPI) would pass unseen; their sizes are still compared on arrival.
+/// (as a header exchange would, without its message: at 64 KiB and world 2 the header put these
+/// calls 9–15 % above raw MPI, 5–7 % without it). Calls whose tags collide (one chance in 2^31
+/// with Open MPI) would pass unseen; their sizes are still compared on arrival.
 fn call_tag(header: &[u8; HEAD_MAX]) -> Option<std::ffi::c_int> {
     tag_within(header, *TAG_UB.get()?)
 }
