@@ -622,13 +622,17 @@ impl<'a> Driver<'a> {
         let Some(ex) = self.slots[s].eager.as_mut() else {
             return Err(Error::Internal("an exchange without its buffers".into()));
         };
-        let progress = ex.received(msg, got)?;
+        let (comm, members) = self.be.eager_of(self.chains[c].group)?;
+        let (head, step) = (&self.ops[k].desc, self.waits[k].seq);
+        let progress = ex
+            .received(msg, got)
+            .map_err(|e| eager::in_exchange(e, head, step, members))?;
         if progress.heads_now && !progress.all_now {
             // A direct exchange: its headers are checked before its data is waited for, so
             // that a disagreement is reported, not waited on.
-            let (comm, members) = self.be.eager_of(self.chains[c].group)?;
             let me = self.be.member_index(members)?;
-            ex.verify(&self.ops[k].desc, comm, members, me, self.waits[k].seq)?;
+            ex.verify(head, comm, members, me, step)
+                .map_err(|e| eager::in_exchange(e, head, step, members))?;
         }
         if progress.all_now {
             self.eager_agreed(s, reqs)?;
@@ -650,16 +654,10 @@ impl<'a> Driver<'a> {
         let Some(ex) = slot.eager.as_mut() else {
             return Err(Error::Internal("an exchange without its buffers".into()));
         };
+        let step = self.waits[k].seq;
         // SAFETY: every message has arrived; the ops' buffers are valid (see `start_eager`).
-        let agreed = unsafe {
-            ex.deliver(
-                &self.ops[slot.ops.clone()],
-                comm,
-                members,
-                me,
-                self.waits[k].seq,
-            )?
-        };
+        let agreed = unsafe { ex.deliver(&self.ops[slot.ops.clone()], comm, members, me, step) }
+            .map_err(|e| eager::in_exchange(e, &self.ops[k].desc, step, members))?;
         let m = agreed.delivered;
         let (proposed, took) = (slot.ops.len(), m + agreed.packed);
         slot.ops = k..k + m;

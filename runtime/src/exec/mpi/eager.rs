@@ -78,6 +78,20 @@ fn tag_within(header: &[u8; HEAD_MAX], ub: std::ffi::c_int) -> Option<std::ffi::
     Some(FIRST_CALL_TAG + ((h >> 1) % span) as std::ffi::c_int)
 }
 
+/// `e` with the exchange it came from when it is an internal error (the head call `head`, at
+/// collective step `step` of the group `members`): a failure rankwise never expects should say
+/// where it happened.
+pub(super) fn in_exchange(e: Error, head: &OpDesc, step: u64, members: &[usize]) -> Error {
+    match e {
+        Error::Internal(m) => Error::Internal(format!(
+            "{m} (in the exchange of {} at {}, step {step} of group {members:?})",
+            head.summary(),
+            head.site
+        )),
+        e => e,
+    }
+}
+
 /// Whether a direct exchange of `d` is *tagged*: every member sends every other data (an
 /// all-gather or all-to-all), so each message can carry the agreement in its tag. A rooted
 /// direct call still exchanges headers, since members that send the root nothing must still
@@ -1393,6 +1407,25 @@ pub(super) mod tests {
             .received(Msg::Head(2), head)
             .expect_err("a header never awaited");
         assert!(unposted.to_string().contains("member 2"), "{unposted}");
+    }
+
+    /// An internal error says which exchange it came from; other errors pass unchanged.
+    #[test]
+    fn an_internal_error_names_its_exchange() {
+        let o = op(OpKind::AllGather, 8);
+        let e = in_exchange(Error::Internal("lost".into()), &o.desc, 7, &[0, 2]);
+        let said = e.to_string();
+        for part in [
+            "lost",
+            "all_gather(",
+            "f32[8], dim 0)",
+            "step 7 of group [0, 2]",
+        ] {
+            assert!(said.contains(part), "no {part:?} in {said}");
+        }
+        assert!(said.contains(&o.desc.site.to_string()), "no site in {said}");
+        let other = in_exchange(Error::Tensor("bad shape".into()), &o.desc, 7, &[0, 2]);
+        assert!(!other.to_string().contains("exchange"), "{other}");
     }
 
     /// A tagged exchange's tag tells calls and steps apart, stays within MPI's bound and clear

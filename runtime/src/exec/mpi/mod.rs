@@ -571,7 +571,8 @@ impl MpiBackend {
             }
             // SAFETY: every message has arrived; the op's buffers are valid.
             unsafe { ex.deliver(std::slice::from_ref(op), comm, members, me, seq) }.map(drop)
-        })();
+        })()
+        .map_err(|e| eager::in_exchange(e, &op.desc, seq, members));
         if let Err(e) = result {
             std::mem::forget(ex);
             return Err(e);
