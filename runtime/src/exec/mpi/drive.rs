@@ -622,17 +622,20 @@ impl<'a> Driver<'a> {
         let Some(ex) = self.slots[s].eager.as_mut() else {
             return Err(Error::Internal("an exchange without its buffers".into()));
         };
-        let (comm, members) = self.be.eager_of(self.chains[c].group)?;
+        let (be, group) = (self.be, self.chains[c].group);
         let (head, step) = (&self.ops[k].desc, self.waits[k].seq);
-        let progress = ex
-            .received(msg, got)
-            .map_err(|e| eager::in_exchange(e, head, step, members))?;
+        // The group is looked up for an error's name only: this runs for every message.
+        let named = |e| match be.eager_of(group) {
+            Ok((_, members)) => eager::in_exchange(e, head, step, members),
+            Err(_) => e,
+        };
+        let progress = ex.received(msg, got).map_err(named)?;
         if progress.heads_now && !progress.all_now {
             // A direct exchange: its headers are checked before its data is waited for, so
             // that a disagreement is reported, not waited on.
-            let me = self.be.member_index(members)?;
-            ex.verify(head, comm, members, me, step)
-                .map_err(|e| eager::in_exchange(e, head, step, members))?;
+            let (comm, members) = be.eager_of(group)?;
+            let me = be.member_index(members)?;
+            ex.verify(head, comm, members, me, step).map_err(named)?;
         }
         if progress.all_now {
             self.eager_agreed(s, reqs)?;

@@ -458,13 +458,12 @@ impl Exchange {
             datas: 0,
         };
         let header = header_of(run, long, step, &mut ex.record);
-        let tag = match call_tag(&header) {
-            Some(t) if is_direct && symmetric(&run[0].desc) => {
-                ex.tagged = true;
-                t
-            }
-            _ => DATA,
-        };
+        // (Hashed only for the calls that use it: every small call comes through here.)
+        let call = (is_direct && symmetric(&run[0].desc))
+            .then(|| call_tag(&header))
+            .flatten();
+        ex.tagged = call.is_some();
+        let tag = call.unwrap_or(DATA);
         // Everything that can fail before posting is checked here: once a message is posted,
         // the exchange's memory must outlive it, so a later failure leaks the exchange (the
         // caller then ends the job) rather than free memory MPI may still use.
