@@ -68,6 +68,24 @@ mod no_ub {
             err.to_string().contains("created in another world"),
             "{err}"
         );
+        // A batched call that repeats the last batch's call at its place (same site, tensor
+        // and group id) reuses its op without describing it again: the handle is still checked.
+        let err = spawn(2, |ctx| {
+            let own = ctx.world_group().clone();
+            let mut t = Tensor::full([2], 1.0f32)?;
+            for g in [&own, &w] {
+                let mut b = ctx.batch();
+                b.group(g).all_reduce(&mut t, ReduceOp::Sum);
+                b.run()?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        // A rank may see its peer's refusal before its own: every rank's error names it.
+        assert!(
+            err.to_string().contains("created in another world"),
+            "{err}"
+        );
     }
 
     /// A handle passed between ranks of the *same* world is fine: ids mean the same there.
