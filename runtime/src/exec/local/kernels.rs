@@ -311,13 +311,13 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
 /// `n` is the [`reducer`] of: whole runs at a time, the others skipped without a look.
 fn reduced_steps(first: u64, len: usize, me: usize, n: usize) -> impl Iterator<Item = usize> {
     let end = first + len as u64;
+    let shift = reducer_shift(n);
     // The first step of each run that overlaps the stretch, and the part of it in the stretch.
-    (first / REDUCER_RUN..end.div_ceil(REDUCER_RUN))
-        .filter(move |&run| reducer(run * REDUCER_RUN, n) == me)
+    (first >> shift..end.div_ceil(1 << shift))
+        .filter(move |&run| reducer(run << shift, n) == me)
         .flat_map(move |run| {
-            let lo = (run * REDUCER_RUN).max(first);
-            let hi = ((run + 1) * REDUCER_RUN).min(end);
-            (lo - first) as usize..(hi - first) as usize
+            let (lo, hi) = reducer_run_of(run << shift, n);
+            (lo.max(first) - first) as usize..(hi.min(end) - first) as usize
         })
 }
 
@@ -468,22 +468,35 @@ fn member_of(x: u64, n: usize) -> usize {
     }) as usize
 }
 
-/// Consecutive small reductions go to one reducer this many steps at a time.
-const REDUCER_RUN: u64 = 128;
+/// Consecutive small reductions go to one reducer in runs of `1 << reducer_shift(n)` steps:
+/// 512 for a pair, 128 for more members, so that a bucket of a few hundred steps still has a
+/// share for every member (at world 4, runs of 256 made a bucket of 1,000 × 1 KiB 3 % slower).
+#[inline(always)]
+fn reducer_shift(n: usize) -> u32 {
+    if n <= 2 { 9 } else { 7 }
+}
 
-/// The member that does small reduction step `seq` whole: members take runs of
-/// [`REDUCER_RUN`] consecutive steps in turn. Runs, not single steps, so that a member reduces
+/// The member that does small reduction step `seq` whole: members take runs of consecutive
+/// steps in turn ([`reducer_shift`]). Runs, not single steps, so that a member reduces
 /// neighbouring tensors (a bucket's are usually allocated in order, and small ones share cache
 /// lines at their ends) and each run of steps stays in one core's cache while it is reduced;
 /// by step number, not by where the tensors live, so that every member has the same share —
 /// a bucket of 1000 × 1 KiB at world 2 split by the 64 KiB block of member 0's inputs (the
 /// rule before) gave 550 steps to one member and 450 to the other, and the bucket waited for
 /// the first — and a member knows which steps are its own without reading anyone's op. Each
-/// change of reducer between neighbouring tensors costs (at world 2 the same bucket took
-/// 50–61 µs with runs of 32 steps, 42–43 with 64, 37–38 with 128, 35–36 with 256 or 512);
-/// 128 keeps a bucket of a few hundred steps shared among a few members.
+/// change of reducer between neighbouring tensors costs: at world 2 the same bucket took
+/// 50–61 µs with runs of 32 steps, 42–43 with 64, 37–38 with 128, 35–36 with 256 or 512
+/// (session 17), and 36–42 against 44–48 µs for 512 against 128 (session 23, the machine in
+/// its slow state; the same in its fast state; `BENCHMARKS.md`).
 pub(crate) fn reducer(seq: u64, n: usize) -> usize {
-    member_of(seq / REDUCER_RUN, n)
+    member_of(seq >> reducer_shift(n), n)
+}
+
+/// The first step of the run of steps that holds step `seq`, and of the run after it.
+fn reducer_run_of(seq: u64, n: usize) -> (u64, u64) {
+    let shift = reducer_shift(n);
+    let lo = seq >> shift << shift;
+    (lo, lo + (1 << shift))
 }
 
 /// Whether member `me` of `n` must wait for step `seq` and take part in it, whatever the other
@@ -663,7 +676,7 @@ mod tests {
     #[test]
     fn reducers_take_runs_of_steps_in_turn() {
         for n in 1..=8 {
-            let run = REDUCER_RUN as usize;
+            let run = if n <= 2 { 512 } else { 128 };
             // Every member gets the same share of any whole number of turns, from any step.
             for first in [0u64, 5, 63, 64, 1000] {
                 let mut share = vec![0usize; n];
@@ -673,11 +686,34 @@ mod tests {
                 assert_eq!(share, vec![run; n], "n={n} from {first}");
             }
             // A run of steps has one reducer; the next run has the next member.
+            let run = run as u64;
             for turn in 0..3 * n as u64 {
-                let start = turn * REDUCER_RUN;
+                let start = turn * run;
                 let r = reducer(start, n);
-                assert!((start..start + REDUCER_RUN).all(|s| reducer(s, n) == r));
-                assert_eq!(reducer(start + REDUCER_RUN, n), (r + 1) % n);
+                assert!((start..start + run).all(|s| reducer(s, n) == r));
+                assert_eq!(reducer(start + run, n), (r + 1) % n);
+                assert_eq!(reducer_run_of(start + run / 2, n), (start, start + run));
+            }
+        }
+    }
+
+    /// A packed pass visits exactly the steps whose reducer it is, as the step-by-step path
+    /// decides them one at a time: from any first step, for stretches within a run and across
+    /// several.
+    #[test]
+    #[cfg_attr(miri, ignore)] // millions of plain steps, no unsafe code of its own
+    fn a_member_visits_exactly_its_own_steps() {
+        for n in 1..=8 {
+            for first in [0u64, 1, 127, 128, 300, 511, 512, 1000, 4097] {
+                for len in [0usize, 1, 5, 128, 129, 600, 1000, 2100] {
+                    for me in 0..n {
+                        let visited: Vec<usize> = reduced_steps(first, len, me, n).collect();
+                        let own: Vec<usize> = (0..len)
+                            .filter(|&i| reducer(first + i as u64, n) == me)
+                            .collect();
+                        assert_eq!(visited, own, "n={n} first={first} len={len} me={me}");
+                    }
+                }
             }
         }
     }
