@@ -486,8 +486,8 @@ fn reducer_shift(n: usize) -> u32 {
 /// the first — and a member knows which steps are its own without reading anyone's op. Each
 /// change of reducer between neighbouring tensors costs: at world 2 the same bucket took
 /// 50–61 µs with runs of 32 steps, 42–43 with 64, 37–38 with 128, 35–36 with 256 or 512
-/// (session 17), and 36–42 against 44–48 µs for 512 against 128 (session 23, the machine in
-/// its slow state; the same in its fast state; `BENCHMARKS.md`).
+/// (session 17); 512 against 128, 36–42 against 44–48 µs in the machine's slow state and
+/// 25.6–26.1 against 26.8–26.9 µs in its fast one (session 23, `BENCHMARKS.md`).
 pub(crate) fn reducer(seq: u64, n: usize) -> usize {
     member_of(seq >> reducer_shift(n), n)
 }
