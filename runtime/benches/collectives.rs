@@ -212,13 +212,15 @@ fn fmt_size(b: usize) -> String {
     }
 }
 
-/// 1000 all_reduces of 1 KiB issued one by one, then as one batch: seconds for each.
-fn batched_vs_single(ctx: &mut Ctx, samples: usize) -> Result<(f64, f64)> {
+/// A bucket of 1000 all_reduces of 1 KiB, issued one by one and as one batch, and one
+/// all_reduce of a tensor of the bucket's total size (what a packed bucket aims to cost):
+/// seconds for each.
+fn batched_vs_single(ctx: &mut Ctx, samples: usize) -> Result<(f64, f64, f64)> {
     let mut ts: Vec<Tensor<f32>> = (0..1000)
         .map(|_| Tensor::full([256], 1.0f32))
         .collect::<Result<_>>()?;
-    let mut single = Vec::new();
-    let mut batched = Vec::new();
+    let mut whole = Tensor::full([256 * 1000], 1.0f32)?;
+    let (mut single, mut batched, mut one) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..samples + 1 {
         single.push(sample(ctx, 1, |c| {
             for t in ts.iter_mut() {
@@ -233,9 +235,11 @@ fn batched_vs_single(ctx: &mut Ctx, samples: usize) -> Result<(f64, f64)> {
             }
             b.run()
         })?);
+        one.push(sample(ctx, 1, |c| c.all_reduce(&mut whole, ReduceOp::Sum))?);
     }
     // The first sample of each warms up.
-    Ok((median(single[1..].to_vec()), median(batched[1..].to_vec())))
+    let rest = |v: Vec<f64>| median(v[1..].to_vec());
+    Ok((rest(single), rest(batched), rest(one)))
 }
 
 /// Open MPI's figures for the benchmark's ops and sizes: the reference program built with
@@ -397,11 +401,13 @@ fn main() -> Result<()> {
     }
 
     println!("\n## 1000 all_reduces of 1 KiB: one by one vs one batch\n");
-    println!("| world | one by one | batched | speed-up (median of the launches' own) |");
-    println!("|---:|---:|---:|---:|");
+    println!(
+        "| world | one by one | batched | speed-up (median of the launches' own) | one all_reduce of 1000 KiB | batched / that |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
     for world in [2, 4, 8].into_iter().filter(|_| only != "sizes") {
-        // Per launch, the two are measured in turn in one world (one placement): the speed-up
-        // is the median of the launches' own ratios.
+        // Per launch, the three are measured in turn in one world (one placement): the ratios
+        // are the medians of the launches' own.
         let mut launched = Vec::new();
         for _ in 0..launches {
             let times = spawn(world, |ctx| {
@@ -409,13 +415,14 @@ fn main() -> Result<()> {
             })?;
             launched.push(times[0]);
         }
-        let single = median(launched.iter().map(|l| l.0).collect());
-        let batched = median(launched.iter().map(|l| l.1).collect());
-        let speedup = median(launched.iter().map(|l| l.0 / l.1).collect());
+        let of = |f: &dyn Fn(&(f64, f64, f64)) -> f64| median(launched.iter().map(f).collect());
         println!(
-            "| {world} | {} | {} | {speedup:.1}× |",
-            fmt_time(single),
-            fmt_time(batched),
+            "| {world} | {} | {} | {:.1}× | {} | {:.2}× |",
+            fmt_time(of(&|l| l.0)),
+            fmt_time(of(&|l| l.1)),
+            of(&|l| l.0 / l.1),
+            fmt_time(of(&|l| l.2)),
+            of(&|l| l.1 / l.2),
         );
     }
     Ok(())
