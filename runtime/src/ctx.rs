@@ -1146,17 +1146,26 @@ impl Ctx {
         }
     }
 
-    /// [`Ctx::caller`], once the guard agrees that the call at `site` is on schedule: what every
-    /// call passes before it is described, or reused (see [`Ctx::recall`]).
+    /// The op builder for one call on `group`, once [`Ctx::admit`] let the call through: what
+    /// every call that is described passes.
     #[inline]
     fn admitted<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
-        crate::guard::Guard::check(site)?;
-        self.caller(group, site, batched)
+        self.admit(group, site)?;
+        Ok(Caller {
+            rank: self.rank,
+            world: self.world,
+            group,
+            site,
+            batched,
+            device: self.device,
+        })
     }
 
-    /// [`Ctx::admitted`]'s checks alone, for a call that reuses an op and builds none: no
-    /// `Caller` is written only to be dropped (its copy of the call site, just stored, stalls
-    /// the loads that read it back; measured on a bucket's recording).
+    /// What every call passes, described or reused (see [`Ctx::recall`]): the guard agrees that
+    /// the call at `site` is on schedule, and `group` is a handle of this world (another
+    /// world's id would name another communicator, or none, in this one). A call that reuses an
+    /// op builds no `Caller` only to drop it: its copy of the call site, just stored, stalls the
+    /// loads that read it back (measured on a bucket's recording).
     #[inline(always)]
     fn admit(&self, group: &Group, site: CallSite) -> Result<()> {
         crate::guard::Guard::check(site)?;
@@ -1174,23 +1183,6 @@ impl Ctx {
             rank: self.rank,
             members: group.members().to_vec(),
         }
-    }
-
-    /// The op builder for one call on `group`, refusing a handle from another world (its id
-    /// would name another communicator, or none, in this one).
-    #[inline]
-    fn caller<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
-        if group.world_id() != self.world_group.world_id() {
-            return Err(self.foreign(group, site));
-        }
-        Ok(Caller {
-            rank: self.rank,
-            world: self.world,
-            group,
-            site,
-            batched,
-            device: self.device,
-        })
     }
 
     fn run_one<B: Parts>(
@@ -1272,7 +1264,7 @@ impl Ctx {
     /// group handle still run.
     fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        if let Err(e) = self.admitted(g, site, false) {
+        if let Err(e) = self.admit(g, site) {
             return Err(self.refused(e));
         }
         let Some(op) = self

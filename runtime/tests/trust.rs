@@ -86,6 +86,20 @@ mod no_ub {
             err.to_string().contains("created in another world"),
             "{err}"
         );
+        // A lone call that repeats the last call at its site reruns its kept op: the same.
+        let err = spawn(2, |ctx| {
+            let own = ctx.world_group().clone();
+            let mut t = Tensor::full([2], 1.0f32)?;
+            for g in [&own, &own, &own, &w] {
+                ctx.group(g).all_reduce(&mut t, ReduceOp::Sum)?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("created in another world"),
+            "{err}"
+        );
     }
 
     /// A handle passed between ranks of the *same* world is fine: ids mean the same there.
