@@ -170,12 +170,14 @@ impl Eval<'_> {
         {
             // A helper function: it cannot communicate (the context is never passed to it,
             // see `eval_args`), so its value is computed from its arguments alone.
-            let params: Vec<&syn::Pat> = f
+            // With their types: a parameter's type is its argument's, and the return type the
+            // value's (see `typed`).
+            let params: Vec<syn::Pat> = f
                 .sig
                 .inputs
                 .iter()
                 .filter_map(|i| match i {
-                    syn::FnArg::Typed(t) => Some(&*t.pat),
+                    syn::FnArg::Typed(t) => Some(syn::Pat::Type(t.clone())),
                     syn::FnArg::Receiver(_) => None,
                 })
                 .collect();
@@ -184,9 +186,29 @@ impl Eval<'_> {
                 label: None,
                 block: (*f.block).clone(),
             });
-            let v = self.apply(&params, &body, args, true);
+            let v = self.apply(&params.iter().collect::<Vec<_>>(), &body, args, true);
+            let v = match &f.sig.output {
+                syn::ReturnType::Type(_, ty) => typed(v, ty),
+                syn::ReturnType::Default => v,
+            };
             self.havoc_lent(&c.args);
             return Flow::Normal(v);
+        }
+        // `std::cmp::max(a, b)`, `usize::min(a, b)`: the methods, on the first argument.
+        if segs.len() >= 2
+            && let [Val::Int(a, ta), b] = &args[..]
+        {
+            let owner = segs[segs.len() - 2].ident.to_string();
+            let ta = match IntTy::named(&owner) {
+                Some(t) if IntTy::join(*ta, t) == Some(t) => Some(t),
+                Some(_) => None,
+                None => (owner == "cmp" && matches!(last.as_str(), "max" | "min")).then_some(*ta),
+            };
+            if let Some(ta) = ta {
+                let v = int_method(*a, ta, &last, std::slice::from_ref(b));
+                self.havoc_lent(&c.args);
+                return Flow::Normal(v);
+            }
         }
         if segs.len() >= 2 && segs[segs.len() - 2].ident == "ReduceOp" && last == "PreMulSum" {
             // The scalar is data: a literal is used as is; anything else is compared across
@@ -262,8 +284,8 @@ impl Eval<'_> {
             return Flow::Normal(v);
         }
         let v = match (&recv, name.as_str()) {
-            (Val::Ctx, "rank") => Val::Int(self.rank as i128),
-            (Val::Ctx, "world") => Val::Int(self.world as i128),
+            (Val::Ctx, "rank") => Val::usize(self.rank),
+            (Val::Ctx, "world") => Val::usize(self.world),
             (Val::Ctx, "full" | "zeros" | "tensor") => {
                 let ctor = if name == "tensor" {
                     "from_vec"
@@ -326,32 +348,29 @@ impl Eval<'_> {
                 Val::Unit
             }
             (Val::Batch(b), "is_empty") => Val::Bool(self.batches[*b].is_empty()),
-            (Val::Batch(b), "len") => Val::Int(self.batches[*b].len() as i128),
+            (Val::Batch(b), "len") => Val::usize(self.batches[*b].len()),
             (Val::Group(g), "contains") => match args.first() {
-                Some(Val::Int(r)) => Val::Bool(g.members.contains(&(*r as usize))),
+                Some(Val::Int(r, _)) => Val::Bool(g.members.contains(&(*r as usize))),
                 _ => Val::Unknown,
             },
-            (Val::Group(g), "size") => Val::Int(g.members.len() as i128),
+            (Val::Group(g), "size") => Val::usize(g.members.len()),
             (Val::Group(g), "members") => {
-                Val::Array(g.members.iter().map(|&m| Val::Int(m as i128)).collect())
+                Val::Array(g.members.iter().map(|&m| Val::usize(m)).collect())
             }
-            (Val::Range { .. }, "collect") => match ints(&recv) {
-                Some(v) => Val::Array(v.into_iter().map(|x| Val::Int(x as i128)).collect()),
-                None => Val::Unknown,
-            },
+            (Val::Range { .. }, "collect") => range_vals(&recv).map_or(Val::Unknown, Val::Array),
             (Val::Array(a), "to_vec" | "clone" | "collect") => Val::Array(a.clone()),
             (Val::Array(a), "contains") => match args.first() {
-                Some(Val::Int(x)) if a.iter().all(|v| matches!(v, Val::Int(_))) => {
-                    Val::Bool(a.iter().any(|v| matches!(v, Val::Int(y) if y == x)))
+                Some(Val::Int(x, _)) if a.iter().all(|v| matches!(v, Val::Int(_, _))) => {
+                    Val::Bool(a.iter().any(|v| matches!(v, Val::Int(y, _) if y == x)))
                 }
                 _ => Val::Unknown,
             },
             (Val::Group(g), "index_of") => match args.first() {
-                Some(Val::Int(r)) => Val::Opt(
+                Some(Val::Int(r, _)) => Val::Opt(
                     g.members
                         .iter()
                         .position(|&x| x as i128 == *r)
-                        .map(|i| Box::new(Val::Int(i as i128))),
+                        .map(|i| Box::new(Val::usize(i))),
                 ),
                 _ => Val::Unknown,
             },
@@ -361,6 +380,7 @@ impl Eval<'_> {
                     end,
                     step,
                     rev,
+                    ty,
                 },
                 "rev",
             ) => Val::Range {
@@ -368,21 +388,24 @@ impl Eval<'_> {
                 end: *end,
                 step: *step,
                 rev: !rev,
+                ty: *ty,
             },
             (
                 Val::Range {
                     start,
                     end,
                     rev: false,
+                    ty,
                     ..
                 },
                 "step_by",
             ) => match args.first() {
-                Some(Val::Int(k)) if *k > 0 && usize::try_from(*k).is_ok() => Val::Range {
+                Some(Val::Int(k, _)) if *k > 0 && usize::try_from(*k).is_ok() => Val::Range {
                     start: *start,
                     end: *end,
                     step: *k,
                     rev: false,
+                    ty: *ty,
                 },
                 _ => Val::Unknown,
             },
@@ -393,7 +416,7 @@ impl Eval<'_> {
                     Val::Opt(None)
                 }
             }
-            (Val::Int(a), _) => int_method(*a, &name, &args),
+            (Val::Int(a, t), _) => int_method(*a, *t, &name, &args),
             // Copies: on the same device, or on the host (`to_host`); the shape and dtype stay.
             (Val::Tensor(t), "clone" | "try_clone" | "to_host") => Val::Tensor(t.clone()),
             // The tensor's data: what `ctx.tensor(shape, data)` takes its element type from.
@@ -402,15 +425,18 @@ impl Eval<'_> {
             }
             // Sizing one tensor from another: how torch users size every gather's output.
             (Val::Tensor(t), "shape") => match &t.shape {
-                Some(s) => Val::Array(s.iter().map(|&d| Val::Int(d as i128)).collect()),
+                Some(s) => Val::Array(s.iter().map(|&d| Val::usize(d)).collect()),
                 None => Val::Unknown,
             },
             (Val::Tensor(t), "numel") => match &t.shape {
-                Some(s) => Val::Int(s.iter().map(|&d| d as i128).product()),
+                Some(s) => s
+                    .iter()
+                    .try_fold(1i128, |n, &d| n.checked_mul(d as i128))
+                    .map_or(Val::Unknown, |n| IntTy::USIZE.exact(n)),
                 None => Val::Unknown,
             },
             (Val::Tensor(t), "ndim") => match &t.shape {
-                Some(s) => Val::Int(s.len() as i128),
+                Some(s) => Val::usize(s.len()),
                 None => Val::Unknown,
             },
             (Val::Ctx, "zeros_like" | "to_device") => match args.first() {
@@ -431,7 +457,7 @@ impl Eval<'_> {
                 (**v).clone()
             }
             (Val::Opt(None), "unwrap_or") => args.first().cloned().unwrap_or(Val::Unknown),
-            (Val::Array(a), "len") => Val::Int(a.len() as i128),
+            (Val::Array(a), "len") => Val::usize(a.len()),
             (Val::Array(a), "push") => {
                 let mut a = a.clone();
                 a.extend(args.into_iter().next());
@@ -533,10 +559,7 @@ impl Eval<'_> {
                 if (end - start).max(0) / (*step).max(1) > MAX_SEQUENCE {
                     return Some(Val::Unknown);
                 }
-                ints(recv)?
-                    .into_iter()
-                    .map(|x| Val::Int(x as i128))
-                    .collect()
+                range_vals(recv)?
             }
             _ => return None,
         };
@@ -544,13 +567,20 @@ impl Eval<'_> {
             Some(Expr::Closure(c)) if c.inputs.len() == 1 => Some(c),
             _ => None,
         };
-        let ints_of = |v: &[Val]| -> Option<Vec<i128>> {
-            v.iter()
+        // The integers of a list and their one type (an empty list's is open).
+        let ints_of = |v: &[Val]| -> Option<(Vec<i128>, IntTy)> {
+            let mut ty = IntTy::Open;
+            let v = v
+                .iter()
                 .map(|x| match x {
-                    Val::Int(i) => Some(*i),
+                    Val::Int(i, t) => {
+                        ty = IntTy::join(ty, *t)?;
+                        Some(*i)
+                    }
                     _ => None,
                 })
-                .collect()
+                .collect::<Option<_>>()?;
+            Some((v, ty))
         };
         Some(match name {
             "iter" | "iter_mut" | "into_iter" | "copied" | "cloned" | "collect" => {
@@ -564,12 +594,12 @@ impl Eval<'_> {
                         .map(|(a, b)| Val::Tuple(vec![a, b]))
                         .collect(),
                 ),
-                Some(r @ Val::Range { .. }) => match ints(r) {
+                Some(r @ Val::Range { .. }) => match range_vals(r) {
                     Some(other) => Val::Array(
                         items
                             .into_iter()
                             .zip(other)
-                            .map(|(a, b)| Val::Tuple(vec![a, Val::Int(b as i128)]))
+                            .map(|(a, b)| Val::Tuple(vec![a, b]))
                             .collect(),
                     ),
                     None => Val::Unknown,
@@ -581,11 +611,11 @@ impl Eval<'_> {
                 items
                     .into_iter()
                     .enumerate()
-                    .map(|(i, v)| Val::Tuple(vec![Val::Int(i as i128), v]))
+                    .map(|(i, v)| Val::Tuple(vec![Val::usize(i), v]))
                     .collect(),
             ),
             "take" | "skip" | "nth" => {
-                let Some(Val::Int(k)) = args.first() else {
+                let Some(Val::Int(k, _)) = args.first() else {
                     return Some(Val::Unknown);
                 };
                 let k = usize::try_from(*k).ok()?;
@@ -595,17 +625,24 @@ impl Eval<'_> {
                     _ => Val::Opt(items.into_iter().nth(k).map(Box::new)),
                 }
             }
-            "count" => Val::Int(items.len() as i128),
+            "count" => Val::usize(items.len()),
             "last" => Val::Opt(items.into_iter().last().map(Box::new)),
-            "sum" => ints_of(&items).map_or(Val::Unknown, |v| Val::Int(v.iter().sum())),
+            // A sum the type cannot hold panics or wraps: unknown.
+            "sum" => match ints_of(&items) {
+                Some((v, t)) => v
+                    .iter()
+                    .try_fold(0i128, |s, &x| s.checked_add(x))
+                    .map_or(Val::Unknown, |s| t.exact(s)),
+                None => Val::Unknown,
+            },
             "max" | "min" => match ints_of(&items) {
-                Some(v) => Val::Opt(
+                Some((v, t)) => Val::Opt(
                     if name == "max" {
                         v.into_iter().max()
                     } else {
                         v.into_iter().min()
                     }
-                    .map(|x| Box::new(Val::Int(x))),
+                    .map(|x| Box::new(Val::Int(x, t))),
                 ),
                 None => Val::Unknown,
             },
@@ -639,7 +676,7 @@ impl Eval<'_> {
                         ("any", Val::Bool(true)) => return Some(Val::Bool(true)),
                         ("all", Val::Bool(false)) => return Some(Val::Bool(false)),
                         ("position", Val::Bool(true)) => {
-                            return Some(Val::Opt(Some(Box::new(Val::Int(i as i128)))));
+                            return Some(Val::Opt(Some(Box::new(Val::usize(i)))));
                         }
                         ("find", Val::Bool(true)) => return Some(Val::Opt(Some(Box::new(item)))),
                         (_, Val::Bool(_)) if name != "filter" => {}
@@ -683,7 +720,7 @@ impl Eval<'_> {
                 let comm_name = is_comm(name) || name == "run";
                 let may_hold = !matches!(
                     recv,
-                    Val::Int(_)
+                    Val::Int(_, _)
                         | Val::Bool(_)
                         | Val::Scalar(_)
                         | Val::Tensor(_)
@@ -1122,8 +1159,8 @@ impl Eval<'_> {
     ) -> Option<Option<usize>> {
         let Some(i) = at else { return Some(None) };
         match args.get(i) {
-            Some(Val::Int(v)) if *v >= 0 => Some(Some(*v as usize)),
-            Some(Val::Int(v)) => {
+            Some(Val::Int(v, _)) if *v >= 0 => Some(Some(*v as usize)),
+            Some(Val::Int(v, _)) => {
                 self.shared.error(
                     arg_span(i),
                     format!("RW009: {what} {v} is negative (world = {})", self.world),
@@ -1372,7 +1409,7 @@ pub(super) fn tensor_ctor(name: &str, args: &[Val], fish: Option<DType>, weak: b
         Some(Val::Data(d)) => Some(*d),
         Some(Val::Array(a)) => a.iter().find_map(|x| match x {
             Val::Scalar(d) => *d,
-            Val::Int(_) => Some(DType::I32),
+            Val::Int(_, _) => Some(DType::I32),
             _ => None,
         }),
         _ => None,
@@ -1380,7 +1417,7 @@ pub(super) fn tensor_ctor(name: &str, args: &[Val], fish: Option<DType>, weak: b
     let dtype = match name {
         "full" => match args.get(1) {
             Some(Val::Scalar(d)) => d.or(fish),
-            Some(Val::Int(_)) => fish.or(Some(DType::I32)),
+            Some(Val::Int(_, _)) => fish.or(Some(DType::I32)),
             _ => fish,
         },
         "from_vec" => fish.or_else(|| data_dtype(args.get(1))),

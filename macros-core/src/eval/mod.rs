@@ -85,6 +85,11 @@ pub(crate) struct Eval<'a> {
     /// Variables whose values were forgotten ([`Eval::havoc`]), with the line where: the
     /// explanation a later "cannot compute" owes the user.
     forgotten: HashMap<String, u32>,
+    /// Integer arithmetic in the statement being evaluated whose result the program's types may
+    /// not hold (see [`IntTy`]): why a value computed from it is unknown.
+    overflow: Option<String>,
+    /// Variables bound to such a result, with the line and the reason.
+    overflowed: HashMap<String, (u32, String)>,
 }
 
 impl<'a> Eval<'a> {
@@ -113,6 +118,8 @@ impl<'a> Eval<'a> {
             budget: BUDGET,
             line: 0,
             forgotten: HashMap::new(),
+            overflow: None,
+            overflowed: HashMap::new(),
         }
     }
 
@@ -125,7 +132,7 @@ impl<'a> Eval<'a> {
     fn concretize(&mut self, v: Val) -> Val {
         match v {
             Val::Sym { k, sym } => match self.shared.placeholder(k, sym, self.world) {
-                Some(x) => Val::Int(x as i128),
+                Some(x) => Val::usize(x),
                 None => Val::Unknown,
             },
             Val::Array(a) => Val::Array(a.into_iter().map(|x| self.concretize(x)).collect()),
@@ -160,6 +167,7 @@ impl<'a> Eval<'a> {
 
     fn bind(&mut self, name: String, v: Val) {
         self.forgotten.remove(&name);
+        self.note_overflow(&name, &v);
         self.env.bind(name, v);
     }
 
@@ -167,6 +175,7 @@ impl<'a> Eval<'a> {
     /// element type is settled keeps that type, whatever the new value's literal suggested.
     fn assign(&mut self, name: &str, mut v: Val) {
         self.forgotten.remove(name);
+        self.note_overflow(name, &v);
         if let (Some(Val::Tensor(old)), Val::Tensor(new)) = (self.lookup(name), &mut v)
             && !old.open()
             && new.open()
@@ -272,6 +281,35 @@ impl<'a> Eval<'a> {
         self.forgotten.insert(name.to_string(), self.line);
     }
 
+    /// Remembers why `name`, bound to `v`, is unknown, if the statement's integer arithmetic is.
+    fn note_overflow(&mut self, name: &str, v: &Val) {
+        match (&self.overflow, v) {
+            (Some(why), Val::Unknown) => {
+                self.overflowed
+                    .insert(name.to_string(), (self.line, why.clone()));
+            }
+            _ => {
+                self.overflowed.remove(name);
+            }
+        }
+    }
+
+    /// After `let pat = init` bound unknown values: if `init` reads a variable that is unknown
+    /// for overflow, so are `pat`'s, for the same reason (`let d = rank - 1; let root = if d >
+    /// 5 { … }`).
+    fn inherit_overflow(&mut self, pat: &Pat, init: &Expr) {
+        let mut read = Vec::new();
+        scan::idents(init, &mut read);
+        let Some(why) = read.iter().find_map(|n| self.overflowed.get(n)).cloned() else {
+            return;
+        };
+        let mut names = Vec::new();
+        pat_names(pat, &mut names);
+        for n in names {
+            self.overflowed.insert(n, why.clone());
+        }
+    }
+
     /// `why` and `todo` for a value the macro cannot compute in `arg`, completed with where a
     /// variable it mentions was forgotten, if one was: the place to look is there, not here.
     fn explain_unknown(&self, arg: Option<&Expr>, why: &str, todo: &str) -> (String, String) {
@@ -282,6 +320,22 @@ impl<'a> Eval<'a> {
         let forgotten = names
             .iter()
             .find_map(|n| self.forgotten.get(n).map(|line| (n, *line)));
+        let overflow = match &self.overflow {
+            Some(o) => Some(o.clone()),
+            None => names.iter().find_map(|n| {
+                self.overflowed
+                    .get(n)
+                    .map(|(line, o)| format!("`{n}` is unknown from line {line} on, where {o}"))
+            }),
+        };
+        if let (None, Some(o)) = (forgotten, overflow) {
+            return (
+                format!("{why}: {o}"),
+                "keep the arithmetic within its type (for a neighbour, `(rank + world - 1) % \
+                 world`, not `rank - 1`), or give the values a type wide enough"
+                    .to_string(),
+            );
+        }
         match forgotten {
             Some((n, line)) => (
                 format!(
@@ -387,6 +441,7 @@ impl<'a> Eval<'a> {
 
     fn stmt(&mut self, s: &Stmt) -> Flow {
         self.line = s.span().start().line as u32;
+        self.overflow = None;
         if let Some(span) = cfg_attr(stmt_attrs(s)) {
             return self.cfg_stmt(s, span);
         }
@@ -416,9 +471,13 @@ impl<'a> Eval<'a> {
                     }
                     None => Val::Unknown,
                 };
+                let unknown = matches!(v, Val::Unknown);
                 self.bind_pat(&l.pat, v);
                 if let Some(init) = &l.init {
                     self.note_references(&l.pat, &init.expr);
+                    if unknown && self.overflow.is_none() {
+                        self.inherit_overflow(&l.pat, &init.expr);
+                    }
                 }
                 Flow::Normal(Val::Unit)
             }
@@ -548,7 +607,7 @@ impl<'a> Eval<'a> {
                 // The annotation is the variable's type: it decides an element type the value
                 // leaves open, and gives one to a value the macro does not know (`let t:
                 // Tensor<f32>;` assigned later, `let v: Vec<f32> = …`).
-                let v = match (v, dtype_of_type(&t.ty), type_kind(&t.ty)) {
+                let v = match (typed(v, &t.ty), dtype_of_type(&t.ty), type_kind(&t.ty)) {
                     (Val::Tensor(mut tv), Some(d), _) if tv.open() => {
                         tv.dtype = Some(d);
                         tv.weak = false;
@@ -664,7 +723,9 @@ impl<'a> Eval<'a> {
             Expr::Repeat(r) => {
                 let x = val!(&r.expr);
                 match val!(&r.len) {
-                    Val::Int(n) if (0..=MAX_REPEAT).contains(&n) => Val::Array(vec![x; n as usize]),
+                    Val::Int(n, _) if (0..=MAX_REPEAT).contains(&n) => {
+                        Val::Array(vec![x; n as usize])
+                    }
                     _ => Val::Unknown,
                 }
             }
@@ -682,7 +743,7 @@ impl<'a> Eval<'a> {
             Expr::Unary(u) => {
                 let x = val!(&u.expr);
                 match (&u.op, x) {
-                    (UnOp::Neg(_), Val::Int(i)) => i.checked_neg().map_or(Val::Unknown, Val::Int),
+                    (op @ (UnOp::Neg(_) | UnOp::Not(_)), Val::Int(i, t)) => int_unary(op, i, t),
                     (UnOp::Not(_), Val::Bool(b)) => Val::Bool(!b),
                     (UnOp::Deref(_), v) => v,
                     (_, Val::Poison) => Val::Poison,
@@ -699,27 +760,28 @@ impl<'a> Eval<'a> {
             Expr::Range(r) => {
                 let start = match &r.start {
                     Some(s) => val!(s),
-                    None => Val::Int(0),
+                    None => Val::Int(0, IntTy::Open),
                 };
                 let end = match &r.end {
                     Some(s) => val!(s),
                     None => Val::Unknown,
                 };
                 match (start, end) {
-                    (Val::Int(a), Val::Int(b)) => {
+                    (Val::Int(a, ta), Val::Int(b, tb)) => {
                         let end = if matches!(r.limits, syn::RangeLimits::Closed(_)) {
                             b.checked_add(1)
                         } else {
                             Some(b)
                         };
-                        match end {
-                            Some(end) => Val::Range {
+                        match (end, IntTy::join(ta, tb)) {
+                            (Some(end), Some(ty)) => Val::Range {
                                 start: a,
                                 end,
                                 step: 1,
                                 rev: false,
+                                ty,
                             },
-                            None => Val::Unknown,
+                            _ => Val::Unknown,
                         }
                     }
                     _ => Val::Unknown,
@@ -784,7 +846,7 @@ impl<'a> Eval<'a> {
                 {
                     let x = val!(&x);
                     return Flow::Normal(match val!(&n) {
-                        Val::Int(n) if (0..=MAX_REPEAT).contains(&n) => {
+                        Val::Int(n, _) if (0..=MAX_REPEAT).contains(&n) => {
                             Val::Array(vec![x; n as usize])
                         }
                         _ => Val::Unknown,
@@ -811,7 +873,7 @@ impl<'a> Eval<'a> {
                 // `&mut outs[..]`, `&xs[1..]`: the slice of a list of static length.
                 if let (Val::Array(a), Expr::Range(r)) = (&base, &*ix.index) {
                     let bound = |v: Val| match v {
-                        Val::Int(i) if (0..=a.len() as i128).contains(&i) => Some(i as usize),
+                        Val::Int(i, _) if (0..=a.len() as i128).contains(&i) => Some(i as usize),
                         _ => None,
                     };
                     let start = match &r.start {
@@ -820,8 +882,8 @@ impl<'a> Eval<'a> {
                     };
                     let end = match &r.end {
                         Some(e) => match val!(e) {
-                            Val::Int(i) if matches!(r.limits, syn::RangeLimits::Closed(_)) => {
-                                bound(Val::Int(i + 1))
+                            Val::Int(i, _) if matches!(r.limits, syn::RangeLimits::Closed(_)) => {
+                                bound(Val::Int(i + 1, IntTy::USIZE))
                             }
                             v => bound(v),
                         },
@@ -834,7 +896,7 @@ impl<'a> Eval<'a> {
                 }
                 let i = val!(&ix.index);
                 match (base, i) {
-                    (Val::Array(a), Val::Int(i)) if i >= 0 && (i as usize) < a.len() => {
+                    (Val::Array(a), Val::Int(i, _)) if i >= 0 && (i as usize) < a.len() => {
                         a[i as usize].clone()
                     }
                     _ => Val::Unknown,
@@ -934,7 +996,7 @@ impl<'a> Eval<'a> {
                     _ => None,
                 };
                 let index = match self.expr(&ix.index) {
-                    Flow::Normal(Val::Int(i)) => usize::try_from(i).ok(),
+                    Flow::Normal(Val::Int(i, _)) => usize::try_from(i).ok(),
                     _ => None,
                 };
                 if let (Some(name), Some(i)) = (base, index)
@@ -991,7 +1053,35 @@ impl<'a> Eval<'a> {
             return Flow::Normal(Val::Unit);
         }
         let symbolic = matches!(l, Val::Sym { .. }) || matches!(r, Val::Sym { .. });
-        match (binop(&b.op, l, r), symbolic) {
+        let ints = match (&l, &r) {
+            (Val::Int(a, t), Val::Int(b, _)) => Some((*a, *t, *b)),
+            _ => None,
+        };
+        let v = match ints {
+            Some((x, IntTy::Open, y)) if literals_only(&Expr::Binary(b.clone())) => {
+                constant_binop(&b.op, x, y)
+            }
+            _ => binop(&b.op, l, r),
+        };
+        if let (Some((x, t, y)), Val::Unknown) = (ints, &v) {
+            let exact = match b.op {
+                BinOp::Add(_) => x.checked_add(y),
+                BinOp::Sub(_) => x.checked_sub(y),
+                BinOp::Mul(_) => x.checked_mul(y),
+                _ => None,
+            };
+            let (e, op) = (&b, &b.op);
+            self.overflow.get_or_insert_with(|| {
+                format!(
+                    "`{}` is {x} {} {y} at rank {}, which {}",
+                    quote::quote!(#e),
+                    quote::quote!(#op),
+                    self.rank,
+                    t.out_of_range(exact)
+                )
+            });
+        }
+        match (v, symbolic) {
             // Other arithmetic on constants alone: the whole expression becomes a symbol (it must
             // be a constant expression, since rustc will evaluate it in a `const` assertion).
             (Val::Unknown, true)
@@ -1065,7 +1155,7 @@ impl<'a> Eval<'a> {
         }
         // An arm under `#[cfg]` may not exist: then another arm matches.
         let cfg_arms = m.arms.iter().any(|a| cfg_attr(&a.attrs).is_some());
-        if matches!(scrut, Val::Int(_) | Val::Bool(_)) && !cfg_arms {
+        if matches!(scrut, Val::Int(_, _) | Val::Bool(_)) && !cfg_arms {
             for arm in &m.arms {
                 if let Some(bound) = pat_matches(&arm.pat, &scrut) {
                     self.env.push();
@@ -1228,6 +1318,7 @@ impl<'a> Eval<'a> {
                 end,
                 step,
                 rev,
+                ty,
             } if step > 0 && usize::try_from(step).is_ok() => {
                 // Refuse before materialising: a huge range must not exhaust memory or time.
                 if end.saturating_sub(start).max(0) / step > self.budget as i128 {
@@ -1237,7 +1328,7 @@ impl<'a> Eval<'a> {
                 if rev {
                     v.reverse();
                 }
-                Some(v.into_iter().map(Val::Int).collect())
+                Some(v.into_iter().map(|x| Val::Int(x, ty)).collect())
             }
             Val::Array(a) => Some(a),
             Val::Poison => return Flow::Normal(Val::Unit),

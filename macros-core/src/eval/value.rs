@@ -37,9 +37,211 @@ impl TVal {
     }
 }
 
+/// The type of an integer the evaluator tracks, as far as the program's syntax tells.
+///
+/// The macro evaluates integers exactly (in `i128`), but the program computes in its own types,
+/// where a result out of range panics (debug builds) or wraps (release builds), and where
+/// `wrapping_*`, `saturating_*`, `!` and `as` depend on the width. A value the macro keeps is
+/// the value every build of the program computes; any result that could differ — out of the
+/// type's range, or depending on a width the macro cannot see — is unknown, so a call it
+/// reaches is refused (RW012) rather than checked against a value the program may not have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IntTy {
+    /// `iN` or `uN`.
+    Fixed { signed: bool, bits: u32 },
+    /// `isize` or `usize`: 32 or 64 bits by a target the macro does not see, so only what both
+    /// widths agree on is known.
+    Size { signed: bool },
+    /// No type in sight (an unsuffixed literal, arithmetic on them): rustc infers it from uses
+    /// the macro does not follow, `i32` if nothing decides. Its values are kept within `i32`'s
+    /// range, and a negative one only where an operand already was (so the type is signed).
+    Open,
+}
+
+impl IntTy {
+    /// `usize`: ranks, world sizes, lengths and shapes.
+    pub(super) const USIZE: IntTy = IntTy::Size { signed: false };
+    /// `u32`: what `trailing_zeros` and `ilog2` return.
+    const U32: IntTy = IntTy::Fixed {
+        signed: false,
+        bits: 32,
+    };
+
+    /// The integer type called `name` (`usize`, `i64`, …).
+    pub(super) fn named(name: &str) -> Option<IntTy> {
+        let (signed, rest) = match name.split_at_checked(1)? {
+            ("i", rest) => (true, rest),
+            ("u", rest) => (false, rest),
+            _ => return None,
+        };
+        match rest {
+            "size" => Some(IntTy::Size { signed }),
+            "8" | "16" | "32" | "64" | "128" => Some(IntTy::Fixed {
+                signed,
+                bits: rest.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The integer type a type names (`usize`, not `Vec<usize>`).
+    pub(super) fn of_type(ty: &syn::Type) -> Option<IntTy> {
+        match ty {
+            syn::Type::Path(p) if p.qself.is_none() => {
+                IntTy::named(&p.path.get_ident()?.to_string())
+            }
+            syn::Type::Paren(p) => IntTy::of_type(&p.elem),
+            _ => None,
+        }
+    }
+
+    /// The smallest and largest value the type holds on every target.
+    fn bounds(self) -> (i128, i128) {
+        let (signed, bits) = match self {
+            IntTy::Fixed { signed, bits } => (signed, bits),
+            IntTy::Size { signed } => (signed, 32),
+            IntTy::Open => (true, 32),
+        };
+        match (signed, bits) {
+            (true, 128) => (i128::MIN, i128::MAX),
+            (false, 128) => (0, i128::MAX),
+            (true, b) => (-(1 << (b - 1)), (1 << (b - 1)) - 1),
+            (false, b) => (0, (1 << b) - 1),
+        }
+    }
+
+    /// `v` as a value of this type, if it is one.
+    pub(super) fn exact(self, v: i128) -> Val {
+        let (lo, hi) = self.bounds();
+        if (lo..=hi).contains(&v) {
+            Val::Int(v, self)
+        } else {
+            Val::Unknown
+        }
+    }
+
+    /// The value of this type with `v`'s low bits, as `v as T` and `wrapping_*` give — if every
+    /// target agrees on it.
+    pub(super) fn wrap(self, v: i128) -> Val {
+        let at = |signed: bool, bits: u32| -> Option<i128> {
+            if bits >= 128 {
+                return (signed || v >= 0).then_some(v);
+            }
+            let low = v & ((1i128 << bits) - 1);
+            Some(if signed && low >= 1 << (bits - 1) {
+                low - (1 << bits)
+            } else {
+                low
+            })
+        };
+        let w = match self {
+            IntTy::Fixed { signed, bits } => at(signed, bits),
+            IntTy::Size { signed } => at(signed, 32).filter(|&w| at(signed, 64) == Some(w)),
+            IntTy::Open => Some(v),
+        };
+        w.map_or(Val::Unknown, |w| self.exact(w))
+    }
+
+    /// The type of an operation on values of types `a` and `b`: a literal takes the other
+    /// side's type; two different named types do not mix (rustc refuses them).
+    pub(super) fn join(a: IntTy, b: IntTy) -> Option<IntTy> {
+        match (a, b) {
+            (IntTy::Open, t) | (t, IntTy::Open) => Some(t),
+            (a, b) if a == b => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Why `v`, a result of this type, is unknown, for messages.
+    pub(super) fn out_of_range(self, v: Option<i128>) -> String {
+        let (lo, _) = self.bounds();
+        let name = |signed: bool, bits: &str| format!("`{}{bits}`", if signed { 'i' } else { 'u' });
+        match self {
+            IntTy::Fixed { signed, bits } => format!(
+                "{} cannot hold (a debug build panics, a release build wraps)",
+                name(signed, &bits.to_string())
+            ),
+            IntTy::Size { signed } if v.is_some_and(|v| v < lo) && !signed => format!(
+                "{} cannot hold (a debug build panics, a release build wraps)",
+                name(signed, "size")
+            ),
+            IntTy::Size { signed } => format!(
+                "{} may not hold: the macro checks for 32-bit targets too",
+                name(signed, "size")
+            ),
+            IntTy::Open => {
+                "the macro does not follow: the result is negative or beyond `i32`, and \
+                            its type, which rustc infers, may not hold it"
+                    .to_string()
+            }
+        }
+    }
+
+    fn signed(self) -> Option<bool> {
+        match self {
+            IntTy::Fixed { signed, .. } | IntTy::Size { signed } => Some(signed),
+            IntTy::Open => None,
+        }
+    }
+}
+
+/// `v` as a value of type `ty` (an annotation, a parameter's or a return type): an integer of
+/// no visible type takes it, if it fits (rustc refuses a literal that does not); an integer of
+/// another type, which rustc refuses, is unknown. Lists (`[usize; 4]`, `Vec<u8>`, `&[i64]`) type
+/// their integers alike.
+pub(super) fn typed(v: Val, ty: &syn::Type) -> Val {
+    fn elem(ty: &syn::Type) -> Option<&syn::Type> {
+        match ty {
+            syn::Type::Array(a) => Some(&a.elem),
+            syn::Type::Slice(s) => Some(&s.elem),
+            syn::Type::Reference(r) => elem(&r.elem),
+            syn::Type::Paren(p) => elem(&p.elem),
+            syn::Type::Path(p) => {
+                let last = p.path.segments.last()?;
+                let syn::PathArguments::AngleBracketed(a) = &last.arguments else {
+                    return None;
+                };
+                match (last.ident == "Vec", a.args.first()) {
+                    (true, Some(syn::GenericArgument::Type(t))) => Some(t),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+    match v {
+        Val::Int(i, t) => match IntTy::of_type(ty) {
+            Some(want) if IntTy::join(t, want) == Some(want) => want.exact(i),
+            Some(_) => Val::Unknown,
+            None => match ty {
+                syn::Type::Reference(r) => typed(Val::Int(i, t), &r.elem),
+                syn::Type::Paren(p) => typed(Val::Int(i, t), &p.elem),
+                _ => Val::Int(i, t),
+            },
+        },
+        Val::Array(a) if a.iter().any(|x| matches!(x, Val::Int(..))) => match elem(ty) {
+            Some(e) => Val::Array(a.into_iter().map(|x| typed(x, e)).collect()),
+            None => Val::Array(a),
+        },
+        other => other,
+    }
+}
+
+/// The result `v` of an operation on `a` and `b` of type `t`, if every build of the program
+/// computes it (see [`IntTy`]): in range, and, for values of no visible type, negative only if
+/// an operand was (else the type may be unsigned, and the operation underflows).
+pub(super) fn int_result(t: IntTy, v: Option<i128>, a: i128, b: i128) -> Val {
+    match v {
+        Some(v) if t == IntTy::Open && v < 0 && a >= 0 && b >= 0 => Val::Unknown,
+        Some(v) => t.exact(v),
+        None => Val::Unknown,
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(super) enum Val {
-    Int(i128),
+    /// An integer and its type.
+    Int(i128, IntTy),
     Bool(bool),
     /// A number whose value is not known statically, with its type if known.
     Scalar(Option<DType>),
@@ -59,6 +261,8 @@ pub(super) enum Val {
         end: i128,
         step: i128,
         rev: bool,
+        /// The type of its values.
+        ty: IntTy,
     },
     Group(GroupVal),
     Op(ReduceOp),
@@ -78,6 +282,13 @@ pub(super) enum Val {
     Closure(Vec<String>, Box<syn::ExprClosure>),
     Unit,
     Unknown,
+}
+
+impl Val {
+    /// A `usize`: a rank, a world size, a length, a dimension.
+    pub(super) fn usize(n: usize) -> Val {
+        IntTy::USIZE.exact(n as i128)
+    }
 }
 
 /// How evaluating a piece of code ended.
@@ -321,8 +532,14 @@ pub(super) fn lit(l: &Lit) -> Val {
     match l {
         Lit::Int(i) => {
             let d = dtype_named(i.suffix());
-            match i.base10_parse::<i128>() {
-                Ok(v) if d.is_none() || d.is_some_and(|d| !d.is_float()) => Val::Int(v),
+            let ty = if i.suffix().is_empty() {
+                Some(IntTy::Open)
+            } else {
+                IntTy::named(i.suffix())
+            };
+            match (i.base10_parse::<i128>(), ty) {
+                // rustc refuses a literal out of its type's range.
+                (Ok(v), Some(ty)) => Val::Int(v, ty),
                 _ => Val::Scalar(d),
             }
         }
@@ -339,29 +556,14 @@ pub(super) fn cast(v: Val, ty: &syn::Type) -> Val {
     {
         return Val::Scalar(Some(d));
     }
-    let int_target = match ty {
-        syn::Type::Path(p) => p.path.get_ident().is_some_and(|i| {
-            matches!(
-                i.to_string().as_str(),
-                "usize"
-                    | "isize"
-                    | "u8"
-                    | "u16"
-                    | "u32"
-                    | "u64"
-                    | "i8"
-                    | "i16"
-                    | "i32"
-                    | "i64"
-                    | "u128"
-                    | "i128"
-            )
-        }),
-        _ => false,
-    };
+    let int_target = IntTy::of_type(ty);
     match (v, target) {
-        (Val::Int(i), _) if int_target => Val::Int(i),
-        (Val::Sym { k, sym }, _) if int_target || target.is_some_and(|d| !d.is_float()) => {
+        // Between integer types, `as` keeps the low bits: the value is exact, whatever its type.
+        (Val::Int(i, _), _) if let Some(t) = int_target => t.wrap(i),
+        (Val::Bool(b), _) if let Some(t) = int_target => Val::Int(i128::from(b), t),
+        (Val::Sym { k, sym }, _)
+            if int_target.is_some() || target.is_some_and(|d| !d.is_float()) =>
+        {
             Val::Sym { k, sym }
         }
         (_, Some(d)) => Val::Scalar(Some(d)),
@@ -372,13 +574,13 @@ pub(super) fn cast(v: Val, ty: &syn::Type) -> Val {
 pub(super) fn binop(op: &BinOp, l: Val, r: Val) -> Val {
     match (l, r) {
         (Val::Poison, _) | (_, Val::Poison) => Val::Poison,
-        (Val::Sym { k, sym }, Val::Int(n)) | (Val::Int(n), Val::Sym { k, sym })
+        (Val::Sym { k, sym }, Val::Int(n, _)) | (Val::Int(n, _), Val::Sym { k, sym })
             if matches!(op, BinOp::Mul(_)) && n >= 0 =>
         {
             k.mul(Ratio::new(n, 1))
                 .map_or(Val::Unknown, |k| Val::Sym { k, sym })
         }
-        (Val::Sym { k, sym }, Val::Int(n)) if matches!(op, BinOp::Div(_)) && n > 0 => k
+        (Val::Sym { k, sym }, Val::Int(n, _)) if matches!(op, BinOp::Div(_)) && n > 0 => k
             .mul(Ratio::new(1, n))
             .map_or(Val::Unknown, |k| Val::Sym { k, sym }),
         (Val::Sym { k: a, sym: s }, Val::Sym { k: b, sym: t })
@@ -386,28 +588,7 @@ pub(super) fn binop(op: &BinOp, l: Val, r: Val) -> Val {
         {
             a.add(b).map_or(Val::Unknown, |k| Val::Sym { k, sym: s })
         }
-        (Val::Int(a), Val::Int(b)) => {
-            let v = match op {
-                BinOp::Add(_) => a.checked_add(b).map(Val::Int),
-                BinOp::Sub(_) => a.checked_sub(b).map(Val::Int),
-                BinOp::Mul(_) => a.checked_mul(b).map(Val::Int),
-                BinOp::Div(_) => a.checked_div(b).map(Val::Int),
-                BinOp::Rem(_) => a.checked_rem(b).map(Val::Int),
-                BinOp::Shl(_) => (0..64).contains(&b).then(|| Val::Int(a << b)),
-                BinOp::Shr(_) => (0..128).contains(&b).then(|| Val::Int(a >> b)),
-                BinOp::BitAnd(_) => Some(Val::Int(a & b)),
-                BinOp::BitOr(_) => Some(Val::Int(a | b)),
-                BinOp::BitXor(_) => Some(Val::Int(a ^ b)),
-                BinOp::Eq(_) => Some(Val::Bool(a == b)),
-                BinOp::Ne(_) => Some(Val::Bool(a != b)),
-                BinOp::Lt(_) => Some(Val::Bool(a < b)),
-                BinOp::Le(_) => Some(Val::Bool(a <= b)),
-                BinOp::Gt(_) => Some(Val::Bool(a > b)),
-                BinOp::Ge(_) => Some(Val::Bool(a >= b)),
-                _ => None,
-            };
-            v.unwrap_or(Val::Unknown)
-        }
+        (Val::Int(a, ta), Val::Int(b, tb)) => int_binop(op, (a, ta), (b, tb)),
         (Val::Bool(a), Val::Bool(b)) => match op {
             BinOp::And(_) | BinOp::BitAnd(_) => Val::Bool(a && b),
             BinOp::Or(_) | BinOp::BitOr(_) => Val::Bool(a || b),
@@ -434,31 +615,178 @@ pub(super) fn is_comparison(op: &BinOp) -> bool {
     )
 }
 
-pub(super) fn int_method(a: i128, name: &str, args: &[Val]) -> Val {
-    let b = match args.first() {
-        Some(Val::Int(b)) => Some(*b),
+/// `a op b` on integers, as the program computes it (see [`IntTy`]).
+fn int_binop(op: &BinOp, (a, ta): (i128, IntTy), (b, tb): (i128, IntTy)) -> Val {
+    let cmp = match op {
+        BinOp::Eq(_) => Some(a == b),
+        BinOp::Ne(_) => Some(a != b),
+        BinOp::Lt(_) => Some(a < b),
+        BinOp::Le(_) => Some(a <= b),
+        BinOp::Gt(_) => Some(a > b),
+        BinOp::Ge(_) => Some(a >= b),
         _ => None,
     };
-    let v = match (name, b) {
-        ("min", Some(b)) => Some(a.min(b)),
-        ("max", Some(b)) => Some(a.max(b)),
-        ("pow", Some(b)) if (0..64).contains(&b) => a.checked_pow(b as u32),
-        ("abs", _) => a.checked_abs(),
-        ("rem_euclid", Some(b)) => a.checked_rem_euclid(b),
-        ("saturating_sub", Some(b)) => a.checked_sub(b).map(|v| v.max(0)),
-        ("wrapping_sub", Some(b)) => a.checked_sub(b),
-        ("wrapping_add" | "saturating_add", Some(b)) => a.checked_add(b),
-        ("next_power_of_two", _) if a >= 0 => {
-            (a as u128).checked_next_power_of_two().map(|v| v as i128)
+    if let Some(c) = cmp {
+        return Val::Bool(c);
+    }
+    // A shift takes any integer type on the right, and keeps the left's. Shifting by the
+    // width or more panics or masks the amount; the bits shifted out are dropped.
+    if matches!(op, BinOp::Shl(_) | BinOp::Shr(_)) {
+        let bits = match ta {
+            IntTy::Fixed { bits, .. } => bits,
+            IntTy::Size { .. } | IntTy::Open => 32,
+        };
+        if !(0..i128::from(bits)).contains(&b) {
+            return Val::Unknown;
         }
-        ("trailing_zeros", _) if a > 0 => Some(a.trailing_zeros() as i128),
-        ("ilog2", _) if a > 0 => Some(a.ilog2() as i128),
-        ("div_ceil", Some(b)) if b > 0 && a >= 0 => a.checked_add(b - 1).map(|v| v / b),
-        ("is_power_of_two", _) => return Val::Bool(a > 0 && (a & (a - 1)) == 0),
-        ("clone", _) => Some(a),
+        return match op {
+            BinOp::Shr(_) => ta.exact(a >> b),
+            // An open type's width is unknown: only a result no type drops bits of is exact.
+            _ if ta == IntTy::Open => int_result(ta, a.checked_mul(1 << b), a, b),
+            _ if bits == 128 => match a.checked_mul(1 << b) {
+                Some(v) => ta.exact(v),
+                None => Val::Unknown,
+            },
+            _ => ta.wrap(a << b),
+        };
+    }
+    let Some(t) = IntTy::join(ta, tb) else {
+        return Val::Unknown;
+    };
+    let v = match op {
+        BinOp::Add(_) => a.checked_add(b),
+        BinOp::Sub(_) => a.checked_sub(b),
+        BinOp::Mul(_) => a.checked_mul(b),
+        BinOp::Div(_) => a.checked_div(b),
+        BinOp::Rem(_) => a.checked_rem(b),
+        // Two's complement bits of values of one type: the result is of that type too.
+        BinOp::BitAnd(_) => Some(a & b),
+        BinOp::BitOr(_) => Some(a | b),
+        BinOp::BitXor(_) => Some(a ^ b),
         _ => None,
     };
-    v.map(Val::Int).unwrap_or(Val::Unknown)
+    int_result(t, v, a, b)
+}
+
+/// `a op b` for an expression of unsuffixed literals alone (`1 << 40`, `4 * 1024`): exact in
+/// `i128`. Its type is still rustc's to infer, but rustc evaluates such an expression itself,
+/// and refuses the program (`arithmetic_overflow`, denied by default) if that type cannot hold
+/// the result.
+pub(super) fn constant_binop(op: &BinOp, a: i128, b: i128) -> Val {
+    const WIDE: IntTy = IntTy::Fixed {
+        signed: true,
+        bits: 128,
+    };
+    match int_binop(op, (a, WIDE), (b, WIDE)) {
+        Val::Int(v, _) => Val::Int(v, IntTy::Open),
+        other => other,
+    }
+}
+
+/// Whether `e` is made of unsuffixed integer literals and operators only.
+pub(super) fn literals_only(e: &Expr) -> bool {
+    match e {
+        Expr::Lit(l) => matches!(&l.lit, Lit::Int(i) if i.suffix().is_empty()),
+        Expr::Paren(p) => literals_only(&p.expr),
+        Expr::Unary(u) => matches!(u.op, UnOp::Neg(_)) && literals_only(&u.expr),
+        Expr::Binary(b) => literals_only(&b.left) && literals_only(&b.right),
+        _ => false,
+    }
+}
+
+/// `-a` and `!a` on an integer of type `t`.
+pub(super) fn int_unary(op: &UnOp, a: i128, t: IntTy) -> Val {
+    match (op, t.signed()) {
+        // rustc refuses `-` on unsigned types; on an open one it makes the type signed.
+        (UnOp::Neg(_), Some(true) | None) => a.checked_neg().map_or(Val::Unknown, |v| t.exact(v)),
+        // `!a` is `-a - 1` in a signed type; in an unsigned one it depends on the width.
+        (UnOp::Not(_), Some(true)) => t.exact(-a - 1),
+        (UnOp::Not(_), Some(false)) => match t {
+            IntTy::Fixed { .. } => t.wrap(-a - 1),
+            _ => Val::Unknown,
+        },
+        (UnOp::Not(_), None) if a < 0 => t.exact(-a - 1),
+        _ => Val::Unknown,
+    }
+}
+
+pub(super) fn int_method(a: i128, ta: IntTy, name: &str, args: &[Val]) -> Val {
+    let arg = match args.first() {
+        Some(Val::Int(b, tb)) => Some((*b, *tb)),
+        _ => None,
+    };
+    // `pow` takes a `u32`; the other methods an argument of the receiver's type.
+    if name == "pow" {
+        return match arg {
+            Some((e, _)) if (0..128).contains(&e) => int_result(ta, a.checked_pow(e as u32), a, 0),
+            _ => Val::Unknown,
+        };
+    }
+    let (b, t) = match arg {
+        Some((b, tb)) => match IntTy::join(ta, tb) {
+            Some(t) => (Some(b), t),
+            None => return Val::Unknown,
+        },
+        None => (None, ta),
+    };
+    let exact = |v: Option<i128>| int_result(t, v, a, b.unwrap_or(0));
+    match (name, b) {
+        ("min", Some(b)) => exact(Some(a.min(b))),
+        ("max", Some(b)) => exact(Some(a.max(b))),
+        ("clamp", Some(lo)) => match args.get(1) {
+            Some(Val::Int(hi, _)) if lo <= *hi => exact(Some(a.clamp(lo, *hi))),
+            _ => Val::Unknown,
+        },
+        ("abs", _) if ta.signed() != Some(false) => exact(a.checked_abs()),
+        ("rem_euclid", Some(b)) => exact(a.checked_rem_euclid(b)),
+        ("div_euclid", Some(b)) => exact(a.checked_div_euclid(b)),
+        ("abs_diff", Some(b)) if t.signed() == Some(false) => exact(Some((a - b).abs())),
+        ("wrapping_add", Some(b)) => wrapping(t, a.checked_add(b), a, b),
+        ("wrapping_sub", Some(b)) => wrapping(t, a.checked_sub(b), a, b),
+        ("wrapping_mul", Some(b)) => wrapping(t, a.checked_mul(b), a, b),
+        ("saturating_add", Some(b)) => saturating(t, a.checked_add(b)),
+        ("saturating_sub", Some(b)) => saturating(t, a.checked_sub(b)),
+        ("saturating_mul", Some(b)) => saturating(t, a.checked_mul(b)),
+        // Unsigned only, in rustc; what overflows panics or gives 0.
+        ("next_power_of_two", None) if a >= 0 && t.signed() != Some(true) => exact(
+            (a as u128)
+                .checked_next_power_of_two()
+                .and_then(|v| i128::try_from(v).ok()),
+        ),
+        ("div_ceil", Some(b)) if b > 0 && a >= 0 => exact(a.checked_add(b - 1).map(|v| v / b)),
+        ("trailing_zeros", None) if a > 0 => Val::Int(i128::from(a.trailing_zeros()), IntTy::U32),
+        ("ilog2", None) if a > 0 => Val::Int(i128::from(a.ilog2()), IntTy::U32),
+        ("is_power_of_two", None) if t.signed() != Some(true) => {
+            Val::Bool(a > 0 && (a & (a - 1)) == 0)
+        }
+        ("clone", None) => Val::Int(a, ta),
+        _ => Val::Unknown,
+    }
+}
+
+/// `wrapping_*`: the exact result `v` of `a` and `b` of type `t`, wrapped to the type.
+fn wrapping(t: IntTy, v: Option<i128>, a: i128, b: i128) -> Val {
+    match (t, v) {
+        (IntTy::Open, v) => int_result(t, v, a, b),
+        (t, Some(v)) => t.wrap(v),
+        (_, None) => Val::Unknown,
+    }
+}
+
+/// `saturating_*`: the exact result `v`, clamped to the type's range where every target
+/// clamps it alike.
+fn saturating(t: IntTy, v: Option<i128>) -> Val {
+    let Some(v) = v else {
+        return Val::Unknown;
+    };
+    let (lo, hi) = t.bounds();
+    match t {
+        _ if (lo..=hi).contains(&v) => Val::Int(v, t),
+        IntTy::Fixed { .. } => Val::Int(v.clamp(lo, hi), t),
+        // Below zero, every unsigned width stops at zero; elsewhere the width decides.
+        IntTy::Size { signed: false } if v < 0 => Val::Int(0, t),
+        _ => Val::Unknown,
+    }
 }
 
 pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
@@ -466,7 +794,7 @@ pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
         Val::Array(a) => a
             .iter()
             .map(|x| match x {
-                Val::Int(i) if *i >= 0 => Some(*i as usize),
+                Val::Int(i, _) if *i >= 0 => Some(*i as usize),
                 _ => None,
             })
             .collect(),
@@ -475,6 +803,7 @@ pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
             end,
             step,
             rev: false,
+            ..
         } if *start >= 0
             && *step > 0
             && usize::try_from(*step).is_ok()
@@ -491,9 +820,22 @@ pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
     }
 }
 
+/// The values of a range of a short, increasing range, with its type.
+pub(super) fn range_vals(v: &Val) -> Option<Vec<Val>> {
+    let Val::Range { ty, .. } = v else {
+        return None;
+    };
+    Some(
+        ints(v)?
+            .into_iter()
+            .map(|x| Val::Int(x as i128, *ty))
+            .collect(),
+    )
+}
+
 pub(super) fn shape_of(v: &Val) -> Option<Vec<usize>> {
     match v {
-        Val::Int(n) if *n >= 0 => Some(vec![*n as usize]),
+        Val::Int(n, _) if *n >= 0 => Some(vec![*n as usize]),
         other => ints(other),
     }
 }
@@ -504,14 +846,14 @@ pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Option<Vec<(String, Val)>> {
         (Pat::Wild(_), _) => Some(Vec::new()),
         (Pat::Ident(i), _) if i.subpat.is_none() => Some(vec![(i.ident.to_string(), v.clone())]),
         (Pat::Lit(l), _) => match (lit(&l.lit), v) {
-            (Val::Int(a), Val::Int(b)) if a == *b => Some(Vec::new()),
+            (Val::Int(a, _), Val::Int(b, _)) if a == *b => Some(Vec::new()),
             (Val::Bool(a), Val::Bool(b)) if a == *b => Some(Vec::new()),
             _ => None,
         },
-        (Pat::Range(r), Val::Int(x)) => {
+        (Pat::Range(r), Val::Int(x, _)) => {
             let bound = |e: &Option<Box<Expr>>| match e.as_deref() {
                 Some(Expr::Lit(l)) => match lit(&l.lit) {
-                    Val::Int(i) => Some(Some(i)),
+                    Val::Int(i, _) => Some(Some(i)),
                     _ => None,
                 },
                 None => Some(None),
