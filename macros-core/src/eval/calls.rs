@@ -416,7 +416,13 @@ impl Eval<'_> {
                     Val::Opt(None)
                 }
             }
-            (Val::Int(a, t), _) => int_method(*a, *t, &name, &args),
+            (Val::Int(a, t), _) => {
+                let v = int_method(*a, *t, &name, &args);
+                if matches!(v, Val::Unknown) && args.iter().all(|x| matches!(x, Val::Int(..))) {
+                    self.note_int_unknown(&Expr::MethodCall(m.clone()), *t);
+                }
+                v
+            }
             // Copies: on the same device, or on the host (`to_host`); the shape and dtype stay.
             (Val::Tensor(t), "clone" | "try_clone" | "to_host") => Val::Tensor(t.clone()),
             // The tensor's data: what `ctx.tensor(shape, data)` takes its element type from.

@@ -294,6 +294,19 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// Notes why the integer expression `e`, of type `t`, is unknown (see [`IntTy`]), for
+    /// the message of a call that needs it.
+    fn note_int_unknown(&mut self, e: &Expr, t: IntTy) {
+        let rank = self.rank;
+        self.overflow.get_or_insert_with(|| {
+            format!(
+                "`{}` at rank {rank} overflows {} or depends on its width",
+                quote::quote!(#e),
+                t.name()
+            )
+        });
+    }
+
     /// After `let pat = init` bound unknown values: if `init` reads a variable that is unknown
     /// for overflow, so are `pat`'s, for the same reason (`let d = rank - 1; let root = if d >
     /// 5 { … }`).

@@ -1,5 +1,7 @@
 //! The evaluator on its own: a function body in, each rank's program description out.
 
+mod integers;
+
 use std::collections::HashMap;
 
 use rankwise_core::verify::{Item, Program};

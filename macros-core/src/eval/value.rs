@@ -152,6 +152,16 @@ impl IntTy {
         }
     }
 
+    /// The type as the program spells it, for messages.
+    pub(super) fn name(self) -> String {
+        let s = |signed: bool| if signed { 'i' } else { 'u' };
+        match self {
+            IntTy::Fixed { signed, bits } => format!("`{}{bits}`", s(signed)),
+            IntTy::Size { signed } => format!("`{}size`", s(signed)),
+            IntTy::Open => "its type".to_string(),
+        }
+    }
+
     /// Why `v`, a result of this type, is unknown, for messages.
     pub(super) fn out_of_range(self, v: Option<i128>) -> String {
         let (lo, _) = self.bounds();
@@ -285,6 +295,14 @@ pub(super) enum Val {
 }
 
 impl Val {
+    /// This integer if `keep` says so, else unknown.
+    fn filter_int(self, keep: impl FnOnce(i128) -> bool) -> Val {
+        match self {
+            Val::Int(v, t) if keep(v) => Val::Int(v, t),
+            _ => Val::Unknown,
+        }
+    }
+
     /// A `usize`: a rank, a world size, a length, a dimension.
     pub(super) fn usize(n: usize) -> Val {
         IntTy::USIZE.exact(n as i128)
@@ -616,7 +634,7 @@ pub(super) fn is_comparison(op: &BinOp) -> bool {
 }
 
 /// `a op b` on integers, as the program computes it (see [`IntTy`]).
-fn int_binop(op: &BinOp, (a, ta): (i128, IntTy), (b, tb): (i128, IntTy)) -> Val {
+pub(super) fn int_binop(op: &BinOp, (a, ta): (i128, IntTy), (b, tb): (i128, IntTy)) -> Val {
     let cmp = match op {
         BinOp::Eq(_) => Some(a == b),
         BinOp::Ne(_) => Some(a != b),
@@ -643,11 +661,7 @@ fn int_binop(op: &BinOp, (a, ta): (i128, IntTy), (b, tb): (i128, IntTy)) -> Val 
             BinOp::Shr(_) => ta.exact(a >> b),
             // An open type's width is unknown: only a result no type drops bits of is exact.
             _ if ta == IntTy::Open => int_result(ta, a.checked_mul(1 << b), a, b),
-            _ if bits == 128 => match a.checked_mul(1 << b) {
-                Some(v) => ta.exact(v),
-                None => Val::Unknown,
-            },
-            _ => ta.wrap(a << b),
+            _ => ta.wrap(a.wrapping_shl(b as u32)),
         };
     }
     let Some(t) = IntTy::join(ta, tb) else {
@@ -658,7 +672,11 @@ fn int_binop(op: &BinOp, (a, ta): (i128, IntTy), (b, tb): (i128, IntTy)) -> Val 
         BinOp::Sub(_) => a.checked_sub(b),
         BinOp::Mul(_) => a.checked_mul(b),
         BinOp::Div(_) => a.checked_div(b),
-        BinOp::Rem(_) => a.checked_rem(b),
+        // `MIN % -1` panics, as `MIN / -1` does: the quotient must fit too.
+        BinOp::Rem(_) => a
+            .checked_div(b)
+            .filter(|q| matches!(t.exact(*q), Val::Int(..)))
+            .and_then(|_| a.checked_rem(b)),
         // Two's complement bits of values of one type: the result is of that type too.
         BinOp::BitAnd(_) => Some(a & b),
         BinOp::BitOr(_) => Some(a | b),
@@ -700,12 +718,12 @@ pub(super) fn int_unary(op: &UnOp, a: i128, t: IntTy) -> Val {
         // rustc refuses `-` on unsigned types; on an open one it makes the type signed.
         (UnOp::Neg(_), Some(true) | None) => a.checked_neg().map_or(Val::Unknown, |v| t.exact(v)),
         // `!a` is `-a - 1` in a signed type; in an unsigned one it depends on the width.
-        (UnOp::Not(_), Some(true)) => t.exact(-a - 1),
+        (UnOp::Not(_), Some(true)) => t.exact(!a),
         (UnOp::Not(_), Some(false)) => match t {
-            IntTy::Fixed { .. } => t.wrap(-a - 1),
+            IntTy::Fixed { .. } => t.wrap(!a),
             _ => Val::Unknown,
         },
-        (UnOp::Not(_), None) if a < 0 => t.exact(-a - 1),
+        (UnOp::Not(_), None) if a < 0 => t.exact(!a),
         _ => Val::Unknown,
     }
 }
@@ -718,7 +736,10 @@ pub(super) fn int_method(a: i128, ta: IntTy, name: &str, args: &[Val]) -> Val {
     // `pow` takes a `u32`; the other methods an argument of the receiver's type.
     if name == "pow" {
         return match arg {
-            Some((e, _)) if (0..128).contains(&e) => int_result(ta, a.checked_pow(e as u32), a, 0),
+            Some((e, _)) => match u32::try_from(e) {
+                Ok(e) => int_result(ta, a.checked_pow(e), a, 0),
+                Err(_) => Val::Unknown,
+            },
             _ => Val::Unknown,
         };
     }
@@ -741,20 +762,25 @@ pub(super) fn int_method(a: i128, ta: IntTy, name: &str, args: &[Val]) -> Val {
         ("rem_euclid", Some(b)) => exact(a.checked_rem_euclid(b)),
         ("div_euclid", Some(b)) => exact(a.checked_div_euclid(b)),
         ("abs_diff", Some(b)) if t.signed() == Some(false) => exact(Some((a - b).abs())),
-        ("wrapping_add", Some(b)) => wrapping(t, a.checked_add(b), a, b),
-        ("wrapping_sub", Some(b)) => wrapping(t, a.checked_sub(b), a, b),
-        ("wrapping_mul", Some(b)) => wrapping(t, a.checked_mul(b), a, b),
-        ("saturating_add", Some(b)) => saturating(t, a.checked_add(b)),
-        ("saturating_sub", Some(b)) => saturating(t, a.checked_sub(b)),
-        ("saturating_mul", Some(b)) => saturating(t, a.checked_mul(b)),
+        ("wrapping_add", Some(b)) => wrapping(t, a.checked_add(b), a.wrapping_add(b), a, b),
+        ("wrapping_sub", Some(b)) => wrapping(t, a.checked_sub(b), a.wrapping_sub(b), a, b),
+        ("wrapping_mul", Some(b)) => wrapping(t, a.checked_mul(b), a.wrapping_mul(b), a, b),
+        ("saturating_add", Some(b)) => saturating(t, a.checked_add(b), a > 0),
+        ("saturating_sub", Some(b)) => saturating(t, a.checked_sub(b), b < 0),
+        ("saturating_mul", Some(b)) => saturating(t, a.checked_mul(b), (a > 0) == (b > 0)),
         // Unsigned only, in rustc; what overflows panics or gives 0.
         ("next_power_of_two", None) if a >= 0 && t.signed() != Some(true) => exact(
             (a as u128)
                 .checked_next_power_of_two()
                 .and_then(|v| i128::try_from(v).ok()),
         ),
-        ("div_ceil", Some(b)) if b > 0 && a >= 0 => exact(a.checked_add(b - 1).map(|v| v / b)),
-        ("trailing_zeros", None) if a > 0 => Val::Int(i128::from(a.trailing_zeros()), IntTy::U32),
+        ("div_ceil", Some(b)) if b > 0 && a >= 0 => exact(Some(a / b + i128::from(a % b != 0))),
+        ("trailing_zeros", None) if a != 0 => Val::Int(i128::from(a.trailing_zeros()), IntTy::U32),
+        // Zero has as many as the type has bits.
+        ("trailing_zeros", None) => match t {
+            IntTy::Fixed { bits, .. } => Val::Int(i128::from(bits), IntTy::U32),
+            _ => Val::Unknown,
+        },
         ("ilog2", None) if a > 0 => Val::Int(i128::from(a.ilog2()), IntTy::U32),
         ("is_power_of_two", None) if t.signed() != Some(true) => {
             Val::Bool(a > 0 && (a & (a - 1)) == 0)
@@ -764,27 +790,35 @@ pub(super) fn int_method(a: i128, ta: IntTy, name: &str, args: &[Val]) -> Val {
     }
 }
 
-/// `wrapping_*`: the exact result `v` of `a` and `b` of type `t`, wrapped to the type.
-fn wrapping(t: IntTy, v: Option<i128>, a: i128, b: i128) -> Val {
-    match (t, v) {
-        (IntTy::Open, v) => int_result(t, v, a, b),
-        (t, Some(v)) => t.wrap(v),
-        (_, None) => Val::Unknown,
+/// `wrapping_*` of `a` and `b` of type `t`: the exact result `v` for a literal's type, whose
+/// width is unknown; else the result's low 128 bits `low`, wrapped to the type.
+fn wrapping(t: IntTy, v: Option<i128>, low: i128, a: i128, b: i128) -> Val {
+    match t {
+        IntTy::Open => int_result(t, v, a, b),
+        t => t.wrap(low),
     }
 }
 
 /// `saturating_*`: the exact result `v`, clamped to the type's range where every target
-/// clamps it alike.
-fn saturating(t: IntTy, v: Option<i128>) -> Val {
-    let Some(v) = v else {
-        return Val::Unknown;
-    };
+/// clamps it alike; `v` is `None` past `i128`'s range, above it if `up`.
+fn saturating(t: IntTy, v: Option<i128>, up: bool) -> Val {
     let (lo, hi) = t.bounds();
-    match t {
-        _ if (lo..=hi).contains(&v) => Val::Int(v, t),
-        IntTy::Fixed { .. } => Val::Int(v.clamp(lo, hi), t),
+    let up = v.map_or(up, |v| v > hi);
+    match (t, v) {
+        // A literal's type may be unsigned (stopping at zero) or signed.
+        (IntTy::Open, v) => v.map_or(Val::Unknown, |v| t.exact(v).filter_int(|v| v >= 0)),
+        (_, Some(v)) if (lo..=hi).contains(&v) => Val::Int(v, t),
+        // `u128`'s upper half is beyond what the macro holds.
+        (
+            IntTy::Fixed {
+                signed: false,
+                bits: 128,
+            },
+            _,
+        ) if up => Val::Unknown,
+        (IntTy::Fixed { .. }, _) => Val::Int(if up { hi } else { lo }, t),
         // Below zero, every unsigned width stops at zero; elsewhere the width decides.
-        IntTy::Size { signed: false } if v < 0 => Val::Int(0, t),
+        (IntTy::Size { signed: false }, _) if !up => Val::Int(0, t),
         _ => Val::Unknown,
     }
 }
