@@ -915,10 +915,13 @@ impl<'a> Eval<'a> {
                     _ => Val::Unknown,
                 }
             }
-            Expr::Field(f) => {
-                val!(&f.base);
-                Val::Unknown
-            }
+            Expr::Field(f) => match (val!(&f.base), &f.member) {
+                // `pair.1`: an element of a tuple.
+                (Val::Tuple(t), syn::Member::Unnamed(i)) => {
+                    t.get(i.index as usize).cloned().unwrap_or(Val::Unknown)
+                }
+                _ => Val::Unknown,
+            },
             Expr::Let(l) => {
                 val!(&l.expr);
                 Val::Unknown
@@ -975,6 +978,12 @@ impl<'a> Eval<'a> {
                 return Val::Sym { k: Ratio::ONE, sym };
             }
             return Val::Unknown;
+        }
+        // `u8::MAX`, `i64::MIN`, `u32::BITS`: what every target agrees on.
+        if let [ty, name] = &segs[..]
+            && let Some(t) = IntTy::named(ty)
+        {
+            return t.constant(name);
         }
         if segs.last().is_some_and(|l| is_const_name(l)) && segs.iter().all(|s| s != "ReduceOp") {
             let sym = self.shared.symbol(&Expr::Path(p.clone()));

@@ -152,6 +152,25 @@ impl IntTy {
         }
     }
 
+    /// The associated constant `name` (`MAX`, `MIN`, `BITS`), where every target agrees on it.
+    pub(super) fn constant(self, name: &str) -> Val {
+        let (lo, hi) = self.bounds();
+        match (self, name) {
+            // `u128::MAX` is beyond what the macro holds.
+            (
+                IntTy::Fixed {
+                    signed: false,
+                    bits: 128,
+                },
+                "MAX",
+            ) => Val::Unknown,
+            (IntTy::Fixed { .. }, "MAX") => Val::Int(hi, self),
+            (IntTy::Fixed { .. } | IntTy::Size { signed: false }, "MIN") => Val::Int(lo, self),
+            (IntTy::Fixed { bits, .. }, "BITS") => Val::Int(i128::from(bits), IntTy::U32),
+            _ => Val::Unknown,
+        }
+    }
+
     /// The type as the program spells it, for messages.
     pub(super) fn name(self) -> String {
         let s = |signed: bool| if signed { 'i' } else { 'u' };

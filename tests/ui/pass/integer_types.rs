@@ -24,6 +24,9 @@ fn typed(ctx: &mut Ctx) -> Result<Vec<f32>> {
     let last = std::cmp::max(world - 1, zero);
     let first = usize::min(last, zero);
     ctx.broadcast(&mut t, last - first)?;
+    // Associated constants every target agrees on, and tuple fields.
+    let pair = (world - 1, u8::MAX as usize + u32::BITS as usize);
+    ctx.broadcast(&mut t, pair.1 - 287)?;
     // Saturation: 0 - 5 stops at 0 in a `usize`, and -3 in an `i64` stays -3.
     let floor = rank.saturating_sub(5);
     let signed: i64 = (rank as i64).saturating_sub(3);

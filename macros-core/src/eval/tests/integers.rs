@@ -400,3 +400,43 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn associated_constants_are_every_targets() {
+    macro_rules! expect {
+        ($t:ty) => {{
+            let ty = IntTy::named(stringify!($t)).expect("a type");
+            let want_max = i128::try_from(<$t>::MAX).ok();
+            assert!(matches!(ty.constant("MIN"), Val::Int(v, t) if v == <$t>::MIN as i128 && t == ty));
+            match (ty.constant("MAX"), want_max) {
+                (Val::Int(v, t), Some(m)) => assert!(v == m && t == ty),
+                (Val::Unknown, None) => {}
+                (got, _) => panic!("{}::MAX: {got:?}", stringify!($t)),
+            }
+            assert!(matches!(ty.constant("BITS"), Val::Int(v, _) if v == i128::from(<$t>::BITS)));
+        }};
+    }
+    expect!(u8);
+    expect!(i8);
+    expect!(u16);
+    expect!(i16);
+    expect!(u32);
+    expect!(i32);
+    expect!(u64);
+    expect!(i64);
+    expect!(i128);
+    expect!(u128);
+    // The pointer-sized types' bounds and width differ between targets; zero does not.
+    let usize = IntTy::named("usize").expect("usize");
+    assert!(matches!(usize.constant("MIN"), Val::Int(0, _)));
+    for name in ["MAX", "BITS"] {
+        assert!(
+            matches!(usize.constant(name), Val::Unknown),
+            "usize::{name}"
+        );
+        assert!(matches!(
+            IntTy::named("isize").expect("isize").constant(name),
+            Val::Unknown
+        ));
+    }
+}
