@@ -37,7 +37,7 @@ static RANKS: [RankTable; 2] = [RankTable { runs: &RUNS }, RankTable { runs: &RU
 static TABLE: Table = Table {
     function: "by_hand",
     worlds: &[(2, &RANKS)],
-    sites: &[(1, 1, "barrier")],
+    sites: &[(1, 1, u32::MAX, "barrier")],
 };
 
 #[test]
@@ -64,6 +64,95 @@ fn a_call_off_the_schedule_is_an_error_naming_it() {
                 assert!(expected.starts_with("barrier at "), "{expected}");
             }
             other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Where the line holding `marker` calls `method` in this file: the call site the guard sees.
+fn site_of(marker: &str, method: &str) -> (u32, u32) {
+    let src = include_str!("program.rs");
+    let (i, line) = src
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(marker) && !l.contains("site_of"))
+        .expect("the marker is in this file");
+    let col = line.find(method).expect("the method is on the marked line");
+    (i as u32 + 1, col as u32 + 1)
+}
+
+/// A table by hand for a function that broadcasts at `site` three times, the macro having
+/// verified the roots `roots` (one row per root, as the macro emits them).
+fn broadcasts(site: (u32, u32), roots: [u32; 3]) -> &'static Table {
+    let rows: Vec<(u32, u32, u32, &'static str)> = roots
+        .iter()
+        .map(|&r| (site.0, site.1, r, "broadcast"))
+        .collect();
+    let runs: Vec<Run> = (0..3u32)
+        .map(|i| Run {
+            pattern: Vec::leak(vec![i]),
+            times: 1,
+        })
+        .collect();
+    let runs: &'static [Run] = Vec::leak(runs);
+    let ranks: &'static [RankTable] = Vec::leak(vec![RankTable { runs }, RankTable { runs }]);
+    Box::leak(Box::new(Table {
+        function: "by_hand",
+        worlds: Vec::leak(vec![(2, ranks)]),
+        sites: Vec::leak(rows),
+    }))
+}
+
+/// A checked call whose root is not the one the macro verified it with — which the macro's
+/// evaluation makes impossible, and which would be a call nobody checked, on a backend that
+/// trusts the proof (MPI skips asking the members of a small broadcast whether they agree on
+/// the root). The guard refuses it before anything is posted, on every path a call takes: a
+/// lone call described anew, a lone call that repeats the last one (not described again), and
+/// the same two inside batches.
+#[test]
+fn a_root_other_than_the_verified_one_is_refused_before_it_is_posted() {
+    let lone = site_of("// LONE-BROADCAST", "broadcast");
+    let batched = site_of("// BATCHED-BROADCAST", "broadcast");
+    let run = |table: &'static Table, batch: bool| {
+        spawn_each(2, Options::default(), move |ctx| {
+            let _guard = Guard::enter(table, ctx)?;
+            let mut t = ctx.full([2], ctx.rank() as f32)?;
+            for _ in 0..3 {
+                if batch {
+                    let mut b = ctx.batch();
+                    b.broadcast(&mut t, 0); // BATCHED-BROADCAST
+                    b.run()?;
+                } else {
+                    ctx.broadcast(&mut t, 0)?; // LONE-BROADCAST
+                }
+            }
+            Ok(t.to_vec())
+        })
+        .unwrap()
+    };
+    for (batch, site) in [(false, lone), (true, batched)] {
+        // The control: the verified roots are the roots used.
+        for res in run(broadcasts(site, [0, 0, 0]), batch) {
+            assert_eq!(res.unwrap(), vec![0.0, 0.0]);
+        }
+        // The first call names another root: refused where it is described.
+        // The third: refused where it repeats the second (not described again).
+        for (roots, call) in [([1, 0, 0], 1), ([0, 0, 1], 3)] {
+            for (rank, res) in run(broadcasts(site, roots), batch).into_iter().enumerate() {
+                match res {
+                    Err(Error::UnverifiedPeer {
+                        function: "by_hand",
+                        site: at,
+                        verified: 1,
+                        actual: Some(0),
+                        ..
+                    }) => assert_eq!((at.line, at.column), site),
+                    // A rank the other's failure stopped first.
+                    Err(Error::PeerFailed { .. }) => {}
+                    other => panic!(
+                        "batch {batch}, call {call} verified with root 1, rank {rank}: {other:?}"
+                    ),
+                }
+            }
         }
     }
 }

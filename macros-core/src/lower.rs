@@ -78,10 +78,11 @@ fn compress(seq: &[u32]) -> Vec<(Vec<u32>, u32)> {
     runs
 }
 
-/// What the guard holds a run at one world size to: each rank's sequence of call-site ids.
+/// What the guard holds a run at one world size to: each rank's sequence of calls, as call-site
+/// ids with the peer or root each call names (where it names one).
 pub(crate) struct WorldSchedule {
     pub world: usize,
-    pub ranks: Vec<Vec<u32>>,
+    pub ranks: Vec<Vec<(u32, Option<usize>)>>,
 }
 
 impl WorldSchedule {
@@ -95,8 +96,8 @@ impl WorldSchedule {
                     .iter()
                     .flat_map(|i| match i {
                         // A wait is a call the guard follows too (it blocks like one).
-                        Item::Wait { id, .. } => vec![id.0],
-                        _ => i.ops().iter().map(|o| o.id.0).collect(),
+                        Item::Wait { id, .. } => vec![(id.0, None)],
+                        _ => i.ops().iter().map(|o| (o.id.0, o.desc.peer)).collect(),
                     })
                     .collect()
             })
@@ -108,8 +109,18 @@ impl WorldSchedule {
     }
 }
 
+/// No peer to check: the guard's table marks calls that name none (and waits) with it.
+const NO_PEER: u32 = u32::MAX;
+
 /// The statement that enters the guard, with the function's verified schedule: per world
 /// size, each rank's sequence of call-site ids.
+///
+/// The table has a row per call site (line, column, [`NO_PEER`], what), then one per call site
+/// and the peer or root it names somewhere (a broadcast whose root depends on the loop has one
+/// row per root): a rank's sequence names those rows, so the guard checks, beside the call
+/// site, the peer or root the macro verified the call with. The macro computes each value as
+/// the program does (see `IntTy`), so they agree; the check makes sure they do, before a
+/// backend that trusts the proof skips asking the other ranks (see `guard.rs`).
 pub(crate) fn guard(
     name: &str,
     ctx: &syn::Ident,
@@ -120,14 +131,38 @@ pub(crate) fn guard(
     // (`mixed_site`): user code can name neither, and two programs never collide.
     let table = format_ident!("__RANKWISE_SCHEDULE");
     let guard = syn::Ident::new("__rankwise_guard", proc_macro2::Span::mixed_site());
-    let site_rows = sites.iter().map(|s| {
-        let (line, col) = (s.site.line, s.site.column);
-        let what = &s.what;
-        quote!((#line, #col, #what))
+    let mut rows: Vec<(usize, u32)> = (0..sites.len()).map(|i| (i, NO_PEER)).collect();
+    let mut variant: std::collections::HashMap<(u32, usize), u32> = Default::default();
+    let mut row_of = |id: u32, peer: Option<usize>| -> u32 {
+        match peer.and_then(|p| u32::try_from(p).ok()) {
+            Some(p) => *variant.entry((id, p as usize)).or_insert_with(|| {
+                rows.push((id as usize, p));
+                (rows.len() - 1) as u32
+            }),
+            None => id,
+        }
+    };
+    let sequences: Vec<(usize, Vec<Vec<u32>>)> = schedules
+        .iter()
+        .map(|s| {
+            let ranks = s
+                .ranks
+                .iter()
+                .map(|seq| seq.iter().map(|&(id, peer)| row_of(id, peer)).collect())
+                .collect();
+            (s.world, ranks)
+        })
+        .collect();
+    // Row `i` must stay row `i`: a site the list lacks (none should) gets a row no call matches.
+    let site_rows = rows.iter().map(|&(i, peer)| match sites.get(i) {
+        Some(s) => {
+            let (line, col, what) = (s.site.line, s.site.column, &s.what);
+            quote!((#line, #col, #peer, #what))
+        }
+        None => quote!((0u32, 0u32, #peer, "")),
     });
-    let worlds = schedules.iter().map(|s| {
-        let w = s.world;
-        let ranks = s.ranks.iter().map(|seq| {
+    let worlds = sequences.iter().map(|(w, ranks)| {
+        let ranks = ranks.iter().map(|seq| {
             let runs = compress(seq).into_iter().map(|(pattern, times)| {
                 quote!(::rankwise::__private::Run { pattern: &[#(#pattern),*], times: #times })
             });

@@ -410,6 +410,8 @@ impl Caller<'_> {
                 violation,
             },
         )?;
+        // A checked program's call names the peer or root the macro verified it with.
+        crate::guard::Guard::check_peer(desc.peer, desc.site)?;
         Ok(Op {
             desc,
             input,
@@ -1277,6 +1279,10 @@ impl Ctx {
                 "a repeated call without the call it repeats".into(),
             ));
         };
+        // The repeat names the kept call's root (it is part of what repeats).
+        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, site) {
+            return Err(self.refused(e));
+        }
         execute_one(&self.backend, &mut self.trace, op, g)
     }
 
@@ -1619,6 +1625,11 @@ impl<'c, 'a> Batch<'c, 'a> {
             ));
             return self;
         };
+        // The repeat names the kept call's root (it is part of what repeats).
+        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, site) {
+            self.error = Some(e);
+            return self;
+        }
         // Equal addresses, but the kept pointers may be a freed tensor's (see `Ctx::recall`).
         (op.input.ptr, op.output.ptr) = bufs;
         if self.ctx.trace.is_some() {

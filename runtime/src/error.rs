@@ -179,6 +179,29 @@ pub enum Error {
         expected: String,
     },
 
+    /// A `#[rankwise::program]` function's call names another peer or root than the one the
+    /// macro verified it with: the macro's evaluation of the program was wrong.
+    #[error(
+        "{site}: rank {rank} of {world} in `{function}` names peer or root {actual:?}, but the \
+         macro verified this call with {verified}: rankwise evaluated this program wrongly \
+         (please report it, with the program); stopped before the call was posted, rather than \
+         run a call nobody verified"
+    )]
+    UnverifiedPeer {
+        /// The program function.
+        function: &'static str,
+        /// The rank.
+        rank: usize,
+        /// The world size.
+        world: usize,
+        /// The call.
+        site: CallSite,
+        /// The peer or root the macro verified the call with.
+        verified: usize,
+        /// The one the call names (`None`: none).
+        actual: Option<usize>,
+    },
+
     /// At the entry of a `#[rankwise::program]` function on a backend that uses the macro's
     /// proof (MPI), some ranks were not entering the same verified schedule: another checked
     /// function, another build of this one, or (if they made a matching call by chance) no

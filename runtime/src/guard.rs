@@ -27,6 +27,9 @@ use crate::Ctx;
 use crate::error::{Error, Result};
 use crate::model::CallSite;
 
+/// In [`Table::sites`]: a call that names no peer or root (or whose is not checked).
+pub(crate) const NO_PEER: u32 = u32::MAX;
+
 /// One run of an expected sequence: `pattern` repeated `times` times.
 #[derive(Debug)]
 pub struct Run {
@@ -50,8 +53,9 @@ pub struct Table {
     pub function: &'static str,
     /// The checked world sizes, ascending, and each one's per-rank sequences.
     pub worlds: &'static [(usize, &'static [RankTable])],
-    /// Each site id's source location and what the call does, for messages.
-    pub sites: &'static [(u32, u32, &'static str)],
+    /// Each site id's source location, the peer or root the verified call names there
+    /// (`u32::MAX` if none), and what the call does, for messages.
+    pub sites: &'static [(u32, u32, u32, &'static str)],
 }
 
 struct Active {
@@ -68,6 +72,9 @@ struct Active {
     proven: bool,
     /// Where this rank left its schedule, once it has: every later call is refused.
     left_at: Option<CallSite>,
+    /// The peer or root the verified schedule has for the call admitted last (see
+    /// [`Guard::check_peer`]), [`NO_PEER`] if none.
+    peer: u32,
 }
 
 thread_local! {
@@ -142,6 +149,7 @@ impl Guard {
                 file,
                 proven,
                 left_at: None,
+                peer: NO_PEER,
             })
         });
         ANY.with(|any| any.set(true));
@@ -159,6 +167,44 @@ impl Guard {
             return Ok(());
         }
         Self::check_active(site)
+    }
+
+    /// After [`Guard::check`] admitted the call at `site`: checks that the peer or root it
+    /// names, `peer`, is the one the verified schedule has for it. The macro computes it as the
+    /// program does, so the two agree; if they did not, a backend that trusts the proof (and
+    /// skips asking the members of a rooted collective whether they agree on the root) would
+    /// run a call nobody verified — so the rank leaves its schedule here, with an error, before
+    /// anything is posted.
+    #[inline(always)]
+    pub(crate) fn check_peer(peer: Option<usize>, site: CallSite) -> Result<()> {
+        if !ANY.with(Cell::get) {
+            return Ok(());
+        }
+        Self::check_peer_active(peer, site)
+    }
+
+    /// [`Guard::check_peer`] with a guard active.
+    #[inline(never)]
+    fn check_peer_active(peer: Option<usize>, site: CallSite) -> Result<()> {
+        ACTIVE.with(|a| {
+            let mut a = a.borrow_mut();
+            let Some(g) = a.last_mut() else {
+                return Ok(());
+            };
+            let expected = g.peer;
+            if expected == NO_PEER || peer.is_some_and(|p| p == expected as usize) {
+                return Ok(());
+            }
+            g.left_at = Some(site);
+            Err(Error::UnverifiedPeer {
+                function: g.table.function,
+                rank: g.rank,
+                world: g.world,
+                site,
+                verified: expected as usize,
+                actual: peer,
+            })
+        })
     }
 
     /// Whether the calls this thread makes now are proven (see the module docs): the innermost
@@ -195,12 +241,13 @@ impl Guard {
             }
             let next = g.ranks.runs.get(g.run).map(|r| r.pattern[g.pos]);
             let expected = next.and_then(|id| g.table.sites.get(id as usize));
-            if let Some(&(line, column, _)) = expected {
+            if let Some(&(line, column, peer, _)) = expected {
                 // Same file too: a helper in another file may have a call at the same line and
                 // column (`&'static str`s from `file!()` usually share an address; compare the
                 // text when they do not).
                 let same_file = std::ptr::eq(site.file, g.file) || site.file == g.file;
                 if (line, column) == (site.line, site.column) && same_file {
+                    g.peer = peer;
                     let run = &g.ranks.runs[g.run];
                     g.pos += 1;
                     if g.pos == run.pattern.len() {
@@ -216,7 +263,7 @@ impl Guard {
             }
             g.left_at = Some(site);
             let expected = match expected {
-                Some(&(line, col, what)) => format!("{what} at {}:{line}:{col}", g.file),
+                Some(&(line, col, _, what)) => format!("{what} at {}:{line}:{col}", g.file),
                 None => "no further communication".to_string(),
             };
             Err(Error::Diverged {
@@ -298,9 +345,10 @@ fn fingerprint(table: &Table, ranks: &[RankTable], file: &str) -> u64 {
         eat(&text.len().to_le_bytes());
         eat(text.as_bytes());
     }
-    for &(line, column, what) in table.sites {
+    for &(line, column, peer, what) in table.sites {
         eat(&line.to_le_bytes());
         eat(&column.to_le_bytes());
+        eat(&peer.to_le_bytes());
         eat(what.as_bytes());
     }
     for r in ranks {
@@ -344,7 +392,11 @@ mod tests {
     static TABLE: Table = Table {
         function: "demo",
         worlds: &[(1, &RANKS)],
-        sites: &[(3, 5, "send"), (4, 5, "recv"), (9, 1, "barrier")],
+        sites: &[
+            (3, 5, 0, "send"),
+            (4, 5, 0, "recv"),
+            (9, 1, NO_PEER, "barrier"),
+        ],
     };
 
     /// [`Guard::enter`] without a context (no handshake): `proven` says what it would have
@@ -441,7 +493,11 @@ mod tests {
         static MOVED: Table = Table {
             function: "demo",
             worlds: &[(1, &RANKS)],
-            sites: &[(3, 6, "send"), (4, 5, "recv"), (9, 1, "barrier")],
+            sites: &[
+                (3, 6, 0, "send"),
+                (4, 5, 0, "recv"),
+                (9, 1, NO_PEER, "barrier"),
+            ],
         };
         let base = fingerprint(&TABLE, &RANKS, "a.rs");
         assert_eq!(base, fingerprint(&TABLE, &RANKS, "a.rs"));

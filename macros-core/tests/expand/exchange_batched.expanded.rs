@@ -9,11 +9,11 @@ fn exchange(ctx: &mut Ctx) -> Result<()> {
                         ::rankwise::__private::RankTable {
                             runs: &[
                                 ::rankwise::__private::Run {
-                                    pattern: &[0u32],
+                                    pattern: &[6u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[7u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -29,11 +29,11 @@ fn exchange(ctx: &mut Ctx) -> Result<()> {
                         ::rankwise::__private::RankTable {
                             runs: &[
                                 ::rankwise::__private::Run {
-                                    pattern: &[4u32],
+                                    pattern: &[8u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[5u32],
+                                    pattern: &[9u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -50,12 +50,16 @@ fn exchange(ctx: &mut Ctx) -> Result<()> {
                 ),
             ],
             sites: &[
-                (7u32, 13u32, "send"),
-                (8u32, 13u32, "recv"),
-                (13u32, 9u32, "all_reduce"),
-                (14u32, 9u32, "all_reduce"),
-                (10u32, 13u32, "recv"),
-                (11u32, 13u32, "send"),
+                (7u32, 13u32, 4294967295u32, "send"),
+                (8u32, 13u32, 4294967295u32, "recv"),
+                (13u32, 9u32, 4294967295u32, "all_reduce"),
+                (14u32, 9u32, 4294967295u32, "all_reduce"),
+                (10u32, 13u32, 4294967295u32, "recv"),
+                (11u32, 13u32, 4294967295u32, "send"),
+                (7u32, 13u32, 1u32, "send"),
+                (8u32, 13u32, 1u32, "recv"),
+                (10u32, 13u32, 0u32, "recv"),
+                (11u32, 13u32, 0u32, "send"),
             ],
         };
         ::rankwise::__private::Guard::enter(&__RANKWISE_SCHEDULE, &mut *ctx)?

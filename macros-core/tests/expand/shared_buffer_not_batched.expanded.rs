@@ -13,7 +13,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[4u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -21,7 +21,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[3u32],
+                                    pattern: &[5u32],
                                     times: 1u32,
                                 },
                             ],
@@ -33,7 +33,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[4u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -41,7 +41,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[3u32],
+                                    pattern: &[5u32],
                                     times: 1u32,
                                 },
                             ],
@@ -58,7 +58,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[4u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -66,7 +66,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[3u32],
+                                    pattern: &[6u32],
                                     times: 1u32,
                                 },
                             ],
@@ -78,7 +78,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[4u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -86,7 +86,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[3u32],
+                                    pattern: &[6u32],
                                     times: 1u32,
                                 },
                             ],
@@ -98,7 +98,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[4u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -106,7 +106,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[3u32],
+                                    pattern: &[6u32],
                                     times: 1u32,
                                 },
                             ],
@@ -118,7 +118,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[1u32],
+                                    pattern: &[4u32],
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
@@ -126,7 +126,7 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                                     times: 1u32,
                                 },
                                 ::rankwise::__private::Run {
-                                    pattern: &[3u32],
+                                    pattern: &[6u32],
                                     times: 1u32,
                                 },
                             ],
@@ -135,10 +135,13 @@ fn apart(ctx: &mut Ctx) -> Result<()> {
                 ),
             ],
             sites: &[
-                (5u32, 9u32, "all_reduce"),
-                (6u32, 9u32, "broadcast"),
-                (7u32, 9u32, "barrier"),
-                (8u32, 9u32, "broadcast"),
+                (5u32, 9u32, 4294967295u32, "all_reduce"),
+                (6u32, 9u32, 4294967295u32, "broadcast"),
+                (7u32, 9u32, 4294967295u32, "barrier"),
+                (8u32, 9u32, 4294967295u32, "broadcast"),
+                (6u32, 9u32, 0u32, "broadcast"),
+                (8u32, 9u32, 1u32, "broadcast"),
+                (8u32, 9u32, 3u32, "broadcast"),
             ],
         };
         ::rankwise::__private::Guard::enter(&__RANKWISE_SCHEDULE, &mut *ctx)?

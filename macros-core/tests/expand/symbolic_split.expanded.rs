@@ -70,7 +70,7 @@ fn shard(ctx: &mut Ctx) -> Result<()> {
                     ],
                 ),
             ],
-            sites: &[(6u32, 9u32, "reduce_scatter")],
+            sites: &[(6u32, 9u32, 4294967295u32, "reduce_scatter")],
         };
         ::rankwise::__private::Guard::enter(&__RANKWISE_SCHEDULE, &mut *ctx)?
     };
