@@ -1027,14 +1027,21 @@ impl<'a> Eval<'a> {
                 {
                     a[i] = v;
                     self.assign(&name, Val::Array(a));
-                } else if let Some(name) = scan::base_ident(place) {
-                    self.havoc(&name);
+                } else {
+                    self.havoc_place(place);
                 }
             }
-            (left, _) => {
-                if let Some(name) = scan::base_ident(left) {
-                    self.havoc(&name);
-                }
+            (left, _) => self.havoc_place(left),
+        }
+    }
+
+    /// After an assignment to `place`, which the macro does not follow: forgets what it may
+    /// have written. An element of a tensor's data (`t.as_mut_slice()?[0] = 1.0`) changes
+    /// neither its shape nor its type, so the tensor is kept.
+    fn havoc_place(&mut self, place: &Expr) {
+        for (name, inside) in scan::place_roots(place) {
+            if !(inside && matches!(self.lookup(&name), Some(Val::Tensor(_)))) {
+                self.havoc(&name);
             }
         }
     }

@@ -242,6 +242,39 @@ pub(super) fn lent_mutably(e: &Expr) -> Vec<String> {
 /// `a.f`, `*a`, `(a)`. A place reached through a method (`t.as_mut_slice()?[0]`) has none:
 /// the method's receiver is accounted for as a receiver (a `Vec`'s `last_mut` changes it; a
 /// tensor's `as_mut_slice` cannot change its shape).
+/// The variables an assignment to the place `e` may write: its base variable, also through
+/// the methods and calls that lend it (`*v.first_mut().unwrap() = 1`, `v.as_mut_slice()[0] =
+/// 1`, `*Option::unwrap(v.last_mut()) = 1` write `v`). Each with whether the place is inside
+/// it (through an index or a method: an element, not the variable's whole value).
+pub(super) fn place_roots(e: &Expr) -> Vec<(String, bool)> {
+    fn walk(e: &Expr, inside: bool, out: &mut Vec<(String, bool)>) {
+        match e {
+            Expr::Index(i) => walk(&i.expr, true, out),
+            Expr::Field(f) => walk(&f.base, inside, out),
+            Expr::Paren(p) => walk(&p.expr, inside, out),
+            Expr::Group(g) => walk(&g.expr, inside, out),
+            Expr::Unary(u) => walk(&u.expr, inside, out),
+            Expr::Reference(r) => walk(&r.expr, inside, out),
+            Expr::Try(t) => walk(&t.expr, inside, out),
+            Expr::MethodCall(m) => {
+                walk(&m.receiver, true, out);
+                for a in &m.args {
+                    walk(a, true, out);
+                }
+            }
+            Expr::Call(c) => {
+                for a in &c.args {
+                    walk(a, true, out);
+                }
+            }
+            _ => out.extend(ident_of(e).map(|n| (n, inside))),
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, false, &mut out);
+    out
+}
+
 pub(super) fn base_ident(e: &Expr) -> Option<String> {
     match e {
         Expr::Index(i) => base_ident(&i.expr),
@@ -282,7 +315,9 @@ impl<'ast> Visit<'ast> for EffectFinder {
         self.depth -= 1;
     }
     fn visit_expr_assign(&mut self, a: &'ast syn::ExprAssign) {
-        self.out.assigned.extend(base_ident(&a.left));
+        self.out
+            .assigned
+            .extend(place_roots(&a.left).into_iter().map(|(n, _)| n));
         syn::visit::visit_expr_assign(self, a);
     }
     fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
@@ -300,7 +335,9 @@ impl<'ast> Visit<'ast> for EffectFinder {
                 | ShlAssign(_)
                 | ShrAssign(_)
         ) {
-            self.out.assigned.extend(base_ident(&b.left));
+            self.out
+                .assigned
+                .extend(place_roots(&b.left).into_iter().map(|(n, _)| n));
         }
         syn::visit::visit_expr_binary(self, b);
     }
