@@ -33,6 +33,25 @@ use env::Env;
 use scan::{EffectFinder, Exit, communicates};
 use value::*;
 
+/// Why a value is unknown, and what to write instead, where the macro can say more than that
+/// it cannot compute it (see `Eval::lost`).
+#[derive(Clone, Debug)]
+struct Lost {
+    why: String,
+    help: &'static str,
+}
+
+impl Lost {
+    /// Integer arithmetic the program's types may not hold.
+    fn arithmetic(why: String) -> Lost {
+        Lost {
+            why,
+            help: "keep the arithmetic within its type (for a neighbour, `(rank + world - 1) % \
+                   world`, not `rank - 1`), or give the values a type wide enough",
+        }
+    }
+}
+
 /// The longest `[x; n]` or `vec![x; n]` the macro follows element by element.
 const MAX_REPEAT: i128 = 4096;
 
@@ -85,11 +104,12 @@ pub(crate) struct Eval<'a> {
     /// Variables whose values were forgotten ([`Eval::havoc`]), with the line where: the
     /// explanation a later "cannot compute" owes the user.
     forgotten: HashMap<String, u32>,
-    /// Integer arithmetic in the statement being evaluated whose result the program's types may
-    /// not hold (see [`IntTy`]): why a value computed from it is unknown.
-    overflow: Option<String>,
-    /// Variables bound to such a result, with the line and the reason.
-    overflowed: HashMap<String, (u32, String)>,
+    /// Why a value the statement being evaluated computes is unknown, where the macro can say
+    /// better than "cannot compute": integer arithmetic the program's types may not hold (see
+    /// [`IntTy`]), a `match` pattern it cannot read.
+    lost: Option<Lost>,
+    /// Variables bound to such a value, with the line and the reason.
+    lost_in: HashMap<String, (u32, Lost)>,
 }
 
 impl<'a> Eval<'a> {
@@ -118,8 +138,8 @@ impl<'a> Eval<'a> {
             budget: BUDGET,
             line: 0,
             forgotten: HashMap::new(),
-            overflow: None,
-            overflowed: HashMap::new(),
+            lost: None,
+            lost_in: HashMap::new(),
         }
     }
 
@@ -167,7 +187,7 @@ impl<'a> Eval<'a> {
 
     fn bind(&mut self, name: String, v: Val) {
         self.forgotten.remove(&name);
-        self.note_overflow(&name, &v);
+        self.note_lost(&name, &v);
         self.env.bind(name, v);
     }
 
@@ -175,7 +195,7 @@ impl<'a> Eval<'a> {
     /// element type is settled keeps that type, whatever the new value's literal suggested.
     fn assign(&mut self, name: &str, mut v: Val) {
         self.forgotten.remove(name);
-        self.note_overflow(name, &v);
+        self.note_lost(name, &v);
         if let (Some(Val::Tensor(old)), Val::Tensor(new)) = (self.lookup(name), &mut v)
             && !old.open()
             && new.open()
@@ -281,15 +301,15 @@ impl<'a> Eval<'a> {
         self.forgotten.insert(name.to_string(), self.line);
     }
 
-    /// Remembers why `name`, bound to `v`, is unknown, if the statement's integer arithmetic is.
-    fn note_overflow(&mut self, name: &str, v: &Val) {
-        match (&self.overflow, v) {
+    /// Remembers why `name`, bound to `v`, is unknown, if the statement says (see `lost`).
+    fn note_lost(&mut self, name: &str, v: &Val) {
+        match (&self.lost, v) {
             (Some(why), Val::Unknown) => {
-                self.overflowed
+                self.lost_in
                     .insert(name.to_string(), (self.line, why.clone()));
             }
             _ => {
-                self.overflowed.remove(name);
+                self.lost_in.remove(name);
             }
         }
     }
@@ -298,28 +318,28 @@ impl<'a> Eval<'a> {
     /// the message of a call that needs it.
     fn note_int_unknown(&mut self, e: &Expr, t: IntTy) {
         let rank = self.rank;
-        self.overflow.get_or_insert_with(|| {
-            format!(
+        self.lost.get_or_insert_with(|| {
+            Lost::arithmetic(format!(
                 "`{}` at rank {rank} overflows {} or depends on its width",
                 quote::quote!(#e),
                 t.name()
-            )
+            ))
         });
     }
 
     /// After `let pat = init` bound unknown values: if `init` reads a variable that is unknown
-    /// for overflow, so are `pat`'s, for the same reason (`let d = rank - 1; let root = if d >
-    /// 5 { … }`).
-    fn inherit_overflow(&mut self, pat: &Pat, init: &Expr) {
+    /// for a reason noted (see `lost`), so are `pat`'s, for the same reason (`let d = rank - 1;
+    /// let root = if d > 5 { … }`).
+    fn inherit_lost(&mut self, pat: &Pat, init: &Expr) {
         let mut read = Vec::new();
         scan::idents(init, &mut read);
-        let Some(why) = read.iter().find_map(|n| self.overflowed.get(n)).cloned() else {
+        let Some(why) = read.iter().find_map(|n| self.lost_in.get(n)).cloned() else {
             return;
         };
         let mut names = Vec::new();
         pat_names(pat, &mut names);
         for n in names {
-            self.overflowed.insert(n, why.clone());
+            self.lost_in.insert(n, why.clone());
         }
     }
 
@@ -333,21 +353,19 @@ impl<'a> Eval<'a> {
         let forgotten = names
             .iter()
             .find_map(|n| self.forgotten.get(n).map(|line| (n, *line)));
-        let overflow = match &self.overflow {
-            Some(o) => Some(o.clone()),
+        let lost = match &self.lost {
+            Some(l) => Some((l.why.clone(), l.help)),
             None => names.iter().find_map(|n| {
-                self.overflowed
-                    .get(n)
-                    .map(|(line, o)| format!("`{n}` is unknown from line {line} on, where {o}"))
+                self.lost_in.get(n).map(|(line, l)| {
+                    (
+                        format!("`{n}` is unknown from line {line} on, where {}", l.why),
+                        l.help,
+                    )
+                })
             }),
         };
-        if let (None, Some(o)) = (forgotten, overflow) {
-            return (
-                format!("{why}: {o}"),
-                "keep the arithmetic within its type (for a neighbour, `(rank + world - 1) % \
-                 world`, not `rank - 1`), or give the values a type wide enough"
-                    .to_string(),
-            );
+        if let (None, Some((lost, help))) = (forgotten, lost) {
+            return (format!("{why}: {lost}"), help.to_string());
         }
         match forgotten {
             Some((n, line)) => (
@@ -454,7 +472,7 @@ impl<'a> Eval<'a> {
 
     fn stmt(&mut self, s: &Stmt) -> Flow {
         self.line = s.span().start().line as u32;
-        self.overflow = None;
+        self.lost = None;
         if let Some(span) = cfg_attr(stmt_attrs(s)) {
             return self.cfg_stmt(s, span);
         }
@@ -488,8 +506,8 @@ impl<'a> Eval<'a> {
                 self.bind_pat(&l.pat, v);
                 if let Some(init) = &l.init {
                     self.note_references(&l.pat, &init.expr);
-                    if unknown && self.overflow.is_none() {
-                        self.inherit_overflow(&l.pat, &init.expr);
+                    if unknown && self.lost.is_none() {
+                        self.inherit_lost(&l.pat, &init.expr);
                     }
                 }
                 Flow::Normal(Val::Unit)
@@ -1100,14 +1118,14 @@ impl<'a> Eval<'a> {
                 _ => None,
             };
             let (e, op) = (&b, &b.op);
-            self.overflow.get_or_insert_with(|| {
-                format!(
+            self.lost.get_or_insert_with(|| {
+                Lost::arithmetic(format!(
                     "`{}` is {x} {} {y} at rank {}, which {}",
                     quote::quote!(#e),
                     quote::quote!(#op),
                     self.rank,
                     t.out_of_range(exact)
-                )
+                ))
             });
         }
         match (v, symbolic) {
@@ -1186,7 +1204,26 @@ impl<'a> Eval<'a> {
         let cfg_arms = m.arms.iter().any(|a| cfg_attr(&a.attrs).is_some());
         if matches!(scrut, Val::Int(_, _) | Val::Bool(_)) && !cfg_arms {
             for arm in &m.arms {
-                if let Some(bound) = pat_matches(&arm.pat, &scrut) {
+                let bound = match pat_matches(&arm.pat, &scrut) {
+                    Matched::Yes(bound) => bound,
+                    Matched::No => continue,
+                    // Whether this arm is taken is unknown, so every later one is too.
+                    Matched::Unknown => {
+                        let (line, p) = (arm.pat.span().start().line, &arm.pat);
+                        self.lost.get_or_insert_with(|| Lost {
+                            why: format!(
+                                "the `match` decides by the pattern `{}` at line {line}, which \
+                                 the macro cannot read (a constant's name, or a kind of pattern \
+                                 it does not follow)",
+                                quote::quote!(#p)
+                            ),
+                            help: "match on literals and ranges of literals, or compare with \
+                                   `==` in an `if`",
+                        });
+                        break;
+                    }
+                };
+                {
                     self.env.push();
                     for (n, v) in bound {
                         self.bind(n, v);

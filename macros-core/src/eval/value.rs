@@ -893,17 +893,58 @@ pub(super) fn shape_of(v: &Val) -> Option<Vec<usize>> {
     }
 }
 
-/// Whether `pat` matches the static value `v`; the bindings it makes if so.
-pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Option<Vec<(String, Val)>> {
+/// Whether a pattern matches a static value.
+pub(super) enum Matched {
+    /// It does, with the bindings it makes.
+    Yes(Vec<(String, Val)>),
+    /// It does not.
+    No,
+    /// The macro cannot tell (a constant's name, a pattern kind it does not read): the match
+    /// must not go on to a later arm as if this one had failed.
+    Unknown,
+}
+
+/// Whether `pat` matches the static value `v`.
+pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Matched {
+    let yes_if = |b: bool| {
+        if b {
+            Matched::Yes(Vec::new())
+        } else {
+            Matched::No
+        }
+    };
     match (pat, v) {
-        (Pat::Wild(_), _) => Some(Vec::new()),
-        (Pat::Ident(i), _) if i.subpat.is_none() => Some(vec![(i.ident.to_string(), v.clone())]),
+        (Pat::Wild(_), _) => Matched::Yes(Vec::new()),
+        (Pat::Ident(i), _) => {
+            let name = (i.ident.to_string(), v.clone());
+            match &i.subpat {
+                // `K` may name a constant, which the pattern compares with rather than binds
+                // (Rust decides by what is in scope; constants are named in capitals).
+                None if i
+                    .ident
+                    .to_string()
+                    .starts_with(|c: char| c.is_ascii_uppercase()) =>
+                {
+                    Matched::Unknown
+                }
+                None => Matched::Yes(vec![name]),
+                // `x @ 1..=3`: the subpattern decides, and `x` is bound too.
+                Some((_, sub)) => match pat_matches(sub, v) {
+                    Matched::Yes(mut b) => {
+                        b.push(name);
+                        Matched::Yes(b)
+                    }
+                    other => other,
+                },
+            }
+        }
         (Pat::Lit(l), _) => match (lit(&l.lit), v) {
-            (Val::Int(a, _), Val::Int(b, _)) if a == *b => Some(Vec::new()),
-            (Val::Bool(a), Val::Bool(b)) if a == *b => Some(Vec::new()),
-            _ => None,
+            (Val::Int(a, _), Val::Int(b, _)) => yes_if(a == *b),
+            (Val::Bool(a), Val::Bool(b)) => yes_if(a == *b),
+            _ => Matched::Unknown,
         },
         (Pat::Range(r), Val::Int(x, _)) => {
+            // Literal bounds only: a constant's value is not known here.
             let bound = |e: &Option<Box<Expr>>| match e.as_deref() {
                 Some(Expr::Lit(l)) => match lit(&l.lit) {
                     Val::Int(i, _) => Some(Some(i)),
@@ -912,15 +953,23 @@ pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Option<Vec<(String, Val)>> {
                 None => Some(None),
                 _ => None,
             };
-            let lo = bound(&r.start)?;
-            let hi = bound(&r.end)?;
+            let (Some(lo), Some(hi)) = (bound(&r.start), bound(&r.end)) else {
+                return Matched::Unknown;
+            };
             let closed = matches!(r.limits, syn::RangeLimits::Closed(_));
-            let ok = lo.is_none_or(|lo| *x >= lo)
-                && hi.is_none_or(|hi| if closed { *x <= hi } else { *x < hi });
-            ok.then(Vec::new)
+            yes_if(
+                lo.is_none_or(|lo| *x >= lo)
+                    && hi.is_none_or(|hi| if closed { *x <= hi } else { *x < hi }),
+            )
         }
-        (Pat::Or(o), _) => o.cases.iter().find_map(|c| pat_matches(c, v)),
+        // The first case that does not fail decides (a later one's bindings could differ).
+        (Pat::Or(o), _) => o
+            .cases
+            .iter()
+            .map(|c| pat_matches(c, v))
+            .find(|m| !matches!(m, Matched::No))
+            .unwrap_or(Matched::No),
         (Pat::Paren(p), _) => pat_matches(&p.pat, v),
-        _ => None,
+        _ => Matched::Unknown,
     }
 }
