@@ -633,7 +633,25 @@ impl<'a> Eval<'a> {
 
     fn bind_pat(&mut self, pat: &Pat, v: Val) {
         match pat {
-            Pat::Ident(p) => self.bind(p.ident.to_string(), v),
+            Pat::Ident(p) => {
+                // `x @ (a, b)`: the sub-pattern binds too.
+                if let Some((_, sub)) = &p.subpat {
+                    self.bind_pat(sub, v.clone());
+                }
+                self.bind(p.ident.to_string(), v);
+            }
+            // `let [a, b] = [x, y]`: element by element, for a list of that length.
+            Pat::Slice(sl) => match v {
+                Val::Array(vals)
+                    if vals.len() == sl.elems.len()
+                        && !sl.elems.iter().any(|e| matches!(e, Pat::Rest(_))) =>
+                {
+                    for (p, v) in sl.elems.iter().zip(vals) {
+                        self.bind_pat(p, v);
+                    }
+                }
+                _ => self.bind_unknown(pat),
+            },
             Pat::Type(t) => {
                 // The annotation is the variable's type: it decides an element type the value
                 // leaves open, and gives one to a value the macro does not know (`let t:
@@ -679,13 +697,20 @@ impl<'a> Eval<'a> {
                         self.bind_pat(p, v);
                     }
                 }
-                _ => {
-                    for p in &t.elems {
-                        self.bind_pat(p, Val::Unknown);
-                    }
-                }
+                _ => self.bind_unknown(pat),
             },
-            _ => {}
+            // Any other pattern (`S { a, .. }`, `Some(x)`): its names are bound, to values the
+            // macro does not know — not left naming an outer variable they shadow.
+            _ => self.bind_unknown(pat),
+        }
+    }
+
+    /// Binds every name `pat` binds to an unknown value.
+    fn bind_unknown(&mut self, pat: &Pat) {
+        let mut names = Vec::new();
+        pat_names(pat, &mut names);
+        for n in names {
+            self.bind(n, Val::Unknown);
         }
     }
 
@@ -1554,7 +1579,12 @@ fn holds_handle(v: &Val) -> bool {
 /// The names a pattern binds.
 fn pat_names(p: &Pat, out: &mut Vec<String>) {
     match p {
-        Pat::Ident(i) => out.push(i.ident.to_string()),
+        Pat::Ident(i) => {
+            out.push(i.ident.to_string());
+            if let Some((_, sub)) = &i.subpat {
+                pat_names(sub, out);
+            }
+        }
         Pat::Type(t) => pat_names(&t.pat, out),
         Pat::Tuple(t) => t.elems.iter().for_each(|e| pat_names(e, out)),
         Pat::TupleStruct(t) => t.elems.iter().for_each(|e| pat_names(e, out)),
