@@ -266,7 +266,8 @@ fn broadcast_schedule(ctx: &mut Ctx, t: &mut Tensor<f32>) -> Result<&'static Tab
         Box::leak(Box::new(Table {
             function: "bench",
             worlds,
-            sites: Box::leak(Box::new([(line, column, "broadcast")])),
+            // Root 0, as the macro would verify it (the guard checks it, as for the macro's).
+            sites: Box::leak(Box::new([(line, column, 0, "broadcast")])),
         }))
     }
     let probe = table(ctx.world(), 0, 0);
