@@ -1167,14 +1167,33 @@ impl<'a> Eval<'a> {
     }
 
     fn if_expr(&mut self, i: &syn::ExprIf) -> Flow {
-        let cond = match self.expr(&i.cond) {
-            Flow::Normal(v) => v,
-            other => return other,
+        // `if let p = v`: taken if the pattern matches a value the macro knows, with its
+        // bindings in the branch; unknown (as a condition on data) if it cannot tell.
+        let (cond, bound) = match &*i.cond {
+            Expr::Let(l) => match self.expr(&l.expr) {
+                Flow::Normal(Val::Poison) => (Val::Poison, Vec::new()),
+                Flow::Normal(v) => match pat_matches(&l.pat, &v) {
+                    Matched::Yes(b) => (Val::Bool(true), b),
+                    Matched::No => (Val::Bool(false), Vec::new()),
+                    Matched::Unknown => (Val::Unknown, Vec::new()),
+                },
+                other => return other,
+            },
+            c => match self.expr(c) {
+                Flow::Normal(v) => (v, Vec::new()),
+                other => return other,
+            },
         };
         match cond {
             Val::Bool(true) | Val::Bool(false) => {
                 let taken = if matches!(cond, Val::Bool(true)) {
-                    self.block(&i.then_branch)
+                    self.env.push();
+                    for (n, v) in bound {
+                        self.bind(n, v);
+                    }
+                    let r = self.block(&i.then_branch);
+                    self.env.pop();
+                    r
                 } else {
                     match &i.else_branch {
                         Some((_, e)) => self.expr(e),
@@ -1227,7 +1246,7 @@ impl<'a> Eval<'a> {
         }
         // An arm under `#[cfg]` may not exist: then another arm matches.
         let cfg_arms = m.arms.iter().any(|a| cfg_attr(&a.attrs).is_some());
-        if matches!(scrut, Val::Int(_, _) | Val::Bool(_)) && !cfg_arms {
+        if matches!(scrut, Val::Int(..) | Val::Bool(_) | Val::Opt(_)) && !cfg_arms {
             for arm in &m.arms {
                 let bound = match pat_matches(&arm.pat, &scrut) {
                     Matched::Yes(bound) => bound,

@@ -904,6 +904,16 @@ pub(super) enum Matched {
     Unknown,
 }
 
+/// Whether `path` names `Option`'s `variant`: `Some`, `Option::Some`, `std::option::Option::Some`.
+fn names_variant(path: &syn::Path, variant: &str) -> bool {
+    let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    match &segs[..] {
+        [v] => v == variant,
+        [.., o, v] => o == "Option" && v == variant,
+        _ => false,
+    }
+}
+
 /// Whether `pat` matches the static value `v`.
 pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Matched {
     let yes_if = |b: bool| {
@@ -915,6 +925,18 @@ pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Matched {
     };
     match (pat, v) {
         (Pat::Wild(_), _) => Matched::Yes(Vec::new()),
+        // `Some(p)` and `None` on an `Option` the macro knows.
+        (Pat::TupleStruct(ts), Val::Opt(o)) if names_variant(&ts.path, "Some") => {
+            match (ts.elems.len(), ts.elems.first(), o) {
+                (1, Some(p), Some(x)) => pat_matches(p, x),
+                (1, _, None) => Matched::No,
+                _ => Matched::Unknown,
+            }
+        }
+        (Pat::Ident(i), Val::Opt(o)) if i.ident == "None" && i.subpat.is_none() => {
+            yes_if(o.is_none())
+        }
+        (Pat::Path(p), Val::Opt(o)) if names_variant(&p.path, "None") => yes_if(o.is_none()),
         (Pat::Ident(i), _) => {
             let name = (i.ident.to_string(), v.clone());
             match &i.subpat {

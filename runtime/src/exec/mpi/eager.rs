@@ -333,7 +333,9 @@ pub(super) fn proposal(
 /// that sends nothing tells nobody what it called, so a disagreement is found only by the
 /// members that receive (the header still travels with the data and is compared), and only its
 /// existence, not the other call; a disagreement about the root is not found at all — which a
-/// proof rules out (a checked program's roots are static, and compared by the macro). With the
+/// proof rules out (the macro compares a checked program's roots, computing them as the program
+/// does, and the guard makes sure each call names the root the macro verified: see
+/// `Guard::check_peer`). With the
 /// check, every member hears from every other: one round trip more than a one-way broadcast,
 /// the measured price of naming both calls.
 pub(super) fn one_way(d: &OpDesc, check: bool) -> bool {
