@@ -184,24 +184,20 @@ impl IntTy {
     /// Why `v`, a result of this type, is unknown, for messages.
     pub(super) fn out_of_range(self, v: Option<i128>) -> String {
         let (lo, _) = self.bounds();
-        let name = |signed: bool, bits: &str| format!("`{}{bits}`", if signed { 'i' } else { 'u' });
+        let name = self.name();
         match self {
-            IntTy::Fixed { signed, bits } => format!(
-                "{} cannot hold (a debug build panics, a release build wraps)",
-                name(signed, &bits.to_string())
-            ),
-            IntTy::Size { signed } if v.is_some_and(|v| v < lo) && !signed => format!(
-                "{} cannot hold (a debug build panics, a release build wraps)",
-                name(signed, "size")
-            ),
-            IntTy::Size { signed } => format!(
-                "{} may not hold: the macro checks for 32-bit targets too",
-                name(signed, "size")
-            ),
-            IntTy::Open => {
-                "the macro does not follow: the result is negative or beyond `i32`, and \
-                            its type, which rustc infers, may not hold it"
-                    .to_string()
+            IntTy::Open => "the macro does not follow: the result is negative or beyond `i32`, \
+                            and its type, which rustc infers, may not hold it"
+                .to_string(),
+            // Below zero no width of `usize` holds it; above `u32::MAX` only some do.
+            IntTy::Fixed { .. } => {
+                format!("{name} cannot hold (a debug build panics, a release build wraps)")
+            }
+            IntTy::Size { signed: false } if v.is_some_and(|v| v < lo) => {
+                format!("{name} cannot hold (a debug build panics, a release build wraps)")
+            }
+            IntTy::Size { .. } => {
+                format!("{name} may not hold: the macro checks for 32-bit targets too")
             }
         }
     }
