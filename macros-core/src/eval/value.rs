@@ -592,8 +592,12 @@ pub(super) fn cast(v: Val, ty: &syn::Type) -> Val {
     let int_target = IntTy::of_type(ty);
     match (v, target) {
         // Between integer types, `as` keeps the low bits: the value is exact, whatever its type.
-        (Val::Int(i, _), _) if let Some(t) = int_target => t.wrap(i),
-        (Val::Bool(b), _) if let Some(t) = int_target => Val::Int(i128::from(b), t),
+        (Val::Int(i, _), _) if int_target.is_some() => {
+            int_target.map_or(Val::Unknown, |t| t.wrap(i))
+        }
+        (Val::Bool(b), _) if int_target.is_some() => {
+            int_target.map_or(Val::Unknown, |t| Val::Int(i128::from(b), t))
+        }
         (Val::Sym { k, sym }, _)
             if int_target.is_some() || target.is_some_and(|d| !d.is_float()) =>
         {
