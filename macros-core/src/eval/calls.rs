@@ -16,6 +16,47 @@ use super::{Borrow, Eval, Flow, holds_handle};
 /// The longest range an iterator chain is evaluated over (element by element).
 const MAX_SEQUENCE: i128 = 1 << 16;
 
+/// Methods that take their receiver by value or `&self`, whatever its type: they cannot change
+/// it (`Option`'s `map`, `unwrap_or`; `clone`; comparisons).
+const PURE: [&str; 36] = [
+    "clone",
+    "to_owned",
+    "to_string",
+    "eq",
+    "ne",
+    "cmp",
+    "partial_cmp",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "as_ref",
+    "len",
+    "is_empty",
+    "contains",
+    "iter",
+    "into_iter",
+    "then",
+    "is_some",
+    "is_none",
+    "is_some_and",
+    "is_none_or",
+    "map",
+    "map_or",
+    "map_or_else",
+    "and_then",
+    "filter",
+    "or",
+    "xor",
+    "zip",
+    "ok_or",
+    "unwrap",
+    "unwrap_or",
+    "unwrap_or_default",
+    "expect",
+    "copied",
+];
+
 const ARRAY_PURE: [&str; 17] = [
     "len",
     "is_empty",
@@ -82,8 +123,8 @@ impl Eval<'_> {
     fn havoc_lent<'e>(&mut self, args: impl IntoIterator<Item = &'e Expr>) {
         for a in args {
             let fx = scan::effects(&|f| syn::visit::Visit::visit_expr(f, a));
-            for n in &fx.assigned {
-                self.havoc(n);
+            for n in self.written(&fx) {
+                self.havoc(&n);
             }
             // A variable holding a mutable reference, passed on as it is (`helper(r)`).
             let held: Vec<String> = quote::quote!(#a)
@@ -416,6 +457,10 @@ impl Eval<'_> {
                     Val::Opt(None)
                 }
             }
+            (Val::Int(..) | Val::Bool(_), n) if scan::assigns_receiver(n) => {
+                self.havoc_receiver(&m.receiver);
+                Val::Unknown
+            }
             (Val::Int(a, t), _) => {
                 let v = int_method(*a, *t, &name, &args);
                 if matches!(v, Val::Unknown) && args.iter().all(|x| matches!(x, Val::Int(..))) {
@@ -456,7 +501,14 @@ impl Eval<'_> {
             (Val::Data(d), "to_vec" | "clone" | "to_owned" | "into" | "collect") => Val::Data(*d),
             // `collect::<Vec<f32>>()`: data of a known element type.
             (_, "collect") if fish.is_some() => fish.map_or(Val::Unknown, Val::Data),
-            (Val::Opt(o), "as_mut" | "as_ref" | "copied" | "cloned") => Val::Opt(o.clone()),
+            // `as_mut` lends the `Option`: what is written through it is not followed, so the
+            // `Option` is forgotten (its value is still what the call returns).
+            (Val::Opt(o), "as_mut") => {
+                let v = Val::Opt(o.clone());
+                self.havoc_receiver(&m.receiver);
+                v
+            }
+            (Val::Opt(o), "as_ref" | "copied" | "cloned") => Val::Opt(o.clone()),
             (Val::Opt(o), "is_some") => Val::Bool(o.is_some()),
             (Val::Opt(o), "is_none") => Val::Bool(o.is_none()),
             (Val::Opt(Some(v)), "unwrap" | "expect" | "unwrap_or" | "unwrap_or_else") => {
@@ -479,12 +531,38 @@ impl Eval<'_> {
                 Val::Unknown
             }
             _ => {
-                // A method the macro does not model: whatever it borrows mutably may change.
+                // A method the macro does not model: whatever it borrows mutably may change —
+                // its receiver too (`o.take()`, `o.insert(1)`, `it.next()`), unless its
+                // methods cannot change what the macro knows of it: a tensor's shape and
+                // type, data's element type, a number's unknown value.
                 self.havoc_lent(&m.args);
+                let keeps = matches!(
+                    recv,
+                    Val::Tensor(_)
+                        | Val::Data(_)
+                        | Val::Scalar(_)
+                        | Val::Group(_)
+                        | Val::Op(_)
+                        | Val::Unknown
+                        | Val::Poison
+                ) || holds_handle(&recv)
+                    || PURE.contains(&name.as_str())
+                    // A list's methods are sorted out above (`ARRAY_PURE`).
+                    || matches!(recv, Val::Array(_));
+                if !keeps {
+                    self.havoc_receiver(&m.receiver);
+                }
                 Val::Unknown
             }
         };
         Flow::Normal(v)
+    }
+
+    /// Forgets the variables behind a method's receiver, which the method may have changed.
+    fn havoc_receiver(&mut self, receiver: &Expr) {
+        for (n, _) in scan::place_roots(receiver) {
+            self.havoc(&n);
+        }
     }
 
     /// The value of a closure's or helper function's `body` with `params` bound to `args`.
@@ -767,7 +845,10 @@ impl Eval<'_> {
         }
         let writes = |body: &Expr| {
             let fx = scan::effects(&|f| syn::visit::Visit::visit_expr(f, body));
-            fx.too_deep || !fx.assigned.is_empty() || !fx.receivers.is_empty()
+            fx.too_deep
+                || !fx.assigned.is_empty()
+                || !fx.receivers.is_empty()
+                || !fx.written_through.is_empty()
         };
         let any = m.args.iter().zip(args).any(|(e, v)| match (e, v) {
             (Expr::Closure(c), _) => writes(&c.body),

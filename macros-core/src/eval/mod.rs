@@ -237,11 +237,16 @@ impl<'a> Eval<'a> {
             self.too_deep(span);
             return;
         }
-        for name in &fx.assigned {
-            self.havoc(name);
+        for name in self.written(&fx) {
+            self.havoc(&name);
         }
+        // A method may change its receiver (`v.push(x)`, `o.take()`, `it.next()`), except
+        // where what the macro knows cannot change: a tensor's shape, a number, a handle.
         for name in &fx.receivers {
-            if matches!(self.lookup(name), Some(Val::Array(_))) {
+            if matches!(
+                self.lookup(name),
+                Some(Val::Array(_) | Val::Opt(_) | Val::Range { .. } | Val::Tuple(_))
+            ) {
                 self.havoc(name);
             }
         }
@@ -863,10 +868,11 @@ impl<'a> Eval<'a> {
                     if fx.too_deep {
                         self.too_deep(c.span());
                     }
-                    for n in &fx.assigned {
+                    let written = self.written(&fx);
+                    for n in &written {
                         self.havoc(n);
                     }
-                    Val::Closure(fx.assigned, Box::new(c.clone()))
+                    Val::Closure(written, Box::new(c.clone()))
                 }
             }
             Expr::Return(r) => {
@@ -1076,6 +1082,20 @@ impl<'a> Eval<'a> {
             }
             (left, _) => self.havoc_place(left),
         }
+    }
+
+    /// The variables code with effects `fx` may change by assignment: those it assigns, and
+    /// those it writes through a method or call (`*v.first_mut().unwrap() = 1`) — but a tensor
+    /// written element by element, whose shape and type cannot change that way (as in
+    /// [`Eval::havoc_place`]).
+    fn written(&self, fx: &scan::Effects) -> Vec<String> {
+        let mut out = fx.assigned.clone();
+        for n in &fx.written_through {
+            if !out.contains(n) && !matches!(self.lookup(n), Some(Val::Tensor(_))) {
+                out.push(n.clone());
+            }
+        }
+        out
     }
 
     /// After an assignment to `place`, which the macro does not follow: forgets what it may

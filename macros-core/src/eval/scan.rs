@@ -176,6 +176,10 @@ pub(super) struct Effects {
     pub assigned: Vec<String>,
     /// Variables it calls methods on (a `Vec` may be pushed to).
     pub receivers: Vec<String>,
+    /// Variables at the root of a place it assigns through a method or call
+    /// (`*v.first_mut().unwrap() = 1`): changed, unless a tensor written element by element
+    /// (see `Eval::written`).
+    pub written_through: Vec<String>,
     /// How control may leave it, with where.
     pub exits: Vec<(Exit, proc_macro2::Span)>,
     /// Whether it was too deep to read whole (then every variable is suspect).
@@ -238,10 +242,12 @@ pub(super) fn lent_mutably(e: &Expr) -> Vec<String> {
     l.0
 }
 
-/// The variable an assignment target or borrowed place is rooted at: `a` in `a`, `a[i]`,
-/// `a.f`, `*a`, `(a)`. A place reached through a method (`t.as_mut_slice()?[0]`) has none:
-/// the method's receiver is accounted for as a receiver (a `Vec`'s `last_mut` changes it; a
-/// tensor's `as_mut_slice` cannot change its shape).
+/// Whether a method named `name` assigns its receiver whatever its type: the compound
+/// assignment operators' (`add_assign`, …) and `clone_from`.
+pub(super) fn assigns_receiver(name: &str) -> bool {
+    name.ends_with("_assign") || name == "clone_from"
+}
+
 /// The variables an assignment to the place `e` may write: its base variable, also through
 /// the methods and calls that lend it (`*v.first_mut().unwrap() = 1`, `v.as_mut_slice()[0] =
 /// 1`, `*Option::unwrap(v.last_mut()) = 1` write `v`). Each with whether the place is inside
@@ -275,6 +281,10 @@ pub(super) fn place_roots(e: &Expr) -> Vec<(String, bool)> {
     out
 }
 
+/// The variable an assignment target or borrowed place is rooted at: `a` in `a`, `a[i]`,
+/// `a.f`, `*a`, `(a)`. A place reached through a method (`t.as_mut_slice()?[0]`) has none
+/// here: [`place_roots`] finds the variables behind it (a `Vec`'s `last_mut` changes it; a
+/// tensor's `as_mut_slice` cannot change its shape).
 pub(super) fn base_ident(e: &Expr) -> Option<String> {
     match e {
         Expr::Index(i) => base_ident(&i.expr),
@@ -286,6 +296,18 @@ pub(super) fn base_ident(e: &Expr) -> Option<String> {
 }
 
 impl EffectFinder {
+    /// An assignment to `place`: its base variable is assigned; a variable it reaches through
+    /// a method or call is written through (see [`Effects::written_through`]).
+    fn note_place(&mut self, place: &Expr) {
+        let base = base_ident(place);
+        for (n, _) in place_roots(place) {
+            if base.as_ref() != Some(&n) && !self.out.written_through.contains(&n) {
+                self.out.written_through.push(n);
+            }
+        }
+        self.out.assigned.extend(base);
+    }
+
     fn exit(&mut self, exit: Exit, span: proc_macro2::Span) {
         if self.closures == 0 {
             self.out.exits.push((exit, span));
@@ -315,9 +337,7 @@ impl<'ast> Visit<'ast> for EffectFinder {
         self.depth -= 1;
     }
     fn visit_expr_assign(&mut self, a: &'ast syn::ExprAssign) {
-        self.out
-            .assigned
-            .extend(place_roots(&a.left).into_iter().map(|(n, _)| n));
+        self.note_place(&a.left);
         syn::visit::visit_expr_assign(self, a);
     }
     fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
@@ -335,9 +355,7 @@ impl<'ast> Visit<'ast> for EffectFinder {
                 | ShlAssign(_)
                 | ShrAssign(_)
         ) {
-            self.out
-                .assigned
-                .extend(place_roots(&b.left).into_iter().map(|(n, _)| n));
+            self.note_place(&b.left);
         }
         syn::visit::visit_expr_binary(self, b);
     }
@@ -349,6 +367,14 @@ impl<'ast> Visit<'ast> for EffectFinder {
     }
     fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
         self.out.receivers.extend(base_ident(&m.receiver));
+        // `x.add_assign(1)`, `x.clone_from(&y)`: methods that change even a number.
+        if assigns_receiver(&m.method.to_string()) {
+            for (n, _) in place_roots(&m.receiver) {
+                if !self.out.written_through.contains(&n) {
+                    self.out.written_through.push(n);
+                }
+            }
+        }
         syn::visit::visit_expr_method_call(self, m);
     }
     fn visit_expr_return(&mut self, r: &'ast syn::ExprReturn) {
