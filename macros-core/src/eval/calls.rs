@@ -8,74 +8,13 @@ use rankwise_core::{DType, ReduceOp, rules};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprMethodCall, Lit};
 
-use super::scan::{self, CTX_PURE, is_comm};
+use super::scan::{self, ARRAY_PURE, CTX_PURE, PURE, is_comm};
 use super::value::*;
 use super::{Borrow, Eval, Flow, holds_handle};
 
 /// Methods of a `Vec` that do not change it (anything else may: `push`, `sort`, `clear`, …).
 /// The longest range an iterator chain is evaluated over (element by element).
 const MAX_SEQUENCE: i128 = 1 << 16;
-
-/// Methods that take their receiver by value or `&self`, whatever its type: they cannot change
-/// it (`Option`'s `map`, `unwrap_or`; `clone`; comparisons).
-const PURE: [&str; 36] = [
-    "clone",
-    "to_owned",
-    "to_string",
-    "eq",
-    "ne",
-    "cmp",
-    "partial_cmp",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "as_ref",
-    "len",
-    "is_empty",
-    "contains",
-    "iter",
-    "into_iter",
-    "then",
-    "is_some",
-    "is_none",
-    "is_some_and",
-    "is_none_or",
-    "map",
-    "map_or",
-    "map_or_else",
-    "and_then",
-    "filter",
-    "or",
-    "xor",
-    "zip",
-    "ok_or",
-    "unwrap",
-    "unwrap_or",
-    "unwrap_or_default",
-    "expect",
-    "copied",
-];
-
-const ARRAY_PURE: [&str; 17] = [
-    "len",
-    "is_empty",
-    "contains",
-    "iter",
-    "into_iter",
-    "clone",
-    "to_vec",
-    "collect",
-    "first",
-    "last",
-    "get",
-    "copied",
-    "cloned",
-    "as_slice",
-    "binary_search",
-    "starts_with",
-    "ends_with",
-];
 
 impl Eval<'_> {
     /// Evaluates call arguments in order. `Err` carries the flow to return: the evaluation

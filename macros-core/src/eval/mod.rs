@@ -240,16 +240,6 @@ impl<'a> Eval<'a> {
         for name in self.written(&fx) {
             self.havoc(&name);
         }
-        // A method may change its receiver (`v.push(x)`, `o.take()`, `it.next()`), except
-        // where what the macro knows cannot change: a tensor's shape, a number, a handle.
-        for name in &fx.receivers {
-            if matches!(
-                self.lookup(name),
-                Some(Val::Array(_) | Val::Opt(_) | Val::Range { .. } | Val::Tuple(_))
-            ) {
-                self.havoc(name);
-            }
-        }
         for (exit, at) in fx.exits {
             let (frame, what) = match &exit {
                 Exit::Return => (None, "a `return`"),
@@ -1088,10 +1078,24 @@ impl<'a> Eval<'a> {
     /// those it writes through a method or call (`*v.first_mut().unwrap() = 1`) — but a tensor
     /// written element by element, whose shape and type cannot change that way (as in
     /// [`Eval::havoc_place`]).
+    ///
+    /// A method may change its receiver too (`v.push(x)`, `o.take()`, `it.next()`): a list,
+    /// `Option`, range or tuple a method is called on counts as written. (What the macro knows
+    /// of a tensor, a number or a handle no method changes.)
     fn written(&self, fx: &scan::Effects) -> Vec<String> {
         let mut out = fx.assigned.clone();
         for n in &fx.written_through {
             if !out.contains(n) && !matches!(self.lookup(n), Some(Val::Tensor(_))) {
+                out.push(n.clone());
+            }
+        }
+        for n in &fx.receivers {
+            if !out.contains(n)
+                && matches!(
+                    self.lookup(n),
+                    Some(Val::Array(_) | Val::Opt(_) | Val::Range { .. } | Val::Tuple(_))
+                )
+            {
                 out.push(n.clone());
             }
         }

@@ -28,6 +28,67 @@ pub(super) fn mentions_comm(text: &str) -> bool {
         .any(|n| text.contains(&format!(". {n}")))
 }
 
+/// Methods that take their receiver by value or `&self`, whatever its type: they cannot change
+/// it (`Option`'s `map`, `unwrap_or`; `clone`; comparisons).
+pub(super) const PURE: [&str; 36] = [
+    "clone",
+    "to_owned",
+    "to_string",
+    "eq",
+    "ne",
+    "cmp",
+    "partial_cmp",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "as_ref",
+    "len",
+    "is_empty",
+    "contains",
+    "iter",
+    "into_iter",
+    "then",
+    "is_some",
+    "is_none",
+    "is_some_and",
+    "is_none_or",
+    "map",
+    "map_or",
+    "map_or_else",
+    "and_then",
+    "filter",
+    "or",
+    "xor",
+    "zip",
+    "ok_or",
+    "unwrap",
+    "unwrap_or",
+    "unwrap_or_default",
+    "expect",
+    "copied",
+];
+
+pub(super) const ARRAY_PURE: [&str; 17] = [
+    "len",
+    "is_empty",
+    "contains",
+    "iter",
+    "into_iter",
+    "clone",
+    "to_vec",
+    "collect",
+    "first",
+    "last",
+    "get",
+    "copied",
+    "cloned",
+    "as_slice",
+    "binary_search",
+    "starts_with",
+    "ends_with",
+];
+
 /// Methods of a context that neither communicate nor change what later calls mean.
 pub(super) const CTX_PURE: [&str; 11] = [
     "rank",
@@ -366,7 +427,11 @@ impl<'ast> Visit<'ast> for EffectFinder {
         syn::visit::visit_expr_reference(self, r);
     }
     fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {
-        self.out.receivers.extend(base_ident(&m.receiver));
+        // A method that only reads changes nothing (`v.len()`, `o.map(…)`).
+        let name = m.method.to_string();
+        if !PURE.contains(&name.as_str()) && !ARRAY_PURE.contains(&name.as_str()) {
+            self.out.receivers.extend(base_ident(&m.receiver));
+        }
         // `x.add_assign(1)`, `x.clone_from(&y)`: methods that change even a number.
         if assigns_receiver(&m.method.to_string()) {
             for (n, _) in place_roots(&m.receiver) {
