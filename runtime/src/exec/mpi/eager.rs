@@ -992,7 +992,14 @@ impl Exchange {
             let mut waiter = raw::Waiter::default();
             let mut left = reqs.len();
             while left > 0 {
-                left -= waiter.wait_some(&mut reqs, |_| u8s)?.len();
+                let done = waiter.wait_some(&mut reqs, |_| u8s)?.len();
+                // MPI reports each request once: more than are left is a broken count.
+                left = left.checked_sub(done).ok_or_else(|| {
+                    Error::Internal(format!(
+                        "MPI reported {done} requests of a record exchange complete with \
+                         {left} outstanding"
+                    ))
+                })?;
             }
             Ok(())
         };

@@ -132,8 +132,20 @@ struct Lists {
     exchange: Option<eager::Buffers>,
 }
 
+/// `pending` after one of the requests it counts completed (`owner`'s). MPI reports each
+/// request once, so it is never zero here; if it were, the bookkeeping is wrong, and the job
+/// must end with an error that says so — not panic (debug builds), nor wrap and wait for
+/// nothing forever (release builds).
+fn settled(pending: usize, owner: &Owner) -> Result<usize> {
+    pending.checked_sub(1).ok_or_else(|| {
+        Error::Internal(format!(
+            "MPI reported a request complete ({owner:?}) while no request was outstanding"
+        ))
+    })
+}
+
 /// What a request in the wait loop belongs to.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Owner {
     Send(usize),
     Recv(usize),
@@ -559,7 +571,7 @@ impl MpiBackend {
                     waiter.wait_all(&mut reqs, ty)?
                 };
                 for &(i, got) in done {
-                    *pending -= 1;
+                    *pending = settled(*pending, &from[i])?;
                     if let Owner::Eager(_, msg) = from[i] {
                         let progress = ex.received(msg, got)?;
                         if progress.heads_now && !progress.all_now {
@@ -711,7 +723,7 @@ impl MpiBackend {
                         finished_posts.push(j);
                         continue;
                     }
-                    *pending -= 1;
+                    *pending = settled(*pending, &owner)?;
                     match owner {
                         Owner::Send(k) => self.completed(k, &waits[k], GroupId::WORLD),
                         Owner::Recv(k) => {
