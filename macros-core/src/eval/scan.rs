@@ -69,6 +69,7 @@ pub(super) const PURE: [&str; 36] = [
     "copied",
 ];
 
+/// A list's methods that only read it: any other may change it (`push`, `swap`, `sort`, …).
 pub(super) const ARRAY_PURE: [&str; 17] = [
     "len",
     "is_empty",
