@@ -64,10 +64,7 @@ mod no_ub {
         .unwrap();
         let w = world_of_a.lock().unwrap().clone().unwrap();
         let err = spawn(2, |ctx| ctx.group(&w).barrier()).unwrap_err();
-        assert!(
-            err.to_string().contains("created in another world"),
-            "{err}"
-        );
+        refused_as_foreign(&err);
         // A batched call that repeats the last batch's call at its place (same site, tensor
         // and group id) reuses its op without describing it again: the handle is still checked.
         let err = spawn(2, |ctx| {
@@ -82,10 +79,7 @@ mod no_ub {
         })
         .unwrap_err();
         // A rank may see its peer's refusal before its own: every rank's error names it.
-        assert!(
-            err.to_string().contains("created in another world"),
-            "{err}"
-        );
+        refused_as_foreign(&err);
         // A lone call that repeats the last call at its site reruns its kept op: the same.
         let err = spawn(2, |ctx| {
             let own = ctx.world_group().clone();
@@ -96,10 +90,7 @@ mod no_ub {
             Ok(())
         })
         .unwrap_err();
-        assert!(
-            err.to_string().contains("created in another world"),
-            "{err}"
-        );
+        refused_as_foreign(&err);
     }
 
     /// A handle passed between ranks of the *same* world is fine: ids mean the same there.
@@ -357,4 +348,12 @@ mod errors_read_well {
         }
         Ok(())
     }
+}
+
+/// `err` is the refusal of a group handle from another world, as every rank reports it.
+fn refused_as_foreign(err: &Error) {
+    assert!(
+        err.to_string().contains("created in another world"),
+        "{err}"
+    );
 }
