@@ -46,7 +46,7 @@ impl Eval<'_> {
                 );
                 return Err(Flow::Normal(Val::Unknown));
             }
-            if let Val::Closure(assigned, _) = &v {
+            if let Val::Closure(assigned, ..) = &v {
                 // Whoever receives it may call it.
                 for n in assigned.clone() {
                     self.havoc(&n);
@@ -127,18 +127,24 @@ impl Eval<'_> {
             return Flow::Normal(Val::Unknown);
         }
         if segs.len() == 1
-            && let Some(Val::Closure(assigned, code)) = self.lookup(&last).cloned()
+            && let Some(Val::Closure(assigned, code, captured)) = self.lookup(&last).cloned()
         {
-            // A closure that changes nothing: its value, from its parameters and captures. (Not
-            // a `move` closure: it holds the captured values of its creation, which may differ
-            // from the variables' values now.)
-            if assigned.is_empty() && code.capture.is_none() {
-                return Flow::Normal(self.apply(
+            // A closure that changes nothing: its value, from its parameters and captures, as
+            // they were when it was made (a `move` closure holds copies of them; a later `let`
+            // may shadow their names).
+            if assigned.is_empty() {
+                self.env.push();
+                for (n, v) in captured {
+                    self.env.bind(n, v);
+                }
+                let v = self.apply(
                     &code.inputs.iter().collect::<Vec<_>>(),
                     &code.body,
                     args,
                     false,
-                ));
+                );
+                self.env.pop();
+                return Flow::Normal(v);
             }
             for n in &assigned {
                 self.havoc(n);
@@ -172,6 +178,9 @@ impl Eval<'_> {
                 syn::ReturnType::Default => v,
             };
             self.havoc_lent(&c.args);
+            return Flow::Normal(v);
+        }
+        if let Some(v) = self.mem_fn(p, &c.args, &args) {
             return Flow::Normal(v);
         }
         // `std::cmp::max(a, b)`, `usize::min(a, b)`: the methods, on the first argument.
@@ -458,10 +467,21 @@ impl Eval<'_> {
             (Val::Array(a), "push") => {
                 let mut a = a.clone();
                 a.extend(args.into_iter().next());
+                match ident_of(&m.receiver) {
+                    Some(name) => self.assign(&name, Val::Array(a)),
+                    // A list inside another value (`lists[0].push(x)`, `pair.0.push(x)`): what
+                    // holds it is forgotten.
+                    None => self.havoc_receiver(&m.receiver),
+                }
+                Val::Unit
+            }
+            (Val::Array(a), "pop") if ident_of(&m.receiver).is_some() => {
+                let mut a = a.clone();
+                let last = a.pop();
                 if let Some(name) = ident_of(&m.receiver) {
                     self.assign(&name, Val::Array(a));
                 }
-                Val::Unit
+                Val::Opt(last.map(Box::new))
             }
             (Val::Array(_), n) if !ARRAY_PURE.contains(&n) => {
                 if let Some(name) = scan::base_ident(&m.receiver) {
@@ -495,6 +515,53 @@ impl Eval<'_> {
             }
         };
         Flow::Normal(v)
+    }
+
+    /// `std::mem::swap(&mut a, &mut b)`, `replace(&mut a, v)` and `take(&mut a)` on variables
+    /// (double buffers in a ring, a value handed on): what they do to the variables, and their
+    /// value. Only on variables that are not themselves references, and with a value that lends
+    /// nothing (see [`mem_call`]); anything else is a call the macro does not follow: its
+    /// mutable arguments are forgotten.
+    fn mem_fn(
+        &mut self,
+        p: &syn::ExprPath,
+        exprs: &syn::punctuated::Punctuated<Expr, syn::Token![,]>,
+        args: &[Val],
+    ) -> Option<Val> {
+        let (f, lent) = mem_call(p, exprs)?;
+        if lent
+            .iter()
+            .any(|n| self.refs.contains_key(n) || self.lookup(n).is_none())
+        {
+            return None;
+        }
+        let old = |me: &Self, i: usize| me.lookup(&lent[i]).cloned().unwrap_or(Val::Unknown);
+        match (f, &lent[..], args) {
+            ("swap", [a, b], [_, _]) => {
+                let (va, vb) = (old(self, 0), old(self, 1));
+                self.assign(a, vb);
+                self.assign(b, va);
+                Some(Val::Unit)
+            }
+            ("replace", [a], [_, v]) => {
+                let was = old(self, 0);
+                self.assign(a, v.clone());
+                Some(was)
+            }
+            ("take", [a], [_]) => {
+                let was = old(self, 0);
+                // What `Default` gives the values the macro follows; anything else is forgotten.
+                match &was {
+                    Val::Array(_) => self.assign(a, Val::Array(Vec::new())),
+                    Val::Int(_, t) => self.assign(a, Val::Int(0, *t)),
+                    Val::Bool(_) => self.assign(a, Val::Bool(false)),
+                    Val::Opt(_) => self.assign(a, Val::Opt(None)),
+                    _ => self.havoc(a),
+                }
+                Some(was)
+            }
+            _ => None,
+        }
     }
 
     /// Forgets the variables behind a method's receiver, which the method may have changed.
@@ -674,9 +741,10 @@ impl Eval<'_> {
                     return Some(Val::Unknown);
                 };
                 // Iterators are lazy: a closure that assigns may run fewer times than the
-                // sequence is long (or never), so its effects cannot be replayed here.
-                if matches!(args.first(), Some(Val::Closure(assigned, _)) if !assigned.is_empty())
-                    || c.capture.is_some()
+                // sequence is long (or never), so its effects cannot be replayed here. (One that
+                // assigns nothing is evaluated now, `move` or not: what it captures cannot
+                // change while the iterator borrows it, and a `move` copy is taken now.)
+                if matches!(args.first(), Some(Val::Closure(assigned, ..)) if !assigned.is_empty())
                 {
                     return Some(Val::Unknown);
                 }
@@ -791,7 +859,7 @@ impl Eval<'_> {
         };
         let any = m.args.iter().zip(args).any(|(e, v)| match (e, v) {
             (Expr::Closure(c), _) => writes(&c.body),
-            (_, Val::Closure(_, c)) => writes(&c.body),
+            (_, Val::Closure(_, c, _)) => writes(&c.body),
             _ => false,
         });
         if any {
@@ -1455,4 +1523,49 @@ pub(super) fn tensor_ctor(name: &str, args: &[Val], fish: Option<DType>, weak: b
         shape,
         weak: weak && fish.is_none() && dtype.is_some(),
     })
+}
+
+/// A call of `std::mem::swap`, `replace` or `take` the macro follows: the function's name and
+/// the variables it lends (`&mut name` as the places; a value that lends nothing mutably, which
+/// could otherwise be a reference the place keeps). Only as `std::mem::…`, `core::mem::…` or
+/// `mem::…`: a bare `swap` may be any function.
+pub(super) fn mem_call(
+    p: &syn::ExprPath,
+    exprs: &syn::punctuated::Punctuated<Expr, syn::Token![,]>,
+) -> Option<(&'static str, Vec<String>)> {
+    let segs: Vec<String> = p
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    let f = match &segs[..] {
+        [m, f] if m == "mem" => f.as_str(),
+        [root, m, f] if m == "mem" && matches!(root.as_str(), "std" | "core") => f.as_str(),
+        _ => return None,
+    };
+    let (f, places) = match f {
+        "swap" => ("swap", 2),
+        "replace" => ("replace", 1),
+        "take" => ("take", 1),
+        _ => return None,
+    };
+    let lent: Vec<String> = exprs
+        .iter()
+        .take(places)
+        .map(|e| match e {
+            Expr::Reference(r) if r.mutability.is_some() => match &*r.expr {
+                Expr::Path(_) => ident_of(&r.expr),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let lends = exprs.iter().skip(places).any(|e| {
+        !scan::effects(&|f| syn::visit::Visit::visit_expr(f, e))
+            .assigned
+            .is_empty()
+            || !scan::lent_mutably(e).is_empty()
+    });
+    (lent.len() == places && !lends).then_some((f, lent))
 }

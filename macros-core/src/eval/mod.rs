@@ -73,6 +73,17 @@ struct Frame {
     is_loop: bool,
 }
 
+/// What decides whether a loop runs its body again.
+#[derive(Clone, Copy)]
+enum LoopCond<'e> {
+    /// `loop`: until a `break`.
+    Always,
+    /// `while cond`.
+    While(&'e Expr),
+    /// `while let pat = value`.
+    Let(&'e syn::ExprLet),
+}
+
 /// A call the macro cannot count on: code it did not run may leave the function (`frame:
 /// None`) or the given enclosing frame before reaching what follows.
 struct Taint {
@@ -419,10 +430,40 @@ impl<'a> Eval<'a> {
         });
     }
 
-    fn leave_frame(&mut self) {
+    /// Leaves the innermost frame, whose code is `code`. Returns whether code the macro did not
+    /// run (a branch on data) may have left it early or skipped the rest of an iteration: then
+    /// the macro went on where the program may not have, so what the frame assigns — and the
+    /// value it ends with — are unknown after it.
+    fn leave_frame(&mut self, code: &dyn Fn(&mut EffectFinder)) -> bool {
         let i = self.frames.len().saturating_sub(1);
+        let early = self
+            .taints
+            .iter()
+            .find(|t| t.frame == Some(i))
+            .map(|t| (t.what, t.span.start().line as u32));
         self.taints.retain(|t| t.frame.is_none_or(|f| f < i));
         self.frames.pop();
+        let Some((what, line)) = early else {
+            return false;
+        };
+        let fx = scan::effects(code);
+        let why = Lost {
+            why: format!(
+                "{what} under a condition the macro cannot evaluate may leave the loop or block \
+                 (or skip the rest of an iteration) before the value is computed"
+            ),
+            help: "make the early exit depend only on literals, `ctx.rank()` and `ctx.world()`, \
+                   or communicate the decision first (e.g. `broadcast` a flag) so every rank \
+                   exits alike",
+        };
+        for n in self.written(&fx) {
+            self.havoc(&n);
+            self.forgotten.remove(&n);
+            self.lost_in.insert(n, (line, why.clone()));
+        }
+        // (And the frame's own value, for the statement it is in.)
+        self.lost.get_or_insert(why);
+        true
     }
 
     fn block(&mut self, b: &syn::Block) -> Flow {
@@ -525,6 +566,14 @@ impl<'a> Eval<'a> {
     /// once (it may change through `r` at any time while `r` lives); a tensor's shape is
     /// forgotten when something may change `r` (see [`Eval::havoc`]).
     fn note_references(&mut self, pat: &Pat, init: &Expr) {
+        // `std::mem::replace(&mut a, v)` lends `a` for the call only: its value is `a`'s old
+        // value, no reference (see `mem_call`).
+        if let Expr::Call(c) = init
+            && let Expr::Path(p) = &*c.func
+            && calls::mem_call(p, &c.args).is_some()
+        {
+            return;
+        }
         let mut fx = scan::effects(&|f| f.visit_expr(init));
         // `let it = v.iter_mut()`, `let s = v.as_mut_slice()`: borrows too, held in a variable.
         for t in scan::lent_mutably(init) {
@@ -745,10 +794,13 @@ impl<'a> Eval<'a> {
             Expr::Block(b) if b.label.is_some() => {
                 self.enter_frame(b.label.as_ref(), false);
                 let flow = self.block(&b.block);
-                self.leave_frame();
+                let early = self.leave_frame(&|f| f.visit_block(&b.block));
                 let label = b.label.as_ref().map(|l| l.name.ident.to_string());
                 return match flow {
-                    Flow::Break(l, v) if l.is_some() && l == label => Flow::Normal(v),
+                    Flow::Normal(_) if early => Flow::Normal(Val::Unknown),
+                    Flow::Break(l, v) if l.is_some() && l == label => {
+                        Flow::Normal(if early { Val::Unknown } else { v })
+                    }
                     other => other,
                 };
             }
@@ -842,7 +894,15 @@ impl<'a> Eval<'a> {
             Expr::Match(m) => return self.match_expr(m),
             Expr::ForLoop(f) => return self.for_loop(f),
             Expr::While(w) => return self.while_loop(e, w),
-            Expr::Loop(l) => self.uncounted(e, &l.body, l.loop_token.span, "a `loop`"),
+            Expr::Loop(l) => {
+                return self.cond_loop(
+                    e,
+                    l.label.as_ref(),
+                    LoopCond::Always,
+                    &l.body,
+                    l.loop_token.span,
+                );
+            }
             Expr::Closure(c) => {
                 if self.has_comm_expr(&c.body) {
                     self.unverifiable(
@@ -862,7 +922,20 @@ impl<'a> Eval<'a> {
                     for n in &written {
                         self.havoc(n);
                     }
-                    Val::Closure(written, Box::new(c.clone()))
+                    // What it mentions, as it is now: a `move` closure keeps a copy, and what
+                    // another borrows cannot change while it lives — but a later `let` may
+                    // shadow the name, which the closure does not see.
+                    let mut captured: Vec<(String, Val)> = Vec::new();
+                    let mut names = Vec::new();
+                    scan::idents(&c.body, &mut names);
+                    for n in names {
+                        if let Some(v) = self.lookup(&n)
+                            && !captured.iter().any(|(m, _)| *m == n)
+                        {
+                            captured.push((n, v.clone()));
+                        }
+                    }
+                    Val::Closure(written, Box::new(c.clone()), captured)
                 }
             }
             Expr::Return(r) => {
@@ -1345,66 +1418,108 @@ impl<'a> Eval<'a> {
     }
 
     /// A `while` loop whose condition the macro can compute at every iteration (MPI-style
-    /// `while mask < world { …; mask <<= 1 }`) is unrolled like a `for` loop. A condition that
-    /// depends on run-time data (or `while let`) makes the loop uncounted: an error if it
+    /// `while mask < world { …; mask <<= 1 }`) is unrolled like a `for` loop; so is a `while
+    /// let` whose pattern it can match, and a `loop` (until a `break`, whose value it has).
+    /// A condition that depends on run-time data makes the loop uncounted: an error if it
     /// communicates, otherwise its effects are forgotten.
     fn while_loop(&mut self, whole: &Expr, w: &syn::ExprWhile) -> Flow {
-        if matches!(*w.cond, Expr::Let(_)) {
-            return Flow::Normal(self.uncounted(
-                whole,
-                &w.body,
-                w.while_token.span,
-                "a `while let` loop",
-            ));
-        }
-        let label = w.label.as_ref().map(|l| l.name.ident.to_string());
-        let mine = |l: &Option<String>| l.is_none() || *l == label;
-        self.enter_frame(w.label.as_ref(), true);
+        let cond = match &*w.cond {
+            Expr::Let(l) => LoopCond::Let(l),
+            c => LoopCond::While(c),
+        };
+        self.cond_loop(whole, w.label.as_ref(), cond, &w.body, w.while_token.span)
+    }
+
+    /// A `loop`, `while` or `while let` loop (see [`Eval::while_loop`]).
+    fn cond_loop(
+        &mut self,
+        whole: &Expr,
+        label: Option<&syn::Label>,
+        cond: LoopCond,
+        body: &syn::Block,
+        span: Span,
+    ) -> Flow {
+        let what = match cond {
+            LoopCond::Always => "a `loop`",
+            LoopCond::While(_) => "a `while` loop",
+            LoopCond::Let(_) => "a `while let` loop",
+        };
+        let name = label.map(|l| l.name.ident.to_string());
+        let mine = |l: &Option<String>| l.is_none() || *l == name;
+        self.enter_frame(label, true);
         let mut out = Flow::Normal(Val::Unit);
         // Evaluation is deterministic: an iteration that leaves every variable as it was will
         // be followed by the same iteration forever.
         let mut before = self.fingerprint();
         let mut iterations = 0usize;
         loop {
-            let cond = match self.expr(&w.cond) {
-                Flow::Normal(v) => v,
-                other => {
-                    out = other;
-                    break;
-                }
+            // Whether the body runs again, with what the pattern binds for it.
+            let (verdict, bound) = match cond {
+                LoopCond::Always => (Val::Bool(true), Vec::new()),
+                LoopCond::While(c) => match self.expr(c) {
+                    Flow::Normal(v) => (v, Vec::new()),
+                    other => {
+                        out = other;
+                        break;
+                    }
+                },
+                LoopCond::Let(l) => match self.expr(&l.expr) {
+                    Flow::Normal(Val::Poison) => (Val::Poison, Vec::new()),
+                    Flow::Normal(v) => match pat_matches(&l.pat, &v) {
+                        Matched::Yes(b) => (Val::Bool(true), b),
+                        Matched::No => (Val::Bool(false), Vec::new()),
+                        Matched::Unknown => (Val::Unknown, Vec::new()),
+                    },
+                    other => {
+                        out = other;
+                        break;
+                    }
+                },
             };
-            match cond {
+            match verdict {
                 Val::Bool(false) | Val::Poison => break,
                 Val::Bool(true) if self.budget > 0 && iterations < MAX_WHILE => {}
                 Val::Bool(true) => {
-                    if self.has_comm_block(&w.body) {
+                    if self.has_comm_block(body) {
                         self.unverifiable(
-                            w.while_token.span,
-                            "in a `while` loop that does not end within the iterations the macro unrolls",
-                            "make sure the condition becomes false (a counter that grows to a bound \
-                             computed from literals, `ctx.rank()` and `ctx.world()`)",
+                            span,
+                            &format!(
+                                "in {what} that does not end within the iterations the macro unrolls"
+                            ),
+                            "make sure the loop ends (a counter that grows to a bound computed \
+                             from literals, `ctx.rank()` and `ctx.world()`)",
                         );
                     } else {
-                        self.skip(w.while_token.span, &|v| v.visit_expr(whole));
+                        self.skip(span, &|v| v.visit_expr(whole));
                     }
+                    out = Flow::Normal(Val::Unknown);
                     break;
                 }
                 _ => {
                     self.uncounted(
                         whole,
-                        &w.body,
-                        w.while_token.span,
-                        "a `while` loop whose condition depends on run-time data",
+                        body,
+                        span,
+                        &format!("{what} whose condition depends on run-time data"),
                     );
                     break;
                 }
             }
             self.budget = self.budget.saturating_sub(1);
             iterations += 1;
-            match self.block(&w.body) {
+            self.env.push();
+            for (n, v) in bound {
+                self.bind(n, v);
+            }
+            let r = self.block(body);
+            self.env.pop();
+            match r {
                 Flow::Normal(_) => {}
                 Flow::Continue(l) if mine(&l) => {}
-                Flow::Break(l, _) if mine(&l) => break,
+                Flow::Break(l, v) if mine(&l) => {
+                    out = Flow::Normal(v);
+                    break;
+                }
                 other => {
                     out = other;
                     break;
@@ -1417,8 +1532,11 @@ impl<'a> Eval<'a> {
             }
             before = after;
         }
-        self.leave_frame();
-        out
+        let early = self.leave_frame(&|f| f.visit_expr(whole));
+        match out {
+            Flow::Normal(_) if early => Flow::Normal(Val::Unknown),
+            other => other,
+        }
     }
 
     /// Every visible variable's value, in name order: equal fingerprints, equal futures.
@@ -1524,7 +1642,8 @@ impl<'a> Eval<'a> {
             }
             previous = delta;
         }
-        self.leave_frame();
+        // (A `for` loop's value is `()`: an early exit loses only what it assigns.)
+        self.leave_frame(&|v| v.visit_block(&f.body));
         out
     }
 

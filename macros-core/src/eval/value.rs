@@ -303,8 +303,9 @@ pub(super) enum Val {
     /// A posted `isend`/`irecv`: the index of its post among this rank's items.
     Request(usize),
     /// A closure that does not communicate, with the variables it may assign when called and
-    /// its code (a closure that assigns nothing is evaluated when called).
-    Closure(Vec<String>, Box<syn::ExprClosure>),
+    /// its code (a closure that assigns nothing is evaluated when called), and the values of
+    /// the variables it mentions when it was made.
+    Closure(Vec<String>, Box<syn::ExprClosure>, Vec<(String, Val)>),
     Unit,
     Unknown,
 }

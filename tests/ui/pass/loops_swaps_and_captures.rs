@@ -1,0 +1,69 @@
+use rankwise::prelude::*;
+
+// Forms a ring or a tree is naturally written with: double buffers swapped with
+// `std::mem::swap`, a value handed on with `mem::replace`/`mem::take`, a `loop` that breaks
+// with a value, a `while let` over a stack of roots, and closures (`move` or not) that use
+// what they captured.
+#[rankwise::program(world in 2..=4)]
+fn ring(ctx: &mut Ctx) -> Result<(f32, usize, usize)> {
+    let (rank, world) = (ctx.rank(), ctx.world());
+    let next = move |step: usize| (rank + step) % world;
+    let prev = |step: usize| (rank + world - step) % world;
+
+    // A ring pass: each step sends what arrived last and swaps the buffers.
+    let mut send = ctx.full([2], rank as f32)?;
+    let mut recv = ctx.zeros::<f32>([2])?;
+    let mut sum = rank as f32;
+    for _ in 1..world {
+        let mut b = ctx.batch();
+        b.send(&send, next(1)).recv(&mut recv, prev(1));
+        b.run()?;
+        sum += recv.to_vec()[0];
+        std::mem::swap(&mut send, &mut recv);
+    }
+
+    // The first power of two not below the world, found by a `loop`.
+    let mut p = 1usize;
+    let cover = loop {
+        if p >= world {
+            break p;
+        }
+        p *= 2;
+    };
+
+    // Broadcasts from every root on a stack, last pushed first.
+    let mut roots: Vec<usize> = (0..world).collect();
+    let mut x = ctx.full([1], rank as f32)?;
+    let mut last = world;
+    while let Some(root) = roots.pop() {
+        ctx.broadcast(&mut x, root)?;
+        last = root;
+    }
+
+    // A value handed on: `replace` gives the old one, `take` leaves the default.
+    let mut held = world - 1;
+    let old = std::mem::replace(&mut held, 0);
+    let taken = std::mem::take(&mut held) + old;
+    ctx.broadcast(&mut x, taken)?;
+
+    // A name captured by a closure and shadowed afterwards: the closure keeps the first.
+    let k = 1usize;
+    let hop = |r: usize| (r + k) % world;
+    let k = 0usize;
+    let mut y = ctx.full([1], rank as f32)?;
+    ctx.broadcast(&mut y, hop(k))?;
+    Ok((sum, cover + last, y.to_vec()[0] as usize))
+}
+
+fn main() {
+    for world in 2..=4usize {
+        let got = spawn(world, ring).unwrap();
+        let total: f32 = (0..world).map(|r| r as f32).sum();
+        let cover = world.next_power_of_two();
+        for (r, (sum, c, y)) in got.into_iter().enumerate() {
+            assert_eq!(sum, total, "world {world} rank {r}");
+            assert_eq!(c, cover, "world {world} rank {r}");
+            assert_eq!(y, 1, "world {world} rank {r}");
+        }
+    }
+}
