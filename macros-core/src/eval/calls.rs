@@ -134,8 +134,8 @@ impl Eval<'_> {
             // may shadow their names).
             if assigned.is_empty() {
                 self.env.push();
-                for (n, v) in captured {
-                    self.env.bind(n, v);
+                for (n, v) in &captured {
+                    self.env.bind(n.clone(), v.clone());
                 }
                 let v = self.apply(
                     &code.inputs.iter().collect::<Vec<_>>(),
@@ -143,7 +143,19 @@ impl Eval<'_> {
                     args,
                     false,
                 );
+                // It assigns nothing itself, but what it calls may (another closure that
+                // does): such a change lands on the copies, and is the variable's too.
+                let changed: Vec<String> = captured
+                    .iter()
+                    .filter(|(n, was)| {
+                        format!("{:?}", self.lookup(n)) != format!("{:?}", Some(was))
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
                 self.env.pop();
+                for n in changed {
+                    self.havoc(&n);
+                }
                 return Flow::Normal(v);
             }
             for n in &assigned {
@@ -347,7 +359,10 @@ impl Eval<'_> {
                 Val::Array(g.members.iter().map(|&m| Val::usize(m)).collect())
             }
             (Val::Range { .. }, "collect") => range_vals(&recv).map_or(Val::Unknown, Val::Array),
-            (Val::Array(a), "to_vec" | "clone" | "collect") => Val::Array(a.clone()),
+            (
+                Val::Array(a),
+                "to_vec" | "clone" | "collect" | "as_slice" | "as_ref" | "to_owned",
+            ) => Val::Array(a.clone()),
             (Val::Array(a), "contains") => match args.first() {
                 Some(Val::Int(x, _)) if a.iter().all(|v| matches!(v, Val::Int(_, _))) => {
                     Val::Bool(a.iter().any(|v| matches!(v, Val::Int(y, _) if y == x)))

@@ -918,7 +918,12 @@ impl<'a> Eval<'a> {
                     if fx.too_deep {
                         self.too_deep(c.span());
                     }
-                    let written = self.written(&fx);
+                    // (A name not in scope here is one of its own: `let mut a = r; a += 1`.)
+                    let written: Vec<String> = self
+                        .written(&fx)
+                        .into_iter()
+                        .filter(|n| self.lookup(n).is_some())
+                        .collect();
                     for n in &written {
                         self.havoc(n);
                     }

@@ -70,7 +70,7 @@ pub(super) const PURE: [&str; 36] = [
 ];
 
 /// A list's methods that only read it: any other may change it (`push`, `swap`, `sort`, …).
-pub(super) const ARRAY_PURE: [&str; 17] = [
+pub(super) const ARRAY_PURE: [&str; 19] = [
     "len",
     "is_empty",
     "contains",
@@ -85,6 +85,8 @@ pub(super) const ARRAY_PURE: [&str; 17] = [
     "copied",
     "cloned",
     "as_slice",
+    "as_ref",
+    "to_owned",
     "binary_search",
     "starts_with",
     "ends_with",

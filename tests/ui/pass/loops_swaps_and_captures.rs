@@ -55,7 +55,25 @@ fn ring(ctx: &mut Ctx) -> Result<(f32, usize, usize)> {
     Ok((sum, cover + last, y.to_vec()[0] as usize))
 }
 
+// Sub-groups from rows computed by an iterator chain, handed to `split` as slices.
+#[rankwise::program(world in [2, 4, 6])]
+fn rows(ctx: &mut Ctx) -> Result<f32> {
+    let rank = ctx.rank();
+    let rows: Vec<Vec<usize>> = (0..ctx.world() / 2).map(|r| vec![2 * r, 2 * r + 1]).collect();
+    let parts: Vec<&[usize]> = rows.iter().map(|r| r.as_slice()).collect();
+    let g = ctx.split(&parts)?;
+    let mut t = ctx.full([1], rank as f32)?;
+    ctx.group(&g).all_reduce(&mut t, ReduceOp::Sum)?;
+    Ok(t.to_vec()[0])
+}
+
 fn main() {
+    for world in [2, 4, 6] {
+        for (r, got) in spawn(world, rows).unwrap().into_iter().enumerate() {
+            let pair = (r / 2 * 4 + 1) as f32;
+            assert_eq!(got, pair, "world {world} rank {r}");
+        }
+    }
     for world in 2..=4usize {
         let got = spawn(world, ring).unwrap();
         let total: f32 = (0..world).map(|r| r as f32).sum();
