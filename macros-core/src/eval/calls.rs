@@ -351,7 +351,9 @@ impl Eval<'_> {
             (Val::Batch(b), "is_empty") => Val::Bool(self.batches[*b].is_empty()),
             (Val::Batch(b), "len") => Val::usize(self.batches[*b].len()),
             (Val::Group(g), "contains") => match args.first() {
-                Some(Val::Int(r, _)) => Val::Bool(g.members.contains(&(*r as usize))),
+                Some(Val::Int(r, _)) => {
+                    Val::Bool(usize::try_from(*r).is_ok_and(|r| g.members.contains(&r)))
+                }
                 _ => Val::Unknown,
             },
             (Val::Group(g), "size") => Val::usize(g.members.len()),
@@ -1268,8 +1270,8 @@ impl Eval<'_> {
     ) -> Option<Option<usize>> {
         let Some(i) = at else { return Some(None) };
         match args.get(i) {
-            Some(Val::Int(v, _)) if *v >= 0 => Some(Some(*v as usize)),
-            Some(Val::Int(v, _)) => {
+            Some(Val::Int(v, _)) if usize::try_from(*v).is_ok() => Some(Some(*v as usize)),
+            Some(Val::Int(v, _)) if *v < 0 => {
                 self.shared.error(
                     arg_span(i),
                     format!("RW009: {what} {v} is negative (world = {})", self.world),

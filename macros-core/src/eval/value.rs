@@ -848,7 +848,7 @@ pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
         Val::Array(a) => a
             .iter()
             .map(|x| match x {
-                Val::Int(i, _) if *i >= 0 => Some(*i as usize),
+                Val::Int(i, _) => usize::try_from(*i).ok(),
                 _ => None,
             })
             .collect(),
@@ -863,33 +863,45 @@ pub(super) fn ints(v: &Val) -> Option<Vec<usize>> {
             && usize::try_from(*step).is_ok()
             && end.saturating_sub(*start) / *step <= 1 << 16 =>
         {
-            Some(
-                (*start..*end)
-                    .step_by(*step as usize)
-                    .map(|x| x as usize)
-                    .collect(),
-            )
+            (*start..*end)
+                .step_by(*step as usize)
+                .map(|x| usize::try_from(x).ok())
+                .collect()
         }
         _ => None,
     }
 }
 
-/// The values of a range of a short, increasing range, with its type.
+/// The values of a short range, in its order and type.
 pub(super) fn range_vals(v: &Val) -> Option<Vec<Val>> {
-    let Val::Range { ty, .. } = v else {
+    let Val::Range {
+        start,
+        end,
+        step,
+        rev,
+        ty,
+    } = *v
+    else {
         return None;
     };
-    Some(
-        ints(v)?
-            .into_iter()
-            .map(|x| Val::Int(x as i128, *ty))
-            .collect(),
-    )
+    // In the range's own integers (an `u128` range may hold values no `usize` can).
+    let step = usize::try_from(step).ok().filter(|&s| s > 0)?;
+    if end.saturating_sub(start).max(0) / step as i128 > 1 << 16 {
+        return None;
+    }
+    let mut out: Vec<Val> = (start..end.max(start))
+        .step_by(step)
+        .map(|x| Val::Int(x, ty))
+        .collect();
+    if rev {
+        out.reverse();
+    }
+    Some(out)
 }
 
 pub(super) fn shape_of(v: &Val) -> Option<Vec<usize>> {
     match v {
-        Val::Int(n, _) if *n >= 0 => Some(vec![*n as usize]),
+        Val::Int(n, _) => usize::try_from(*n).ok().map(|n| vec![n]),
         other => ints(other),
     }
 }
