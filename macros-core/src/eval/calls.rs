@@ -428,7 +428,10 @@ impl Eval<'_> {
             }
             (Val::Int(a, t), _) => {
                 let v = int_method(*a, *t, &name, &args);
-                if matches!(v, Val::Unknown) && args.iter().all(|x| matches!(x, Val::Int(..))) {
+                if matches!(v, Val::Unknown)
+                    && is_int_arith(&name)
+                    && args.iter().all(|x| matches!(x, Val::Int(..)))
+                {
                     self.note_int_unknown(&Expr::MethodCall(m.clone()), *t);
                 }
                 v
@@ -610,6 +613,16 @@ impl Eval<'_> {
         }
         match r {
             Flow::Normal(v) => v,
+            Flow::Return if !self.shared.halted() => {
+                self.lost.get_or_insert(super::Lost {
+                    why: "a closure or helper it calls returns early (`return`, or `?` on a \
+                          `None`), whose value the macro does not follow"
+                        .into(),
+                    help: "give the value without an early return (`match`, `if let`, \
+                           `map`/`unwrap_or`)",
+                });
+                Val::Unknown
+            }
             _ => Val::Unknown,
         }
     }

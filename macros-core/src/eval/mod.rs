@@ -790,7 +790,14 @@ impl<'a> Eval<'a> {
             Expr::Paren(p) => val!(&p.expr),
             Expr::Group(g) => val!(&g.expr),
             Expr::Reference(r) => val!(&r.expr),
-            Expr::Try(t) => val!(&t.expr),
+            // `x?`: an `Option` the macro knows unwraps or returns `None` from the closure or
+            // helper it is in (the program's own body returns a `Result`, where an `Err` ends
+            // the rank at run time, so its values are the successes').
+            Expr::Try(t) => match val!(&t.expr) {
+                Val::Opt(Some(v)) => *v,
+                Val::Opt(None) => return Flow::Return,
+                v => v,
+            },
             Expr::Block(b) if b.label.is_some() => {
                 self.enter_frame(b.label.as_ref(), false);
                 let flow = self.block(&b.block);

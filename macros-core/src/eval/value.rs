@@ -748,6 +748,33 @@ pub(super) fn int_unary(op: &UnOp, a: i128, t: IntTy) -> Val {
     }
 }
 
+/// Whether [`int_method`] computes `name` (an unknown result of another method, such as a
+/// `Result`'s `unwrap_or` on what the macro took for its value, is no arithmetic that lost it).
+pub(super) fn is_int_arith(name: &str) -> bool {
+    matches!(
+        name,
+        "min"
+            | "max"
+            | "clamp"
+            | "abs"
+            | "rem_euclid"
+            | "div_euclid"
+            | "abs_diff"
+            | "wrapping_add"
+            | "wrapping_sub"
+            | "wrapping_mul"
+            | "saturating_add"
+            | "saturating_sub"
+            | "saturating_mul"
+            | "next_power_of_two"
+            | "div_ceil"
+            | "trailing_zeros"
+            | "ilog2"
+            | "is_power_of_two"
+            | "pow"
+    )
+}
+
 pub(super) fn int_method(a: i128, ta: IntTy, name: &str, args: &[Val]) -> Val {
     let arg = match args.first() {
         Some(Val::Int(b, tb)) => Some((*b, *tb)),

@@ -18,9 +18,15 @@ fn pipeline(ctx: &mut Ctx) -> Result<Vec<f32>> {
         Some(n) => ctx.send(&out, n)?,
         None => {}
     }
-    // The last stage holds the result; everyone gets it.
+    // The last stage holds the result; everyone gets it (its rank found through `?` on an
+    // `Option` in a helper, which unwraps a `Some`).
+    fn last_of(prev: Option<usize>, world: usize) -> Option<usize> {
+        let _ = prev?;
+        Some(world - 1)
+    }
+    let last = last_of(Some(rank), world).unwrap_or(0);
     let mut result = out;
-    ctx.broadcast(&mut result, world - 1)?;
+    ctx.broadcast(&mut result, last)?;
     Ok(result.to_vec())
 }
 
