@@ -37,9 +37,7 @@ pub(crate) fn const_assertions(
         let text = quote!(#e).to_string();
         let dim = crate::render::coefficient(*k, &text);
         let msg = format!("RW007: {what}, but {dim} is not a multiple of {n}; make the dimension a multiple of {n}");
-        let generic = quote!(#e).into_iter().any(|t| {
-            matches!(&t, proc_macro2::TokenTree::Ident(i) if params.contains(&i.to_string()))
-        });
+        let generic = mentions_any(e, &params);
         if generic {
             quote::quote_spanned! {*span=>
                 const { ::core::assert!(#num * ((#e) as u128) % #den_n == 0, #msg) };
@@ -50,7 +48,29 @@ pub(crate) fn const_assertions(
             }
         }
     });
-    quote!(#(#checks)*)
+    // Every constant a shape was computed from must be one: the macro took it for a value all
+    // ranks share, which a `static mut` (or anything else rustc will not evaluate at compile
+    // time) is not. rustc refuses such a name here ("constant accesses mutable global memory").
+    let mut used: Vec<u32> = shared.bases.iter().map(|b| b.symbol).collect();
+    used.sort_unstable();
+    used.dedup();
+    let constants = used.into_iter().filter_map(|sym| {
+        let e = shared.symbols.get(sym as usize)?;
+        let generic = mentions_any(e, &params);
+        Some(if generic {
+            quote::quote_spanned! {syn::spanned::Spanned::span(e)=> const { let _constant = #e; }; }
+        } else {
+            quote::quote_spanned! {syn::spanned::Spanned::span(e)=> const _: () = { let _constant = #e; }; }
+        })
+    });
+    quote!(#(#checks)* #(#constants)*)
+}
+
+/// Whether `e` names one of `params` (a generic parameter of the function).
+fn mentions_any(e: &syn::Expr, params: &[String]) -> bool {
+    quote!(#e)
+        .into_iter()
+        .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if params.contains(&i.to_string())))
 }
 
 /// Site ids each rank calls, in order, as runs of a repeated pattern.

@@ -121,6 +121,9 @@ pub(crate) struct Eval<'a> {
     lost: Option<Lost>,
     /// Variables bound to such a value, with the line and the reason.
     lost_in: HashMap<String, (u32, Lost)>,
+    /// The `static mut` items of the blocks seen: what one rank writes there, another may
+    /// read, so their values are never known.
+    shared_statics: std::collections::HashSet<String>,
 }
 
 impl<'a> Eval<'a> {
@@ -151,6 +154,7 @@ impl<'a> Eval<'a> {
             forgotten: HashMap::new(),
             lost: None,
             lost_in: HashMap::new(),
+            shared_statics: Default::default(),
         }
     }
 
@@ -205,6 +209,9 @@ impl<'a> Eval<'a> {
     /// `name = v`. A variable has one type in Rust: a tensor assigned to a variable whose
     /// element type is settled keeps that type, whatever the new value's literal suggested.
     fn assign(&mut self, name: &str, mut v: Val) {
+        if self.shared_statics.contains(name) {
+            v = Val::Unknown;
+        }
         self.forgotten.remove(name);
         self.note_lost(name, &v);
         if let (Some(Val::Tensor(old)), Val::Tensor(new)) = (self.lookup(name), &mut v)
@@ -492,6 +499,7 @@ impl<'a> Eval<'a> {
 
     fn block_stmts(&mut self, b: &syn::Block) -> Flow {
         self.env.push();
+        self.block_items(b);
         let mut last = Val::Unit;
         for stmt in &b.stmts {
             match self.stmt(stmt) {
@@ -504,6 +512,40 @@ impl<'a> Eval<'a> {
         }
         self.env.pop();
         Flow::Normal(last)
+    }
+
+    /// The block's `const` and `static` items, visible in the whole block: bound to their
+    /// values, so that one of the same name elsewhere (an outer block's, or the module's) is
+    /// never taken for it. A `static mut` is shared by every rank of a process, which any of
+    /// them may change: its value is never known (see [`Eval::assign`]).
+    fn block_items(&mut self, b: &syn::Block) {
+        for stmt in &b.stmts {
+            let (name, v) = match stmt {
+                Stmt::Item(syn::Item::Const(c)) => {
+                    // (Its expression can name no local variable: rustc refuses that.)
+                    let v = match self.expr(&c.expr) {
+                        Flow::Normal(v) => typed(v, &c.ty),
+                        _ => Val::Unknown,
+                    };
+                    (c.ident.to_string(), v)
+                }
+                Stmt::Item(syn::Item::Static(st)) => {
+                    let name = st.ident.to_string();
+                    if matches!(st.mutability, syn::StaticMutability::Mut(_)) {
+                        self.shared_statics.insert(name.clone());
+                        (name, Val::Unknown)
+                    } else {
+                        let v = match self.expr(&st.expr) {
+                            Flow::Normal(v) => typed(v, &st.ty),
+                            _ => Val::Unknown,
+                        };
+                        (name, v)
+                    }
+                }
+                _ => continue,
+            };
+            self.bind(name, v);
+        }
     }
 
     fn stmt(&mut self, s: &Stmt) -> Flow {

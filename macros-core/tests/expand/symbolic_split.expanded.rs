@@ -7,6 +7,9 @@ fn shard(ctx: &mut Ctx) -> Result<()> {
         1u128 * ((ROWS) as u128) % 4u128 == 0,
         "RW007: reduce_scatter splits dim 0 into 4 equal parts (world = 4), but ROWS is not a multiple of 4; make the dimension a multiple of 4"
     );
+    const _: () = {
+        let _constant = ROWS;
+    };
     let __rankwise_guard = {
         static __RANKWISE_SCHEDULE: ::rankwise::__private::Table = ::rankwise::__private::Table {
             function: "shard",
