@@ -603,8 +603,9 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// After `let r = <init>`: if `init` lends variables mutably (`&mut x`, also inside a branch
-    /// or a call), `r` may be a reference to them. A value other than a tensor's is forgotten at
+    /// After `let r = <init>` (or a pattern of `if let`, `while let` or `match` bound to
+    /// `init`): if `init` lends variables mutably (`&mut x`, also inside a branch or a call), or
+    /// the pattern binds by `ref mut`, `r` may be a reference to them. A value other than a tensor's is forgotten at
     /// once (it may change through `r` at any time while `r` lives); a tensor's shape is
     /// forgotten when something may change `r` (see [`Eval::havoc`]).
     fn note_references(&mut self, pat: &Pat, init: &Expr) {
@@ -618,7 +619,13 @@ impl<'a> Eval<'a> {
         }
         let mut fx = scan::effects(&|f| f.visit_expr(init));
         // `let it = v.iter_mut()`, `let s = v.as_mut_slice()`: borrows too, held in a variable.
-        for t in scan::lent_mutably(init) {
+        // And a `ref mut` binding borrows from the place it matches (`let (ref mut a, _) =
+        // pair`, `if let Some(ref mut p) = opt`).
+        let by_ref = scan::binds_by_mut_ref(pat).then(|| scan::place_roots(init));
+        for t in scan::lent_mutably(init)
+            .into_iter()
+            .chain(by_ref.into_iter().flatten().map(|(n, _)| n))
+        {
             if !fx.assigned.contains(&t) {
                 fx.assigned.push(t);
             }
@@ -1323,11 +1330,16 @@ impl<'a> Eval<'a> {
         let (cond, bound) = match &*i.cond {
             Expr::Let(l) => match self.expr(&l.expr) {
                 Flow::Normal(Val::Poison) => (Val::Poison, Vec::new()),
-                Flow::Normal(v) => match pat_matches(&l.pat, &v) {
-                    Matched::Yes(b) => (Val::Bool(true), b),
-                    Matched::No => (Val::Bool(false), Vec::new()),
-                    Matched::Unknown => (Val::Unknown, Vec::new()),
-                },
+                Flow::Normal(v) => {
+                    // Its bindings may be references into what it matches, whether the branch
+                    // runs or is skipped.
+                    self.note_references(&l.pat, &l.expr);
+                    match pat_matches(&l.pat, &v) {
+                        Matched::Yes(b) => (Val::Bool(true), b),
+                        Matched::No => (Val::Bool(false), Vec::new()),
+                        Matched::Unknown => (Val::Unknown, Vec::new()),
+                    }
+                }
                 other => return other,
             },
             c => match self.expr(c) {
@@ -1394,6 +1406,11 @@ impl<'a> Eval<'a> {
         };
         if let Val::Poison = scrut {
             return Flow::Normal(Val::Poison);
+        }
+        // An arm's bindings may be references into what it matches, whether it runs or the
+        // whole `match` is skipped.
+        for arm in &m.arms {
+            self.note_references(&arm.pat, &m.expr);
         }
         // An arm under `#[cfg]` may not exist: then another arm matches.
         let cfg_arms = m.arms.iter().any(|a| cfg_attr(&a.attrs).is_some());
@@ -1519,11 +1536,14 @@ impl<'a> Eval<'a> {
                 },
                 LoopCond::Let(l) => match self.expr(&l.expr) {
                     Flow::Normal(Val::Poison) => (Val::Poison, Vec::new()),
-                    Flow::Normal(v) => match pat_matches(&l.pat, &v) {
-                        Matched::Yes(b) => (Val::Bool(true), b),
-                        Matched::No => (Val::Bool(false), Vec::new()),
-                        Matched::Unknown => (Val::Unknown, Vec::new()),
-                    },
+                    Flow::Normal(v) => {
+                        self.note_references(&l.pat, &l.expr);
+                        match pat_matches(&l.pat, &v) {
+                            Matched::Yes(b) => (Val::Bool(true), b),
+                            Matched::No => (Val::Bool(false), Vec::new()),
+                            Matched::Unknown => (Val::Unknown, Vec::new()),
+                        }
+                    }
                     other => {
                         out = other;
                         break;

@@ -345,6 +345,20 @@ pub(super) fn place_roots(e: &Expr) -> Vec<(String, bool)> {
     out
 }
 
+/// Whether a pattern binds anything by `ref mut` (a reference into the place it matches).
+pub(super) fn binds_by_mut_ref(p: &syn::Pat) -> bool {
+    struct Find(bool);
+    impl<'ast> Visit<'ast> for Find {
+        fn visit_pat_ident(&mut self, i: &'ast syn::PatIdent) {
+            self.0 |= i.by_ref.is_some() && i.mutability.is_some();
+            syn::visit::visit_pat_ident(self, i);
+        }
+    }
+    let mut f = Find(false);
+    f.visit_pat(p);
+    f.0
+}
+
 /// The variable an assignment target or borrowed place is rooted at: `a` in `a`, `a[i]`,
 /// `a.f`, `*a`, `(a)`. A place reached through a method (`t.as_mut_slice()?[0]`) has none
 /// here: [`place_roots`] finds the variables behind it (a `Vec`'s `last_mut` changes it; a
