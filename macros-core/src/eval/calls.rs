@@ -156,6 +156,9 @@ impl Eval<'_> {
                 for n in changed {
                     self.havoc(&n);
                 }
+                // What it is lent may be written through its parameters (`|r: &mut usize| *r
+                // = 1`), which are its own names: forgotten, as for a helper.
+                self.havoc_lent(&c.args);
                 return Flow::Normal(v);
             }
             for n in &assigned {
