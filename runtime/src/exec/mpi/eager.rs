@@ -39,8 +39,17 @@ const CAP: usize = 64 * 1024;
 /// members disagree about what they exchange.
 const DATA: std::ffi::c_int = 0;
 const RECORDS: std::ffi::c_int = 1;
-/// The first tag of [`call_tag`]'s range (which runs to MPI's tag bound).
-const FIRST_CALL_TAG: std::ffi::c_int = 2;
+/// The tags of a direct all_reduce's two rounds (`steps`), on the same communicator: their own,
+/// so that no message of an exchange can ever match one of theirs (a round may still be in
+/// flight when the next call's exchange is posted; today the order of posting already keeps
+/// them apart, and the tags make that hold whatever the order).
+pub(super) const SPREAD: std::ffi::c_int = 2;
+pub(super) const SHARE: std::ffi::c_int = 3;
+/// The first tag of [`call_tag`]'s range (which runs to MPI's tag bound), above every tag
+/// named here.
+const FIRST_CALL_TAG: std::ffi::c_int = 4;
+const _: () = assert!(DATA < RECORDS && RECORDS < SPREAD && SPREAD < SHARE);
+const _: () = assert!(SHARE < FIRST_CALL_TAG);
 /// Tagged exchanges need at least this many tags (Open MPI has 2^31): a disagreement goes
 /// unseen when two calls' tags collide, one chance in the range's size.
 const MIN_CALL_TAGS: std::ffi::c_int = 1 << 24;

@@ -14,6 +14,8 @@
 
 use std::ffi::c_int;
 
+// The tags of a direct all_reduce's two rounds, defined with the exchanges' (see `eager`).
+use super::eager::{SHARE, SPREAD};
 use super::raw::{self, Comm, Request};
 use crate::element::with_dtype;
 use crate::error::Result;
@@ -28,10 +30,6 @@ const SMALL_REDUCE_BYTES: usize = 16 * 1024;
 
 /// Groups up to this many members run large all_reduces as direct messages.
 const DIRECT_MEMBERS: usize = 8;
-/// Tags of a direct all_reduce's two rounds on the point-to-point communicator (apart from
-/// the exchanges' tags, see `eager`).
-const SPREAD: c_int = 2;
-const SHARE: c_int = 3;
 
 /// The phase of an op whose last call needs no local work after it.
 const DONE: u8 = u8::MAX;
