@@ -1,6 +1,10 @@
 //! The evaluator on its own: a function body in, each rank's program description out.
 
+mod control_flow;
 mod integers;
+// Generated (see `control_flow`): its text is compared with the generator's, as written.
+#[rustfmt::skip]
+mod snippets;
 
 use std::collections::HashMap;
 

@@ -1,0 +1,437 @@
+//! The evaluator against rustc on generated code: control flow (loops, `break`/`continue`,
+//! labelled blocks, `loop` values), closures (`move` or not, shadowed captures, `&mut`
+//! parameters, `?`), `Option`s and their patterns (also by reference), lists, `std::mem`, and
+//! borrows. Each snippet is compiled into this test (`snippets.rs`, written by the generator
+//! below) and evaluated by the macro at every rank of worlds 1–4.
+//!
+//! The promise: a value the macro knows is the one the compiled code computes, whatever the
+//! run-time data (`data`, a flag the macro cannot know). And the macro knows most of the values
+//! that do not depend on the data, so the test fails for a model that knows nothing.
+
+use std::fmt::Write as _;
+
+use rankwise_core::OpKind;
+
+use super::evaluate;
+use super::snippets::SNIPPETS;
+
+/// How many snippets the generator writes, and its seed.
+const COUNT: usize = 400;
+const SEED: u64 = 0x5eed_2026_1127;
+
+/// The variables every snippet has: three numbers it assigns, an `Option` and a list.
+const NUMBERS: [&str; 3] = ["a", "b", "c"];
+
+/// Where a statement is: what `break`/`continue` may do there, and what it may read.
+#[derive(Clone)]
+struct Place {
+    /// Inside a `for` or counted `while` (unlabelled `break` and `continue` allowed).
+    in_loop: bool,
+    /// Numbers it may read besides `a`, `b`, `c`, `rank` and `world` (loop variables).
+    extra: Vec<String>,
+}
+
+struct Gen {
+    state: u64,
+    /// A fresh name's number.
+    fresh: usize,
+}
+
+impl Gen {
+    fn pick(&mut self, n: usize) -> usize {
+        // xorshift64*: deterministic, so the file can be compared with what it would write.
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        (self.state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+
+    fn name(&mut self, prefix: &str) -> String {
+        self.fresh += 1;
+        format!("{prefix}{}", self.fresh)
+    }
+
+    /// A number below 97 (so nothing overflows), reading `reads`.
+    fn expr(&mut self, depth: usize, reads: &[String]) -> String {
+        if depth == 0 || self.pick(3) == 0 {
+            return match self.pick(4) {
+                0 => self.pick(10).to_string(),
+                _ if reads.is_empty() => self.pick(10).to_string(),
+                _ => reads[self.pick(reads.len())].clone(),
+            };
+        }
+        let d = depth - 1;
+        // A method's receiver needs a type: one of literals alone would be ambiguous (E0689).
+        let recv = |g: &mut Gen| format!("({} as usize)", g.expr(d, reads));
+        match self.pick(9) {
+            0 => format!("({} + {}) % 97", self.expr(d, reads), self.expr(d, reads)),
+            1 => format!("({} * {}) % 97", self.expr(d, reads), self.expr(d, reads)),
+            2 => format!("{}.max({})", recv(self), self.expr(d, reads)),
+            3 => format!("{}.min({})", recv(self), self.expr(d, reads)),
+            4 => format!("{}.saturating_sub({})", recv(self), self.expr(d, reads)),
+            5 => format!(
+                "{} / ({} % 5 + 1)",
+                self.expr(d, reads),
+                self.expr(d, reads)
+            ),
+            6 => format!(
+                "if {} {{ {} }} else {{ {} }}",
+                self.cond(d, reads),
+                self.expr(d, reads),
+                self.expr(d, reads)
+            ),
+            7 => format!("{}.abs_diff({})", recv(self), self.expr(d, reads)),
+            _ => format!("({} + {}) % 97", self.expr(d, reads), self.pick(10)),
+        }
+    }
+
+    fn cond(&mut self, depth: usize, reads: &[String]) -> String {
+        let d = depth.saturating_sub(1);
+        match self.pick(7) {
+            0 => format!("{} < {}", self.expr(d, reads), self.expr(d, reads)),
+            1 => format!("{} == {}", self.expr(d, reads), self.expr(d, reads)),
+            2 => format!("{} % 2 == 0", self.expr(d, reads)),
+            3 => "data".into(),
+            4 => format!("!({})", self.cond(d, reads)),
+            5 => format!("{} > {}", self.expr(d, reads), self.pick(5)),
+            _ => format!("{} && {}", self.cond(d, reads), self.cond(d, reads)),
+        }
+    }
+
+    fn reads(&self, place: &Place, without: &[&str]) -> Vec<String> {
+        ["a", "b", "c", "rank", "world"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(place.extra.iter().cloned())
+            .filter(|n| !without.contains(&n.as_str()))
+            .collect()
+    }
+
+    fn target(&mut self) -> &'static str {
+        NUMBERS[self.pick(3)]
+    }
+
+    fn other(&mut self, t: &str) -> &'static str {
+        loop {
+            let u = NUMBERS[self.pick(3)];
+            if u != t {
+                return u;
+            }
+        }
+    }
+
+    /// Up to `n` statements.
+    fn stmts(&mut self, depth: usize, n: usize, place: &Place) -> String {
+        let k = 1 + self.pick(n.max(1));
+        (0..k)
+            .map(|_| self.stmt(depth, place))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn stmt(&mut self, depth: usize, place: &Place) -> String {
+        let all = self.reads(place, &[]);
+        let t = self.target();
+        let d = depth.saturating_sub(1);
+        let kinds = if depth == 0 { 12 } else { 28 };
+        match self.pick(kinds) {
+            0 => format!("{t} = {};", self.expr(2, &all)),
+            1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
+            2 => format!("o = Some({});", self.expr(2, &all)),
+            3 => "o = None;".into(),
+            4 => format!("{t} = o.unwrap_or({});", self.expr(1, &all)),
+            5 => format!("v.push({});", self.expr(1, &all)),
+            6 => format!("if let Some(x) = v.pop() {{ {t} = x; }}"),
+            7 => format!("{t} = v.len() % 97;"),
+            8 => format!("{t} = v.iter().sum::<usize>() % 97;"),
+            9 => {
+                let u = self.other(t);
+                format!("std::mem::swap(&mut {t}, &mut {u});")
+            }
+            10 if place.in_loop => {
+                let c = self.cond(1, &all);
+                let exit = if self.pick(2) == 0 {
+                    "break"
+                } else {
+                    "continue"
+                };
+                format!("if {c} {{ {exit}; }}")
+            }
+            10 | 11 => {
+                let u = self.other(t);
+                let e = self.expr(1, &self.reads(place, &[u]));
+                format!("{t} = std::mem::replace(&mut {u}, {e});")
+            }
+            12 => format!(
+                "if {} {{ {} }} else {{ {} }}",
+                self.cond(2, &all),
+                self.stmts(d, 2, place),
+                self.stmts(d, 2, place)
+            ),
+            13 => {
+                let i = self.name("i");
+                let bound = self.expr(1, &all);
+                let mut inner = place.clone();
+                inner.in_loop = true;
+                inner.extra.push(i.clone());
+                format!(
+                    "for {i} in 0..({bound} % 4) {{ {} }}",
+                    self.stmts(d, 3, &inner)
+                )
+            }
+            14 => {
+                let k = self.name("k");
+                let bound = self.expr(1, &all);
+                let mut inner = place.clone();
+                inner.in_loop = true;
+                let body = self.stmts(d, 3, &inner);
+                format!(
+                    "{{ let mut {k} = 0usize; while {k} < ({bound} % 4) {{ {k} += 1; {body} }} }}"
+                )
+            }
+            15 => {
+                // A `loop` ending with a value: no unlabelled exits of its own in between.
+                let mut inner = place.clone();
+                inner.in_loop = false;
+                let body = self.stmts(d, 2, &inner);
+                let c = self.cond(1, &all);
+                format!(
+                    "{t} = loop {{ {body} if {c} {{ break {}; }} break {}; }};",
+                    self.expr(1, &all),
+                    self.expr(1, &all)
+                )
+            }
+            16 => {
+                let l = self.name("'l");
+                let mut inner = place.clone();
+                inner.in_loop = false;
+                let body = self.stmts(d, 2, &inner);
+                let c = self.cond(1, &all);
+                format!(
+                    "{t} = {l}: {{ {body} if {c} {{ break {l} {}; }} {} }};",
+                    self.expr(1, &all),
+                    self.expr(1, &all)
+                )
+            }
+            17 => {
+                let mut reads = self.reads(place, &[]);
+                reads.push("x".into());
+                format!(
+                    "{{ let f = move |x: usize| {}; {t} = f({}); }}",
+                    self.expr(2, &reads),
+                    self.expr(1, &all)
+                )
+            }
+            18 => {
+                // A closure that borrows what it reads; a later `let` shadows one of them.
+                let s = self.other(t);
+                let mut reads = self.reads(place, &[t]);
+                reads.push("x".into());
+                format!(
+                    "{{ let f = |x: usize| ({s} + {}) % 97; let {s} = {}; {t} = (f({}) + {s}) % 97; }}",
+                    self.expr(2, &reads),
+                    self.expr(1, &all),
+                    self.expr(1, &all)
+                )
+            }
+            19 => format!(
+                "{{ let g = |r: &mut usize| *r = {}; g(&mut {t}); }}",
+                self.expr(2, &self.reads(place, &[t]))
+            ),
+            20 => format!(
+                "{{ let r = &mut {t}; *r = (*r + {}) % 97; }}",
+                self.expr(1, &self.reads(place, &[t]))
+            ),
+            // Writes through what a pattern borrows, read back at once (often from a fresh
+            // `Some`, so that there is something known to get wrong).
+            21 if self.pick(2) == 0 => format!(
+                "o = Some({}); {}",
+                self.expr(1, &all),
+                self.stmt_on_o(t, &all)
+            ),
+            21 => self.stmt_on_o(t, &all),
+            22 => format!(
+                "match o {{ Some(x) if x > {} => {t} = x, Some(x) => {t} = (x + 1) % 97, None => {t} = {} }}",
+                self.pick(50),
+                self.expr(1, &all)
+            ),
+            23 if self.pick(2) == 0 => format!(
+                "{{ let h = |q: Option<usize>| -> Option<usize> {{ let x = q?; Some((x + {}) % 97) }}; {t} = h(o).unwrap_or({}); }}",
+                self.expr(1, &self.reads(place, &[t])),
+                self.expr(1, &all)
+            ),
+            // `?` whose value is not used: only its early return matters.
+            23 => format!(
+                "{{ let h = |q: Option<usize>| -> Option<usize> {{ q?; Some({}) }}; {t} = h(o).unwrap_or({}); }}",
+                self.expr(1, &self.reads(place, &[t])),
+                self.expr(1, &all)
+            ),
+            24 => match self.pick(4) {
+                0 => format!("while let Some(x) = v.pop() {{ {t} = ({t} + x) % 97; }}"),
+                1 => format!(
+                    "{t} = v.get({}).copied().unwrap_or({});",
+                    self.expr(1, &all),
+                    self.expr(1, &all)
+                ),
+                2 => format!(
+                    "v = vec![{}; {} % 4];",
+                    self.expr(1, &all),
+                    self.expr(1, &all)
+                ),
+                _ => format!("for x in v.clone() {{ {t} = ({t} + x) % 97; }}"),
+            },
+            25 => format!(
+                "{t} = match {} % 4 {{ 0 => {}, 1 | 2 => {}, y => (y + {}) % 97 }};",
+                self.expr(1, &all),
+                self.expr(1, &all),
+                self.expr(1, &all),
+                self.expr(1, &all)
+            ),
+            26 => {
+                let u = self.other(t);
+                format!(
+                    "{{ let {u} = {}; {t} = ({t} + {u}) % 97; }}",
+                    self.expr(1, &all)
+                )
+            }
+            // A list inside another value, grown in place.
+            _ => format!(
+                "{{ let mut q = (vec![{}], vec![vec![{}]]); q.0.push({}); q.1[0].push(1); {t} = (q.0.len() + q.1[0].len()) % 97; }}",
+                self.expr(1, &all),
+                self.expr(1, &all),
+                self.expr(1, &all)
+            ),
+        }
+    }
+
+    /// A statement on `o` through a pattern: a copy, or a borrow written through.
+    fn stmt_on_o(&mut self, t: &str, all: &[String]) -> String {
+        match self.pick(4) {
+            0 => format!("if let Some(x) = o {{ {t} = x; }}"),
+            1 => format!(
+                "if let Some(p) = &mut o {{ *p = (*p + {}) % 97; }} {t} = o.unwrap_or({});",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            2 => format!(
+                "match o {{ Some(ref mut p) => *p = {}, None => {{}} }} {t} = o.unwrap_or({});",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            _ => format!(
+                "if let Some(ref mut p) = o {{ *p = {}; }} {t} = o.unwrap_or({});",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+        }
+    }
+
+    /// A snippet: a block computing a `usize` from `rank`, `world` and `data`.
+    fn snippet(&mut self) -> String {
+        let init: Vec<String> = vec!["rank".into(), "world".into()];
+        let top = Place {
+            in_loop: false,
+            extra: Vec::new(),
+        };
+        let mut s = String::new();
+        for n in NUMBERS {
+            let _ = write!(s, "let mut {n}: usize = {}; ", self.expr(1, &init));
+        }
+        let _ = write!(
+            s,
+            "let mut o: Option<usize> = None; let mut v: Vec<usize> = vec![{}, {}]; ",
+            self.expr(1, &init),
+            self.expr(1, &init)
+        );
+        s.push_str(&self.stmts(3, 5, &top));
+        let _ = write!(s, " {}", NUMBERS[self.pick(3)]);
+        s
+    }
+}
+
+/// The file of snippets, as the generator writes it.
+fn generated() -> String {
+    let mut g = Gen {
+        state: SEED,
+        fresh: 0,
+    };
+    let mut out = String::from(
+        "//! Generated by `control_flow::snippets_are_current` (rerun it with `RANKWISE_BLESS=1` to\n\
+         //! rewrite this file); each snippet twice: as text for the macro, compiled for the truth.\n\
+         #![allow(warnings, clippy::all, clippy::pedantic)]\n\n\
+         type Snippet = (&'static str, fn(usize, usize, bool) -> usize);\n\n\
+         pub(super) const SNIPPETS: &[Snippet] = &[\n",
+    );
+    for _ in 0..COUNT {
+        let body = g.snippet();
+        let _ = writeln!(out, "    ({body:?}, |rank, world, data| {{ {body} }}),");
+    }
+    out.push_str("];\n");
+    out
+}
+
+#[test]
+fn snippets_are_current() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/eval/tests/snippets.rs");
+    let want = generated();
+    if std::env::var_os("RANKWISE_BLESS").is_some() {
+        std::fs::write(path, &want).expect("the snippets file is writable");
+        return;
+    }
+    let have = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        have == want,
+        "src/eval/tests/snippets.rs is not what the generator writes: rerun with RANKWISE_BLESS=1"
+    );
+}
+
+#[test]
+fn the_macro_knows_only_what_rust_computes() {
+    let (mut known, mut data_free, mut known_data_free) = (0usize, 0usize, 0usize);
+    for (i, (body, real)) in SNIPPETS.iter().enumerate() {
+        for world in 1..=4 {
+            let src = format!(
+                "fn p(ctx: &mut Ctx) -> Result<()> {{
+                    let rank = ctx.rank();
+                    let world = ctx.world();
+                    let data = ctx.full([1], 0.0f32)?.to_vec()[0] > 0.5;
+                    let result: usize = {{ {body} }};
+                    let mut t = ctx.full([1], 0.0f32)?;
+                    ctx.broadcast(&mut t, result)?;
+                    Ok(())
+                }}"
+            );
+            let (p, _) = evaluate(&src, world);
+            for rank in 0..world {
+                let truth = [real(rank, world, false), real(rank, world, true)];
+                let claimed = p.ranks[rank]
+                    .iter()
+                    .flat_map(|item| item.ops())
+                    .find(|o| o.desc.kind == OpKind::Broadcast)
+                    .and_then(|o| o.desc.peer);
+                if truth[0] == truth[1] {
+                    data_free += 1;
+                }
+                if let Some(c) = claimed {
+                    assert!(
+                        truth.iter().all(|&t| t == c),
+                        "snippet {i}, world {world}, rank {rank}: the macro computes {c}, \
+                         the program {truth:?} (data false, true)\n{body}"
+                    );
+                    known += 1;
+                    if truth[0] == truth[1] {
+                        known_data_free += 1;
+                    }
+                }
+            }
+        }
+    }
+    // Not kept by knowing nothing: most values that do not depend on the data are known.
+    eprintln!(
+        "known {known}; of the values the data does not decide, {known_data_free} of {data_free}"
+    );
+    assert!(
+        known_data_free * 2 > data_free,
+        "the macro knows {known_data_free} of {data_free} values the data does not decide"
+    );
+}
