@@ -1204,7 +1204,63 @@ impl<'a> Eval<'a> {
                     self.havoc_place(place);
                 }
             }
+            // Destructuring assignment (`(a, b) = (b, a)`, `[x, y] = …`): part by part when the
+            // value's shape is known, else every place in it is forgotten.
+            (Expr::Tuple(t), _) => {
+                let parts: Vec<&Expr> = t.elems.iter().collect();
+                let vals = match v {
+                    Val::Tuple(vals) if vals.len() == parts.len() => Some(vals),
+                    _ => None,
+                };
+                self.assign_parts(&parts, vals);
+            }
+            (Expr::Array(a), _) => {
+                let parts: Vec<&Expr> = a.elems.iter().collect();
+                let vals = match v {
+                    Val::Array(vals) if vals.len() == parts.len() => Some(vals),
+                    _ => None,
+                };
+                self.assign_parts(&parts, vals);
+            }
+            (Expr::Paren(p), _) => self.assign_place(&p.expr, v),
+            (Expr::Infer(_), _) => {}
+            // `S { x: a, .. } = s`, `S(a, b) = s`: the fields' places, unknown.
+            (Expr::Struct(st), _) => {
+                let parts: Vec<&Expr> = st.fields.iter().map(|f| &f.expr).collect();
+                self.assign_parts(&parts, None);
+            }
+            (Expr::Call(c), _) => {
+                let parts: Vec<&Expr> = c.args.iter().collect();
+                self.assign_parts(&parts, None);
+            }
             (left, _) => self.havoc_place(left),
+        }
+    }
+
+    /// The parts of a destructuring assignment, each given its value (`None`: unknown — and a
+    /// rest pattern `..` among them makes every part's position unknown too).
+    fn assign_parts(&mut self, parts: &[&Expr], vals: Option<Vec<Val>>) {
+        let rest = parts.iter().any(|p| matches!(p, Expr::Range(_)));
+        match vals {
+            Some(vals) if !rest => {
+                for (p, x) in parts.iter().zip(vals) {
+                    self.assign_place(p, x);
+                }
+            }
+            _ => {
+                for p in parts {
+                    match p {
+                        Expr::Tuple(_)
+                        | Expr::Array(_)
+                        | Expr::Paren(_)
+                        | Expr::Struct(_)
+                        | Expr::Call(_) => self.assign_place(p, Val::Unknown),
+                        Expr::Infer(_) | Expr::Range(_) => {}
+                        // (A tensor keeps its element type, as a variable it is.)
+                        _ => self.havoc_place(p),
+                    }
+                }
+            }
         }
     }
 

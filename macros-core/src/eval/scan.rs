@@ -377,6 +377,25 @@ impl EffectFinder {
     /// An assignment to `place`: its base variable is assigned; a variable it reaches through
     /// a method or call is written through (see [`Effects::written_through`]).
     fn note_place(&mut self, place: &Expr) {
+        // A destructuring assignment's places (`(a, b) = …`, `[x, _] = …`, `S { f: a } = …`).
+        let parts: Vec<&Expr> = match place {
+            Expr::Tuple(t) => t.elems.iter().collect(),
+            Expr::Array(a) => a.elems.iter().collect(),
+            Expr::Paren(p) => vec![&*p.expr],
+            Expr::Struct(st) => st.fields.iter().map(|f| &f.expr).collect(),
+            Expr::Call(c) => c.args.iter().collect(),
+            Expr::Infer(_) | Expr::Range(_) => Vec::new(),
+            _ => {
+                self.note_leaf(place);
+                return;
+            }
+        };
+        for p in parts {
+            self.note_place(p);
+        }
+    }
+
+    fn note_leaf(&mut self, place: &Expr) {
         let base = base_ident(place);
         for (n, _) in place_roots(place) {
             if base.as_ref() != Some(&n) && !self.out.written_through.contains(&n) {

@@ -46,6 +46,11 @@ fn ring(ctx: &mut Ctx) -> Result<(f32, usize, usize)> {
     let taken = std::mem::take(&mut held) + old;
     ctx.broadcast(&mut x, taken)?;
 
+    // A destructuring assignment swaps two roots.
+    let (mut first, mut second) = (world - 1, 0usize);
+    (first, second) = (second, first);
+    ctx.broadcast(&mut x, first + second * 0)?;
+
     // A name captured by a closure and shadowed afterwards: the closure keeps the first.
     let k = 1usize;
     let hop = |r: usize| (r + k) % world;

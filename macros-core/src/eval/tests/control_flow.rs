@@ -16,7 +16,7 @@ use super::evaluate;
 use super::snippets::SNIPPETS;
 
 /// How many snippets the generator writes, and its seed.
-const COUNT: usize = 400;
+const COUNT: usize = 600;
 const SEED: u64 = 0x5eed_2026_1127;
 
 /// The variables every snippet has: three numbers it assigns, an `Option` and a list.
@@ -133,7 +133,7 @@ impl Gen {
         let all = self.reads(place, &[]);
         let t = self.target();
         let d = depth.saturating_sub(1);
-        let kinds = if depth == 0 { 12 } else { 28 };
+        let kinds = if depth == 0 { 12 } else { 32 };
         match self.pick(kinds) {
             0 => format!("{t} = {};", self.expr(2, &all)),
             1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
@@ -293,6 +293,68 @@ impl Gen {
                     "{{ let {u} = {}; {t} = ({t} + {u}) % 97; }}",
                     self.expr(1, &all)
                 )
+            }
+            // Destructuring assignment, of fresh values or of the variables themselves.
+            28 => {
+                let u = self.other(t);
+                match self.pick(4) {
+                    0 => format!(
+                        "({t}, {u}) = ({}, {});",
+                        self.expr(1, &all),
+                        self.expr(1, &all)
+                    ),
+                    1 => format!(
+                        "[{t}, {u}] = [{}, {}];",
+                        self.expr(1, &all),
+                        self.expr(1, &all)
+                    ),
+                    2 => format!(
+                        "({t}, _) = ({}, {});",
+                        self.expr(1, &all),
+                        self.expr(1, &all)
+                    ),
+                    _ => format!("({t}, {u}) = ({u}, {t});"),
+                }
+            }
+            // Iterator chains over ranges.
+            29 => {
+                let n = self.expr(1, &all);
+                let e = self.expr(1, &all);
+                let chain = match self.pick(10) {
+                    0 => format!(
+                        "map(|i| (i * {e}) % 97).filter(|&x| x % 2 == 0).sum::<usize>() % 97"
+                    ),
+                    1 => format!("rev().position(|x| x == {}).unwrap_or({e})", self.pick(4)),
+                    2 => format!("nth({e}).unwrap_or({})", self.pick(10)),
+                    3 => format!("last().unwrap_or({e})"),
+                    4 => format!("max().unwrap_or({e})"),
+                    5 => format!("step_by({e} % 3 + 1).sum::<usize>() % 97"),
+                    6 => format!("take({e}).count()"),
+                    7 => format!("skip({e}).map(|x| x + 1).sum::<usize>() % 97"),
+                    8 => format!("any(|x| x == {e}) as usize"),
+                    _ => {
+                        format!("enumerate().map(|(i, x)| (i * x + {e}) % 97).sum::<usize>() % 97")
+                    }
+                };
+                format!("{t} = (0..({n} % 5)).{chain};")
+            }
+            // Integers of other types, casts and bit operations.
+            30 => {
+                let e = self.expr(1, &all);
+                let f = self.expr(1, &all);
+                match self.pick(8) {
+                    0 => format!(
+                        "{t} = ((({e}) as u8).wrapping_mul({}u8) as usize) % 97;",
+                        100 + self.pick(150)
+                    ),
+                    1 => format!("{t} = ((({e}) as i64 - ({f}) as i64).rem_euclid(7)) as usize;"),
+                    2 => format!("{t} = (({e}) as u32).pow(2) as usize % 97;"),
+                    3 => format!("{t} = (1usize << (({e}) % 6)) % 97;"),
+                    4 => format!("{t} = (({e}) ^ ({f})) % 97;"),
+                    5 => format!("{t} = (({e}) & 7) | (({f}) % 4);"),
+                    6 => format!("{t} = (({e}) as i8 as usize) % 97;"),
+                    _ => format!("{t} = (({e}) as u16).saturating_sub(({f}) as u16) as usize;"),
+                }
             }
             // A list inside another value, grown in place.
             _ => format!(
