@@ -16,7 +16,7 @@ use super::evaluate;
 use super::snippets::SNIPPETS;
 
 /// How many snippets the generator writes, and its seed.
-const COUNT: usize = 600;
+const COUNT: usize = 800;
 const SEED: u64 = 0x5eed_2026_1127;
 
 /// The variables every snippet has: three numbers it assigns, an `Option` and a list.
@@ -133,7 +133,7 @@ impl Gen {
         let all = self.reads(place, &[]);
         let t = self.target();
         let d = depth.saturating_sub(1);
-        let kinds = if depth == 0 { 12 } else { 32 };
+        let kinds = if depth == 0 { 12 } else { 35 };
         match self.pick(kinds) {
             0 => format!("{t} = {};", self.expr(2, &all)),
             1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
@@ -354,6 +354,77 @@ impl Gen {
                     5 => format!("{t} = (({e}) & 7) | (({f}) % 4);"),
                     6 => format!("{t} = (({e}) as i8 as usize) % 97;"),
                     _ => format!("{t} = (({e}) as u16).saturating_sub(({f}) as u16) as usize;"),
+                }
+            }
+            // `Option` methods, reading and changing.
+            31 => {
+                let e = self.expr(1, &all);
+                match self.pick(10) {
+                    0 => format!("{t} = o.is_some() as usize + o.is_none() as usize * {e};"),
+                    1 => format!("{t} = o.map(|x| (x + {e}) % 97).unwrap_or(3);"),
+                    2 => format!("{t} = o.take().unwrap_or({e});"),
+                    3 => format!("{t} = o.replace({e}).unwrap_or(5);"),
+                    4 => format!("{t} = *o.get_or_insert({e});"),
+                    5 => {
+                        format!("if let Some(p) = o.as_mut() {{ *p = {e}; }} {t} = o.unwrap_or(1);")
+                    }
+                    6 => format!("{t} = o.filter(|&x| x > {e}).unwrap_or(2);"),
+                    7 => format!("{t} = o.or(Some({e})).unwrap_or(4);"),
+                    8 => format!("{t} = o.unwrap_or_default();"),
+                    _ => format!("o = o.and(Some({e})); {t} = o.unwrap_or(6);"),
+                }
+            }
+            // List methods, reading and changing.
+            32 => {
+                let e = self.expr(1, &all);
+                match self.pick(16) {
+                    0 => format!("v.insert(0, {e}); {t} = v[0];"),
+                    1 => format!("if !v.is_empty() {{ {t} = v.remove(0); }}"),
+                    2 => format!("v.truncate({e} % 3); {t} = v.len();"),
+                    3 => format!("v.clear(); {t} = v.len() + {e};"),
+                    4 => format!("v.retain(|&x| x % 2 == {e} % 2); {t} = v.len();"),
+                    5 => format!("v.sort(); {t} = v.first().copied().unwrap_or({e});"),
+                    6 => format!("v.reverse(); {t} = v.last().copied().unwrap_or({e});"),
+                    7 => format!("v.extend([{e}, 1]); {t} = v.len();"),
+                    8 => format!("{t} = v.contains(&({e})) as usize;"),
+                    9 => format!("{t} = v.iter().copied().max().unwrap_or({e});"),
+                    10 => format!("{t} = v.iter().position(|&x| x == {e}).unwrap_or(9);"),
+                    11 => format!(
+                        "v.iter_mut().for_each(|x| *x = ({e} + *x) % 97); {t} = v.iter().sum::<usize>() % 97;"
+                    ),
+                    12 => format!(
+                        "for x in v.iter_mut() {{ *x = (*x + {e}) % 97; }} {t} = v.get(0).copied().unwrap_or(7);"
+                    ),
+                    13 => format!(
+                        "if v.len() > 1 {{ let n = v.len(); v.swap(0, n - 1); }} {t} = v.first().copied().unwrap_or({e});"
+                    ),
+                    14 => format!("v.resize({e} % 4, 3); {t} = v.len();"),
+                    _ => format!("{t} = v.iter().copied().fold({e}, |acc, x| (acc + x) % 97);"),
+                }
+            }
+            // Blocks, `let … else` in loops, closures returning early, richer `match`es.
+            33 => {
+                let e = self.expr(1, &all);
+                let f = self.expr(1, &all);
+                match self.pick(6) {
+                    0 => format!("{t} = {{ let y = {e}; (y + {f}) % 97 }};"),
+                    1 => format!(
+                        "for _ in 0..2 {{ let Some(x) = o else {{ break; }}; {t} = x; o = None; }}"
+                    ),
+                    2 => format!(
+                        "{{ let h = |x: usize| -> usize {{ if x > {} {{ return x; }} {f} }}; {t} = h({e}); }}",
+                        self.pick(50)
+                    ),
+                    3 => format!(
+                        "{t} = match {e} {{ 0..=3 => {f}, y @ 4..=9 => y, y if y % 2 == 0 => y / 2, _ => 1 }};"
+                    ),
+                    4 => format!(
+                        "{t} = if let Some(x) = o {{ x }} else if {} {{ {e} }} else {{ {f} }};",
+                        self.cond(1, &all)
+                    ),
+                    _ => format!(
+                        "{{ let cell = std::cell::Cell::new({e}); cell.set({f}); {t} = cell.get(); }}"
+                    ),
                 }
             }
             // A list inside another value, grown in place.
