@@ -9,6 +9,28 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprMethodCall, Lit};
 
 use super::scan::{self, ARRAY_PURE, CTX_PURE, PURE, is_comm};
+
+/// The list methods that change the list which the macro follows (see `Eval::edit_list`).
+const LIST_EDITS: [&str; 15] = [
+    "push",
+    "pop",
+    "clear",
+    "reverse",
+    "truncate",
+    "insert",
+    "remove",
+    "swap",
+    "resize",
+    "extend",
+    "sort",
+    "sort_unstable",
+    "dedup",
+    "retain",
+    "sort_by_key",
+];
+
+/// The `Option` methods that change the option which the macro follows.
+const OPTION_EDITS: [&str; 4] = ["take", "replace", "insert", "get_or_insert"];
 use super::value::*;
 use super::{Borrow, Eval, Flow, holds_handle};
 
@@ -487,25 +509,53 @@ impl Eval<'_> {
             }
             (Val::Opt(None), "unwrap_or") => args.first().cloned().unwrap_or(Val::Unknown),
             (Val::Array(a), "len") => Val::usize(a.len()),
-            (Val::Array(a), "push") => {
-                let mut a = a.clone();
-                a.extend(args.into_iter().next());
-                match ident_of(&m.receiver) {
-                    Some(name) => self.assign(&name, Val::Array(a)),
-                    // A list inside another value (`lists[0].push(x)`, `pair.0.push(x)`): what
-                    // holds it is forgotten.
-                    None => self.havoc_receiver(&m.receiver),
+            (Val::Array(a), "is_empty") => Val::Bool(a.is_empty()),
+            (Val::Array(a), "first") => Val::Opt(a.first().cloned().map(Box::new)),
+            // Out of range is `None`, as in Rust.
+            (Val::Array(a), "get") => match args.first() {
+                Some(Val::Int(i, _)) => Val::Opt(
+                    usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| a.get(i))
+                        .cloned()
+                        .map(Box::new),
+                ),
+                _ => Val::Unknown,
+            },
+            (Val::Array(a), n) if LIST_EDITS.contains(&n) => {
+                match self.edit_list(m, n, a, &args) {
+                    Some(v) => v,
+                    // A list inside another value (`lists[0].push(x)`), a reference to one, or
+                    // arguments the macro cannot follow: what holds it is forgotten.
+                    None => {
+                        self.havoc_receiver(&m.receiver);
+                        Val::Unknown
+                    }
                 }
-                Val::Unit
             }
-            (Val::Array(a), "pop") if ident_of(&m.receiver).is_some() => {
-                let mut a = a.clone();
-                let last = a.pop();
-                if let Some(name) = ident_of(&m.receiver) {
-                    self.assign(&name, Val::Array(a));
+            (Val::Opt(o), n) if OPTION_EDITS.contains(&n) => match self.edit_option(m, n, o, &args)
+            {
+                Some(v) => v,
+                None => {
+                    self.havoc_receiver(&m.receiver);
+                    Val::Unknown
                 }
-                Val::Opt(last.map(Box::new))
-            }
+            },
+            (Val::Opt(o), "map" | "filter") => self.option_through(m, name.as_str(), o, &args),
+            (Val::Opt(o), "or" | "xor") => match (o, args.first()) {
+                (Some(v), Some(Val::Opt(other))) if name == "xor" => match other {
+                    Some(_) => Val::Opt(None),
+                    None => Val::Opt(Some(v.clone())),
+                },
+                (Some(v), _) => Val::Opt(Some(v.clone())),
+                (None, Some(other @ Val::Opt(_))) => other.clone(),
+                _ => Val::Unknown,
+            },
+            (Val::Opt(o), "and") => match (o, args.first()) {
+                (Some(_), Some(other @ Val::Opt(_))) => other.clone(),
+                (None, _) => Val::Opt(None),
+                _ => Val::Unknown,
+            },
             (Val::Array(_), n) if !ARRAY_PURE.contains(&n) => {
                 if let Some(name) = scan::base_ident(&m.receiver) {
                     self.havoc(&name);
@@ -584,6 +634,205 @@ impl Eval<'_> {
                 Some(was)
             }
             _ => None,
+        }
+    }
+
+    /// The variable a method that edits its receiver edits: the receiver itself, a variable
+    /// that holds no reference (a list inside another value, or behind a reference, is not
+    /// followed).
+    fn edited(&self, m: &ExprMethodCall) -> Option<String> {
+        let mut e = &*m.receiver;
+        while let Expr::Paren(p) = e {
+            e = &p.expr;
+        }
+        let name = match e {
+            Expr::Path(_) => ident_of(e)?,
+            _ => return None,
+        };
+        (!self.refs.contains_key(&name)).then_some(name)
+    }
+
+    /// A closure written at the call (`|&p| p != rank`), applied to `item`, if it assigns
+    /// nothing (a closure that does may run other times than the macro would replay).
+    fn inline_closure(&mut self, m: &ExprMethodCall, args: &[Val], item: Val) -> Option<Val> {
+        let Some(Expr::Closure(c)) = m.args.first() else {
+            return None;
+        };
+        if c.inputs.len() != 1
+            || !matches!(args.first(), Some(Val::Closure(assigned, ..)) if assigned.is_empty())
+        {
+            return None;
+        }
+        self.env.push();
+        self.bind_pat(&c.inputs[0], item);
+        let r = self.expr(&c.body);
+        self.env.pop();
+        match r {
+            Flow::Normal(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A list method that changes the list (`LIST_EDITS`), on a list held by a variable: the
+    /// list it leaves, assigned, and the method's value. `None` when the macro cannot follow
+    /// it (the receiver, an index out of range — which panics at run time —, elements or a
+    /// closure it cannot compute).
+    fn edit_list(
+        &mut self,
+        m: &ExprMethodCall,
+        name: &str,
+        list: &[Val],
+        args: &[Val],
+    ) -> Option<Val> {
+        let var = self.edited(m)?;
+        let mut list = list.to_vec();
+        let index = |i: Option<&Val>| match i {
+            Some(Val::Int(i, _)) => usize::try_from(*i).ok(),
+            _ => None,
+        };
+        let value = match name {
+            "push" => {
+                list.push(args.first()?.clone());
+                Val::Unit
+            }
+            "pop" => Val::Opt(list.pop().map(Box::new)),
+            "clear" => {
+                list.clear();
+                Val::Unit
+            }
+            "reverse" => {
+                list.reverse();
+                Val::Unit
+            }
+            "truncate" => {
+                list.truncate(index(args.first())?);
+                Val::Unit
+            }
+            "insert" => {
+                let i = index(args.first()).filter(|&i| i <= list.len())?;
+                list.insert(i, args.get(1)?.clone());
+                Val::Unit
+            }
+            "remove" => {
+                let i = index(args.first()).filter(|&i| i < list.len())?;
+                list.remove(i)
+            }
+            "swap" => {
+                let (i, j) = (index(args.first())?, index(args.get(1))?);
+                if i >= list.len() || j >= list.len() {
+                    return None;
+                }
+                list.swap(i, j);
+                Val::Unit
+            }
+            "resize" => {
+                let n = index(args.first()).filter(|&n| n as i128 <= super::MAX_REPEAT)?;
+                list.resize(n, args.get(1)?.clone());
+                Val::Unit
+            }
+            "extend" => {
+                let more = match args.first()? {
+                    Val::Array(more) => more.clone(),
+                    r @ Val::Range { .. } => range_vals(r)?,
+                    _ => return None,
+                };
+                list.extend(more);
+                Val::Unit
+            }
+            // Integers only: equal ones are alike, so a stable and an unstable sort agree.
+            "sort" | "sort_unstable" | "dedup" => {
+                let ints = list
+                    .iter()
+                    .map(|v| match v {
+                        Val::Int(i, t) => Some((*i, *t)),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                let mut ints = ints;
+                if name == "dedup" {
+                    ints.dedup_by_key(|(i, _)| *i);
+                } else {
+                    ints.sort_by_key(|(i, _)| *i);
+                }
+                list = ints.into_iter().map(|(i, t)| Val::Int(i, t)).collect();
+                Val::Unit
+            }
+            // Stable: equal keys keep their order.
+            "sort_by_key" => {
+                let mut keyed = Vec::new();
+                for item in list {
+                    match self.inline_closure(m, args, item.clone())? {
+                        Val::Int(k, _) => keyed.push((k, item)),
+                        _ => return None,
+                    }
+                }
+                keyed.sort_by_key(|(k, _)| *k);
+                list = keyed.into_iter().map(|(_, item)| item).collect();
+                Val::Unit
+            }
+            "retain" => {
+                let mut kept = Vec::new();
+                for item in list {
+                    match self.inline_closure(m, args, item.clone())? {
+                        Val::Bool(true) => kept.push(item),
+                        Val::Bool(false) => {}
+                        _ => return None,
+                    }
+                }
+                list = kept;
+                Val::Unit
+            }
+            _ => return None,
+        };
+        self.assign(&var, Val::Array(list));
+        Some(value)
+    }
+
+    /// An `Option` method that changes the option (`OPTION_EDITS`), on one held by a
+    /// variable: as [`Self::edit_list`].
+    fn edit_option(
+        &mut self,
+        m: &ExprMethodCall,
+        name: &str,
+        o: &Option<Box<Val>>,
+        args: &[Val],
+    ) -> Option<Val> {
+        let var = self.edited(m)?;
+        let (now, value) = match name {
+            "take" => (None, Val::Opt(o.clone())),
+            "replace" => (Some(Box::new(args.first()?.clone())), Val::Opt(o.clone())),
+            "insert" => {
+                let x = args.first()?.clone();
+                (Some(Box::new(x.clone())), x)
+            }
+            "get_or_insert" => match o {
+                Some(v) => (o.clone(), (**v).clone()),
+                None => {
+                    let x = args.first()?.clone();
+                    (Some(Box::new(x.clone())), x)
+                }
+            },
+            _ => return None,
+        };
+        self.assign(&var, Val::Opt(now));
+        Some(value)
+    }
+
+    /// `o.map(f)`, `o.filter(p)` with a closure written at the call.
+    fn option_through(
+        &mut self,
+        m: &ExprMethodCall,
+        name: &str,
+        o: &Option<Box<Val>>,
+        args: &[Val],
+    ) -> Val {
+        let Some(v) = o else {
+            return Val::Opt(None);
+        };
+        match (name, self.inline_closure(m, args, (**v).clone())) {
+            ("map", Some(x)) => Val::Opt(Some(Box::new(x))),
+            ("filter", Some(Val::Bool(keep))) => Val::Opt(keep.then(|| v.clone())),
+            _ => Val::Unknown,
         }
     }
 

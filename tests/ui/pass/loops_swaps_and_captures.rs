@@ -46,6 +46,18 @@ fn ring(ctx: &mut Ctx) -> Result<(f32, usize, usize)> {
     let taken = std::mem::take(&mut held) + old;
     ctx.broadcast(&mut x, taken)?;
 
+    // A list of peers edited in place: every other rank, the nearest first.
+    let mut peers: Vec<usize> = (0..world).collect();
+    peers.retain(|&p| p != rank);
+    peers.sort_by_key(|&p| (p + world - rank) % world);
+    peers.reverse();
+    peers.reverse();
+    let first = peers.first().copied().unwrap_or(rank);
+    let mut pair = ctx.zeros::<f32>([2])?;
+    let mut b = ctx.batch();
+    b.send(&send, first).recv(&mut pair, (rank + world - 1) % world);
+    b.run()?;
+
     // A destructuring assignment swaps two roots.
     let (mut first, mut second) = (world - 1, 0usize);
     (first, second) = (second, first);

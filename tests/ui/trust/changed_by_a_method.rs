@@ -2,7 +2,8 @@ use rankwise::prelude::*;
 use std::ops::AddAssign;
 
 // Methods that change their receiver: the macro once kept the old value of each, verified
-// root 0 on both ranks, and rank 1 broadcast from 1.
+// root 0 on both ranks, and rank 1 broadcast from 1. Now each is unknown from there on, or
+// followed exactly (`take` on an `Option` held by a variable: the ranks' roots disagree, RW004).
 #[rankwise::program(world = 2)]
 fn option_taken(ctx: &mut Ctx) -> Result<()> {
     let mut root = Some(0usize);

@@ -359,27 +359,40 @@ impl Gen {
             // `Option` methods, reading and changing.
             31 => {
                 let e = self.expr(1, &all);
-                match self.pick(10) {
-                    0 => format!("{t} = o.is_some() as usize + o.is_none() as usize * {e};"),
-                    1 => format!("{t} = o.map(|x| (x + {e}) % 97).unwrap_or(3);"),
-                    2 => format!("{t} = o.take().unwrap_or({e});"),
-                    3 => format!("{t} = o.replace({e}).unwrap_or(5);"),
-                    4 => format!("{t} = *o.get_or_insert({e});"),
-                    5 => {
-                        format!("if let Some(p) = o.as_mut() {{ *p = {e}; }} {t} = o.unwrap_or(1);")
+                // Often from a fresh `Some`, so that there is something known to get wrong.
+                let fresh = if self.pick(2) == 0 {
+                    format!("o = Some({}); ", self.expr(1, &all))
+                } else {
+                    String::new()
+                };
+                fresh
+                    + &match self.pick(10) {
+                        0 => format!("{t} = o.is_some() as usize + o.is_none() as usize * {e};"),
+                        1 => format!("{t} = o.map(|x| (x + {e}) % 97).unwrap_or(3);"),
+                        2 => format!("{t} = (o.take().unwrap_or({e}) + o.unwrap_or(50)) % 97;"),
+                        3 => format!(
+                            "{t} = (o.replace({e}).unwrap_or(5) * 2 + o.unwrap_or(1)) % 97;"
+                        ),
+                        4 => format!("{t} = (*o.get_or_insert({e}) * 2 + o.unwrap_or(1)) % 97;"),
+                        5 => {
+                            format!(
+                                "if let Some(p) = o.as_mut() {{ *p = {e}; }} {t} = o.unwrap_or(1);"
+                            )
+                        }
+                        6 => format!("{t} = o.filter(|&x| x > {e}).unwrap_or(2);"),
+                        7 => format!("{t} = o.or(Some({e})).unwrap_or(4);"),
+                        8 => format!("{t} = o.unwrap_or_default();"),
+                        _ => format!("o = o.and(Some({e})); {t} = o.unwrap_or(6);"),
                     }
-                    6 => format!("{t} = o.filter(|&x| x > {e}).unwrap_or(2);"),
-                    7 => format!("{t} = o.or(Some({e})).unwrap_or(4);"),
-                    8 => format!("{t} = o.unwrap_or_default();"),
-                    _ => format!("o = o.and(Some({e})); {t} = o.unwrap_or(6);"),
-                }
             }
             // List methods, reading and changing.
             32 => {
                 let e = self.expr(1, &all);
-                match self.pick(16) {
-                    0 => format!("v.insert(0, {e}); {t} = v[0];"),
-                    1 => format!("if !v.is_empty() {{ {t} = v.remove(0); }}"),
+                match self.pick(17) {
+                    0 => format!("v.insert(v.len() / 2, {e}); {t} = (v[0] * 3 + v.len()) % 97;"),
+                    1 => format!(
+                        "if !v.is_empty() {{ {t} = (v.remove(0) * 3 + v.iter().sum::<usize>()) % 97; }}"
+                    ),
                     2 => format!("v.truncate({e} % 3); {t} = v.len();"),
                     3 => format!("v.clear(); {t} = v.len() + {e};"),
                     4 => format!("v.retain(|&x| x % 2 == {e} % 2); {t} = v.len();"),
@@ -399,6 +412,9 @@ impl Gen {
                         "if v.len() > 1 {{ let n = v.len(); v.swap(0, n - 1); }} {t} = v.first().copied().unwrap_or({e});"
                     ),
                     14 => format!("v.resize({e} % 4, 3); {t} = v.len();"),
+                    15 => format!(
+                        "v.sort_by_key(|&x| (x + {e}) % 5); {t} = (v.first().copied().unwrap_or(1) * 7 + v.last().copied().unwrap_or(2)) % 97;"
+                    ),
                     _ => format!("{t} = v.iter().copied().fold({e}, |acc, x| (acc + x) % 97);"),
                 }
             }
