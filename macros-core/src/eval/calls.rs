@@ -1815,12 +1815,7 @@ pub(super) fn mem_call(
     p: &syn::ExprPath,
     exprs: &syn::punctuated::Punctuated<Expr, syn::Token![,]>,
 ) -> Option<(&'static str, Vec<String>)> {
-    let segs: Vec<String> = p
-        .path
-        .segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect();
+    let segs = path_idents(p);
     let f = match &segs[..] {
         [m, f] if m == "mem" => f.as_str(),
         [root, m, f] if m == "mem" && matches!(root.as_str(), "std" | "core") => f.as_str(),

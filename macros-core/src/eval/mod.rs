@@ -1129,12 +1129,7 @@ impl<'a> Eval<'a> {
     }
 
     fn path(&mut self, p: &syn::ExprPath) -> Val {
-        let segs: Vec<String> = p
-            .path
-            .segments
-            .iter()
-            .map(|s| s.ident.to_string())
-            .collect();
+        let segs = path_idents(p);
         if segs.len() == 1 {
             let name = &segs[0];
             if *name == self.ctx {
@@ -1380,23 +1375,30 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// `let pat = value` as the condition of an `if` or `while`: whether it matches (true,
+    /// false, or unknown), with what it binds. Its bindings may be references into what it
+    /// matches, whether the body runs or is skipped (see `note_references`).
+    fn let_cond(&mut self, l: &syn::ExprLet) -> Result<(Val, Vec<(String, Val)>), Flow> {
+        let v = match self.expr(&l.expr) {
+            Flow::Normal(Val::Poison) => return Ok((Val::Poison, Vec::new())),
+            Flow::Normal(v) => v,
+            other => return Err(other),
+        };
+        self.note_references(&l.pat, &l.expr);
+        Ok(match pat_matches(&l.pat, &v) {
+            Matched::Yes(b) => (Val::Bool(true), b),
+            Matched::No => (Val::Bool(false), Vec::new()),
+            Matched::Unknown => (Val::Unknown, Vec::new()),
+        })
+    }
+
     fn if_expr(&mut self, i: &syn::ExprIf) -> Flow {
         // `if let p = v`: taken if the pattern matches a value the macro knows, with its
         // bindings in the branch; unknown (as a condition on data) if it cannot tell.
         let (cond, bound) = match &*i.cond {
-            Expr::Let(l) => match self.expr(&l.expr) {
-                Flow::Normal(Val::Poison) => (Val::Poison, Vec::new()),
-                Flow::Normal(v) => {
-                    // Its bindings may be references into what it matches, whether the branch
-                    // runs or is skipped.
-                    self.note_references(&l.pat, &l.expr);
-                    match pat_matches(&l.pat, &v) {
-                        Matched::Yes(b) => (Val::Bool(true), b),
-                        Matched::No => (Val::Bool(false), Vec::new()),
-                        Matched::Unknown => (Val::Unknown, Vec::new()),
-                    }
-                }
-                other => return other,
+            Expr::Let(l) => match self.let_cond(l) {
+                Ok(c) => c,
+                Err(flow) => return flow,
             },
             c => match self.expr(c) {
                 Flow::Normal(v) => (v, Vec::new()),
@@ -1590,18 +1592,10 @@ impl<'a> Eval<'a> {
                         break;
                     }
                 },
-                LoopCond::Let(l) => match self.expr(&l.expr) {
-                    Flow::Normal(Val::Poison) => (Val::Poison, Vec::new()),
-                    Flow::Normal(v) => {
-                        self.note_references(&l.pat, &l.expr);
-                        match pat_matches(&l.pat, &v) {
-                            Matched::Yes(b) => (Val::Bool(true), b),
-                            Matched::No => (Val::Bool(false), Vec::new()),
-                            Matched::Unknown => (Val::Unknown, Vec::new()),
-                        }
-                    }
-                    other => {
-                        out = other;
+                LoopCond::Let(l) => match self.let_cond(l) {
+                    Ok(c) => c,
+                    Err(flow) => {
+                        out = flow;
                         break;
                     }
                 },

@@ -375,6 +375,15 @@ impl Ratio {
     }
 }
 
+/// The names of a path's segments (`std::mem::swap` → `["std", "mem", "swap"]`).
+pub(super) fn path_idents(p: &syn::ExprPath) -> Vec<String> {
+    p.path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect()
+}
+
 pub(super) fn ident_of(e: &Expr) -> Option<String> {
     match e {
         Expr::Path(p) if p.path.segments.len() == 1 && p.qself.is_none() => {
