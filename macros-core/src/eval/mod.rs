@@ -1201,18 +1201,15 @@ impl<'a> Eval<'a> {
             }
             // Destructuring assignment (`(a, b) = (b, a)`, `[x, y] = …`): part by part when the
             // value's shape is known, else every place in it is forgotten.
-            (Expr::Tuple(t), _) => {
-                let parts: Vec<&Expr> = t.elems.iter().collect();
-                let vals = match v {
-                    Val::Tuple(vals) if vals.len() == parts.len() => Some(vals),
-                    _ => None,
+            (Expr::Tuple(_) | Expr::Array(_), _) => {
+                let parts: Vec<&Expr> = match place {
+                    Expr::Tuple(t) => t.elems.iter().collect(),
+                    Expr::Array(a) => a.elems.iter().collect(),
+                    _ => Vec::new(),
                 };
-                self.assign_parts(&parts, vals);
-            }
-            (Expr::Array(a), _) => {
-                let parts: Vec<&Expr> = a.elems.iter().collect();
+                // (Rust's types make a tuple's value a tuple, an array's a list.)
                 let vals = match v {
-                    Val::Array(vals) if vals.len() == parts.len() => Some(vals),
+                    Val::Tuple(vals) | Val::Array(vals) if vals.len() == parts.len() => Some(vals),
                     _ => None,
                 };
                 self.assign_parts(&parts, vals);
