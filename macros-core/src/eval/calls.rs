@@ -9,6 +9,8 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprMethodCall, Lit};
 
 use super::scan::{self, ARRAY_PURE, CTX_PURE, PURE, is_comm};
+use super::value::*;
+use super::{Borrow, Eval, Flow, holds_handle};
 
 /// The list methods that change the list which the macro follows (see `Eval::edit_list`).
 const LIST_EDITS: [&str; 15] = [
@@ -31,10 +33,7 @@ const LIST_EDITS: [&str; 15] = [
 
 /// The `Option` methods that change the option which the macro follows.
 const OPTION_EDITS: [&str; 4] = ["take", "replace", "insert", "get_or_insert"];
-use super::value::*;
-use super::{Borrow, Eval, Flow, holds_handle};
 
-/// Methods of a `Vec` that do not change it (anything else may: `push`, `sort`, `clear`, …).
 /// The longest range an iterator chain is evaluated over (element by element).
 const MAX_SEQUENCE: i128 = 1 << 16;
 
@@ -547,7 +546,7 @@ impl Eval<'_> {
                     Some(_) => Val::Opt(None),
                     None => Val::Opt(Some(v.clone())),
                 },
-                (Some(v), _) => Val::Opt(Some(v.clone())),
+                (Some(v), _) if name == "or" => Val::Opt(Some(v.clone())),
                 (None, Some(other @ Val::Opt(_))) => other.clone(),
                 _ => Val::Unknown,
             },

@@ -282,3 +282,28 @@ fn posts_and_waits_become_items_of_their_own() {
         assert_eq!(waited, [1, 3, 6, 0]);
     }
 }
+
+/// `Option::xor` with an argument the macro cannot know is unknown (`or` is not: a `Some`
+/// wins whatever the argument). The macro once took `Some(1).xor(unknown)` for `Some(1)`.
+#[test]
+fn option_xor_with_an_unknown_argument_is_unknown() {
+    for (method, known) in [("xor", false), ("or", true)] {
+        let (p, mut shared) = evaluate(
+            &format!(
+                "fn f(ctx: &mut Ctx) -> Result<()> {{
+                    let data = ctx.full([1], 0.0f32)?.to_vec()[0] > 0.5;
+                    let o = Some(1usize).{method}(if data {{ Some(0) }} else {{ None }});
+                    let mut t = ctx.full([1], 0.0f32)?;
+                    ctx.broadcast(&mut t, o.unwrap_or(0))?;
+                    Ok(())
+                }}"
+            ),
+            2,
+        );
+        let e = errors(&mut shared);
+        assert_eq!(e.is_empty(), known, "{method}: {e:?}");
+        if known {
+            assert_eq!(p.ranks[0][0].ops()[0].desc.peer, Some(1), "{method}");
+        }
+    }
+}

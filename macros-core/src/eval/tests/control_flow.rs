@@ -381,7 +381,18 @@ impl Gen {
                         }
                         6 => format!("{t} = o.filter(|&x| x > {e}).unwrap_or(2);"),
                         7 => format!("{t} = o.or(Some({e})).unwrap_or(4);"),
-                        8 => format!("{t} = o.unwrap_or_default();"),
+                        8 if self.pick(2) == 0 => format!("{t} = o.unwrap_or_default();"),
+                        // (Half the time on the data: an argument the macro cannot know.)
+                        8 => {
+                            let c = if self.pick(2) == 0 {
+                                "data".to_string()
+                            } else {
+                                self.cond(1, &all)
+                            };
+                            format!(
+                                "{t} = o.xor(if {c} {{ Some({e}) }} else {{ None }}).unwrap_or(8);"
+                            )
+                        }
                         _ => format!("o = o.and(Some({e})); {t} = o.unwrap_or(6);"),
                     }
             }
