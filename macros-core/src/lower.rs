@@ -8,8 +8,8 @@ use rankwise_core::verify::{Item, Program};
 use crate::eval::{Borrow, Site, location};
 
 /// `const` assertions for what the macro could not check itself: splits of dimensions given
-/// by constants from outside the function must divide evenly. rustc evaluates them, so a bad
-/// value is still a compile error, at the call.
+/// by constants from outside the function must divide evenly, and each such name must be a
+/// constant. rustc evaluates them, so a bad value is still a compile error, at the call.
 ///
 /// An expression that uses a generic parameter of the function cannot be checked by a `const`
 /// item (E0401); it becomes an inline `const { … }` block, which rustc evaluates for each
@@ -66,11 +66,17 @@ pub(crate) fn const_assertions(
     quote!(#(#checks)* #(#constants)*)
 }
 
-/// Whether `e` names one of `params` (a generic parameter of the function).
+/// Whether `e` names one of `params` (a generic parameter of the function), also inside
+/// brackets (`(N + 1) * 2`).
 fn mentions_any(e: &syn::Expr, params: &[String]) -> bool {
-    quote!(#e)
-        .into_iter()
-        .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if params.contains(&i.to_string())))
+    fn walk(ts: TokenStream, params: &[String]) -> bool {
+        ts.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => params.contains(&i.to_string()),
+            proc_macro2::TokenTree::Group(g) => walk(g.stream(), params),
+            _ => false,
+        })
+    }
+    walk(quote!(#e), params)
 }
 
 /// Site ids each rank calls, in order, as runs of a repeated pattern.

@@ -920,7 +920,7 @@ pub(super) fn range_vals(v: &Val) -> Option<Vec<Val>> {
     else {
         return None;
     };
-    // In the range's own integers (an `u128` range may hold values no `usize` can).
+    // In the range's own integers (a `u128` range may hold values no `usize` can).
     let step = usize::try_from(step).ok().filter(|&s| s > 0)?;
     if end.saturating_sub(start).max(0) / step as i128 > 1 << 16 {
         return None;

@@ -70,6 +70,15 @@ fn generic<const N: usize>(ctx: &mut Ctx) -> Result<Vec<f32>> {
     Ok(output.to_vec())
 }
 
+// The same in brackets: the generic parameter is found inside them.
+#[rankwise::program(world in [2, 4])]
+fn generic_in_brackets<const N: usize>(ctx: &mut Ctx) -> Result<Vec<f32>> {
+    let input = ctx.full([(N + 1) * CHUNK * 4], 1.0f32)?;
+    let mut output = ctx.zeros::<f32>([(N + 1) * CHUNK * 4 / ctx.world()])?;
+    ctx.reduce_scatter(&input, &mut output, ReduceOp::Sum, 0)?;
+    Ok(output.to_vec())
+}
+
 // The attribute twice: each expansion keeps its names to itself, and both guards hold.
 #[rankwise::program(world = 2)]
 #[rankwise::program(world in [2, 3])]
@@ -89,4 +98,8 @@ fn main() {
     assert_eq!(spawn(3, borrowed).unwrap(), vec![1.0, 1.0, 1.0]);
     assert_eq!(spawn(2, generic::<1>).unwrap(), vec![vec![2.0; 4]; 2]);
     assert_eq!(spawn(4, generic::<2>).unwrap(), vec![vec![4.0; 4]; 4]);
+    assert_eq!(
+        spawn(2, generic_in_brackets::<1>).unwrap(),
+        vec![vec![2.0; 8]; 2]
+    );
 }
