@@ -1,8 +1,10 @@
 //! The evaluator against rustc on generated code: control flow (loops, `break`/`continue`,
-//! labelled blocks, `loop` values), closures (`move` or not, shadowed captures, `&mut`
-//! parameters, `?`), `Option`s and their patterns (also by reference), lists, `std::mem`, and
-//! borrows. Each snippet is compiled into this test (`snippets.rs`, written by the generator
-//! below) and evaluated by the macro at every rank of worlds 1–4.
+//! labelled blocks, `loop` values, `let … else`), closures (`move` or not, shadowed captures,
+//! `&mut` parameters, `?`, early `return`), `Option`s and lists with their patterns (also by
+//! reference) and methods, `std::mem`, borrows, destructuring, `match`es with ranges and
+//! guards, iterator chains, integers of other types, and `Cell`. Each snippet is compiled into
+//! this test (`snippets.rs`, written by the generator below) and evaluated by the macro at
+//! every rank of worlds 1–4.
 //!
 //! The promise: a value the macro knows is the one the compiled code computes, whatever the
 //! run-time data (`data`, a flag the macro cannot know). And the macro knows most of the values
