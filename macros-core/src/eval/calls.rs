@@ -934,10 +934,6 @@ impl Eval<'_> {
             }
             _ => return None,
         };
-        let closure = || match m.args.first() {
-            Some(Expr::Closure(c)) if c.inputs.len() == 1 => Some(c),
-            _ => None,
-        };
         // The integers of a list and their one type (an empty list's is open).
         let ints_of = |v: &[Val]| -> Option<(Vec<i128>, IntTy)> {
             let mut ty = IntTy::Open;
@@ -1018,24 +1014,14 @@ impl Eval<'_> {
                 None => Val::Unknown,
             },
             "filter" | "map" | "any" | "all" | "position" | "find" => {
-                let Some(c) = closure() else {
-                    return Some(Val::Unknown);
-                };
                 // Iterators are lazy: a closure that assigns may run fewer times than the
-                // sequence is long (or never), so its effects cannot be replayed here. (One that
-                // assigns nothing is evaluated now, `move` or not: what it captures cannot
-                // change while the iterator borrows it, and a `move` copy is taken now.)
-                if matches!(args.first(), Some(Val::Closure(assigned, ..)) if !assigned.is_empty())
-                {
-                    return Some(Val::Unknown);
-                }
+                // sequence is long (or never), so its effects cannot be replayed here, and
+                // `inline_closure` refuses it. (One that assigns nothing is evaluated now, `move`
+                // or not: what it captures cannot change while the iterator borrows it, and a
+                // `move` copy is taken now.)
                 let mut out = Vec::new();
                 for (i, item) in items.into_iter().enumerate() {
-                    self.env.push();
-                    self.bind_pat(&c.inputs[0], item.clone());
-                    let r = self.expr(&c.body);
-                    self.env.pop();
-                    let Flow::Normal(v) = r else {
+                    let Some(v) = self.inline_closure(m, args, item.clone()) else {
                         return Some(Val::Unknown);
                     };
                     match (name, v) {
