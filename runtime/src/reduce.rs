@@ -3,6 +3,44 @@
 use crate::ReduceOp;
 use crate::element::{Arith, Bitwise};
 
+/// Whether this CPU runs the AVX2 variants of the reduction loops (checked once, then a load
+/// and a test). The loops are the same Rust code compiled twice: the default build targets
+/// baseline x86-64, whose 16-byte vectors leave a reduction of cache-resident data short of what
+/// the core can load and store; with 32-byte vectors a packed bucket's data pass takes about
+/// three quarters of the time (BENCHMARKS.md, session 26). Element-wise operations give the same
+/// bits at either width: nothing is reassociated.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn wide() -> bool {
+    #[cfg(test)]
+    if NARROW.with(std::cell::Cell::get) {
+        return false;
+    }
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Set by [`narrow`]: this thread runs the baseline loops even where the CPU has AVX2.
+    static NARROW: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` on the baseline loops, so that tests on a CPU with AVX2 check both variants.
+#[cfg(test)]
+pub(crate) fn narrow<R>(f: impl FnOnce() -> R) -> R {
+    NARROW.with(|n| n.set(true));
+    let r = f();
+    NARROW.with(|n| n.set(false));
+    r
+}
+
+/// Every variant of the loops, for tests: each value of `f` is computed on the baseline loops
+/// and, where the CPU has AVX2, on the wide ones too.
+#[cfg(test)]
+pub(crate) fn both_widths<R>(f: impl Fn() -> R) -> Vec<R> {
+    vec![narrow(&f), f()]
+}
+
 /// Element-wise reduction of equally long slices, in the order given.
 ///
 /// Kept as straight loops over slices (one per operator) so that the compiler vectorises them;
@@ -55,6 +93,27 @@ impl<T: Arith> Reducer<T> {
     /// at compile time, so each loop is as tight as one written out for its order.
     #[inline(always)]
     fn combine_ordered<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
+        #[cfg(target_arch = "x86_64")]
+        if wide() {
+            // SAFETY: the CPU has AVX2 (just checked).
+            return unsafe { self.combine_wide::<SWAP>(acc, x) };
+        }
+        self.combine_loops::<SWAP>(acc, x);
+    }
+
+    /// [`Reducer::combine_ordered`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn combine_wide<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
+        self.combine_loops::<SWAP>(acc, x);
+    }
+
+    /// The loops of [`Reducer::combine_ordered`], inlined into each of its variants.
+    #[inline(always)]
+    fn combine_loops<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
         let acc = &mut acc[..x.len()];
         let ordered = |a: T, x: T| if SWAP { (x, a) } else { (a, x) };
         match self.op {
@@ -208,6 +267,82 @@ mod tests {
             r.combine_before(&mut got, &a);
             assert_eq!(got, want, "{op:?}");
         }
+    }
+
+    /// The contents of `v` as bytes, so that NaNs and signed zeros compare exactly.
+    fn bytes<T: Arith>(v: &[T]) -> Vec<u8> {
+        // SAFETY: every element type is a plain number: no padding, every byte initialised.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), size_of_val(v)) }.to_vec()
+    }
+
+    /// The wide loops give the baseline loops' bits, for every operator, element type, length
+    /// (vector-sized or not, with a remainder) and operand order, on values that include the
+    /// awkward ones: NaNs and zeros of both signs for the comparisons, wrapping integers.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "Miri runs the baseline loops only: there is one variant to check"
+    )]
+    fn wide_and_narrow_loops_agree_to_the_bit() {
+        use ReduceOp::*;
+        fn check<T: Arith>(ops: &[ReduceOp], value: impl Fn(usize) -> T) {
+            for &op in ops {
+                for len in 0..=70 {
+                    let a: Vec<T> = (0..len).map(|i| value(3 * i + 1)).collect();
+                    let b: Vec<T> = (0..len).map(|i| value(5 * i + 2)).collect();
+                    let r = Reducer::<T>::new(op, 2);
+                    let run = || {
+                        let mut fwd = a.clone();
+                        r.start(&mut fwd);
+                        r.combine(&mut fwd, &b);
+                        r.finish(&mut fwd);
+                        let mut back = b.clone();
+                        if !matches!(op, PreMulSum(_)) {
+                            r.combine_before(&mut back, &a);
+                        }
+                        (bytes(&fwd), bytes(&back))
+                    };
+                    let [narrow, wide] = <[_; 2]>::try_from(both_widths(run)).unwrap();
+                    assert!(narrow == wide, "{op:?} {} len={len}", T::DTYPE);
+                }
+            }
+        }
+        let ordinary = |k: usize| ((k * 37 % 101) as f32 - 50.0) / 8.0;
+        let awkward = |k: usize| match k % 7 {
+            0 => f32::from_bits(0x7fc0_0000 | k as u32),
+            1 => -0.0,
+            2 => 0.0,
+            3 => f32::INFINITY,
+            _ => ordinary(k),
+        };
+        let arith = [Sum, Avg, PreMulSum(0.75), Prod];
+        let compare = [Min, Max];
+        check::<f32>(&arith, ordinary);
+        check::<f32>(&compare, awkward);
+        check::<f64>(&arith, |k| f64::from(ordinary(k)));
+        check::<f64>(&compare, |k| f64::from(awkward(k)));
+        check::<half::f16>(&arith, |k| half::f16::from_f32(ordinary(k)));
+        check::<half::f16>(&compare, |k| half::f16::from_f32(awkward(k)));
+        check::<half::bf16>(&arith, |k| half::bf16::from_f32(ordinary(k)));
+        check::<half::bf16>(&compare, |k| half::bf16::from_f32(awkward(k)));
+        let ints = [
+            Sum,
+            Avg,
+            PreMulSum(3.0),
+            Prod,
+            Min,
+            Max,
+            BitAnd,
+            BitOr,
+            BitXor,
+        ];
+        let wild = |k: usize| k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        check::<i8>(&ints, |k| wild(k) as i8);
+        check::<u8>(&ints, |k| wild(k) as u8);
+        check::<i32>(&ints, |k| wild(k) as i32);
+        check::<u32>(&ints, |k| wild(k) as u32);
+        check::<i64>(&ints, |k| wild(k) as i64);
+        check::<u64>(&ints, |k| wild(k) as u64);
     }
 
     #[test]

@@ -346,6 +346,46 @@ unsafe fn fold_across<T: Arith>(
     combine: impl Fn(T, T) -> T + Copy,
     finish: impl Fn(T) -> T + Copy,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::reduce::wide() {
+        // SAFETY: the CPU has AVX2 (just checked); the caller's contract, passed on.
+        return unsafe { fold_across_wide(srcs, dsts, numel, start, combine, finish) };
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { fold_across_loops(srcs, dsts, numel, start, combine, finish) }
+}
+
+/// [`fold_across`] compiled for AVX2: the same loops, twice as wide.
+///
+/// # Safety
+/// As for [`fold_across`], on a CPU with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn fold_across_wide<T: Arith>(
+    srcs: &[*const T],
+    dsts: &[*mut T],
+    numel: usize,
+    start: impl Fn(T) -> T + Copy,
+    combine: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
+) {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { fold_across_loops(srcs, dsts, numel, start, combine, finish) }
+}
+
+/// The loops of [`fold_across`], inlined into each of its variants.
+///
+/// # Safety
+/// As for [`fold_across`].
+#[inline(always)]
+unsafe fn fold_across_loops<T: Arith>(
+    srcs: &[*const T],
+    dsts: &[*mut T],
+    numel: usize,
+    start: impl Fn(T) -> T + Copy,
+    combine: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
+) {
     let Some((&first, rest)) = srcs.split_first() else {
         return;
     };
@@ -732,13 +772,23 @@ mod tests {
                             .map(|j| (0..numel).map(|i| value(7 * i + 3 * j + 1)).collect())
                             .collect();
                         let r = Reducer::<T>::new(op, n);
-                        let mut want = inputs[0].clone();
-                        r.start(&mut want);
-                        for x in &inputs[1..] {
-                            r.combine(&mut want, x);
-                        }
-                        r.finish(&mut want);
-                        for outputs in [n, 1, 0] {
+                        // The slice reducer on the baseline loops: the reference for both
+                        // variants of the packed loops.
+                        let want = crate::reduce::narrow(|| {
+                            let mut want = inputs[0].clone();
+                            r.start(&mut want);
+                            for x in &inputs[1..] {
+                                r.combine(&mut want, x);
+                            }
+                            r.finish(&mut want);
+                            want
+                        });
+                        // Under Miri both variants are the baseline loops: checked once.
+                        let variants: &[bool] = if cfg!(miri) { &[true] } else { &[true, false] };
+                        for (outputs, &narrow) in [n, 1, 0]
+                            .into_iter()
+                            .flat_map(|o| variants.iter().map(move |v| (o, v)))
+                        {
                             let mut bufs = inputs.clone();
                             let mut outs: Vec<Vec<T>> = vec![vec![T::default(); numel]; outputs];
                             let srcs: Vec<*const T> = bufs
@@ -753,14 +803,22 @@ mod tests {
                             };
                             // SAFETY: every buffer holds `numel` elements; destinations are
                             // distinct, and in place each is exactly its member's source.
-                            r.fold(Probe {
+                            let probe = Probe {
                                 srcs: &srcs,
                                 dsts: &dsts,
                                 numel,
-                            });
+                            };
+                            if narrow {
+                                crate::reduce::narrow(|| r.fold(probe));
+                            } else {
+                                r.fold(probe);
+                            }
                             let got: Vec<Vec<T>> = if outputs == 0 { bufs } else { outs };
                             for g in &got {
-                                assert!(g == &want, "{op:?} n={n} numel={numel} outputs={outputs}");
+                                assert!(
+                                    g == &want,
+                                    "{op:?} n={n} numel={numel} outputs={outputs} narrow={narrow}"
+                                );
                             }
                         }
                     }
