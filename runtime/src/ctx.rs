@@ -411,7 +411,7 @@ impl Caller<'_> {
             },
         )?;
         // A checked program's call names the peer or root the macro verified it with.
-        crate::guard::Guard::check_peer(desc.peer, desc.site)?;
+        crate::guard::Guard::check_peer(desc.peer, &desc.site)?;
         Ok(Op {
             desc,
             input,
@@ -670,7 +670,7 @@ macro_rules! recorded_sinks {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
-            batch.record_repeat(group, site, seen, move |c| c.in_place(kind, t, root, op));
+            batch.record_repeat(group, &site, seen, move |c| c.in_place(kind, t, root, op));
             self
         }
 
@@ -689,7 +689,7 @@ macro_rules! recorded_sinks {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
-            batch.record_repeat(group, site, seen, move |c| c.in_out(kind, x, out, op, dim));
+            batch.record_repeat(group, &site, seen, move |c| c.in_out(kind, x, out, op, dim));
             self
         }
     };
@@ -1152,7 +1152,7 @@ impl Ctx {
     /// every call that is described passes.
     #[inline]
     fn admitted<'g>(&self, group: &'g Group, site: CallSite, batched: bool) -> Result<Caller<'g>> {
-        self.admit(group, site)?;
+        self.admit(group, &site)?;
         Ok(Caller {
             rank: self.rank,
             world: self.world,
@@ -1169,10 +1169,10 @@ impl Ctx {
     /// op builds no `Caller` only to drop it: its copy of the call site, just stored, stalls the
     /// loads that read it back (measured on a bucket's recording).
     #[inline(always)]
-    fn admit(&self, group: &Group, site: CallSite) -> Result<()> {
+    fn admit(&self, group: &Group, site: &CallSite) -> Result<()> {
         crate::guard::Guard::check(site)?;
         if group.world_id() != self.world_group.world_id() {
-            return Err(self.foreign(group, site));
+            return Err(self.foreign(group, *site));
         }
         Ok(())
     }
@@ -1266,7 +1266,7 @@ impl Ctx {
     /// group handle still run.
     fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        if let Err(e) = self.admit(g, site) {
+        if let Err(e) = self.admit(g, &site) {
             return Err(self.refused(e));
         }
         let Some(op) = self
@@ -1280,7 +1280,7 @@ impl Ctx {
             ));
         };
         // The repeat names the kept call's root (it is part of what repeats).
-        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, site) {
+        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, &site) {
             return Err(self.refused(e));
         }
         execute_one(&self.backend, &mut self.trace, op, g)
@@ -1602,14 +1602,14 @@ impl<'c, 'a> Batch<'c, 'a> {
     fn record_repeat<B: Parts>(
         &mut self,
         group: Option<&Group>,
-        site: CallSite,
+        site: &CallSite,
         seen: Seen,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> &mut Self {
         let bufs = match seen {
             Seen::Repeat(input, output) if self.error.is_none() => (input, output),
             Seen::Repeat(..) => return self, // the batch is refused already
-            Seen::New(words) => return self.record(group, site, words, build),
+            Seen::New(words) => return self.record(group, *site, words, build),
         };
         let g = group.unwrap_or(&self.ctx.world_group);
         if let Err(e) = self.ctx.admit(g, site) {

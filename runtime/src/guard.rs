@@ -162,7 +162,7 @@ impl Guard {
     /// no guard is active on this thread). Inlined: every call passes here, most of them
     /// without a guard, and a call would cost more than the test.
     #[inline(always)]
-    pub(crate) fn check(site: CallSite) -> Result<()> {
+    pub(crate) fn check(site: &CallSite) -> Result<()> {
         if !ANY.with(Cell::get) {
             return Ok(());
         }
@@ -176,7 +176,7 @@ impl Guard {
     /// run a call nobody verified — so the rank leaves its schedule here, with an error, before
     /// anything is posted.
     #[inline(always)]
-    pub(crate) fn check_peer(peer: Option<usize>, site: CallSite) -> Result<()> {
+    pub(crate) fn check_peer(peer: Option<usize>, site: &CallSite) -> Result<()> {
         if !ANY.with(Cell::get) {
             return Ok(());
         }
@@ -185,7 +185,8 @@ impl Guard {
 
     /// [`Guard::check_peer`] with a guard active.
     #[inline(never)]
-    fn check_peer_active(peer: Option<usize>, site: CallSite) -> Result<()> {
+    fn check_peer_active(peer: Option<usize>, site: &CallSite) -> Result<()> {
+        let site = *site;
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             let Some(g) = a.last_mut() else {
@@ -224,7 +225,8 @@ impl Guard {
 
     /// [`Guard::check`] with a guard active.
     #[inline(never)]
-    fn check_active(site: CallSite) -> Result<()> {
+    fn check_active(site: &CallSite) -> Result<()> {
+        let site = *site;
         ACTIVE.with(|a| {
             let mut a = a.borrow_mut();
             let Some(g) = a.last_mut() else {
@@ -414,7 +416,7 @@ mod tests {
             line: 3,
             column: 5,
         };
-        assert!(Guard::check(elsewhere).is_err());
+        assert!(Guard::check(&elsewhere).is_err());
         drop(g);
         let _g = start(0, 1, false).unwrap();
         let same = CallSite {
@@ -422,7 +424,7 @@ mod tests {
             line: 3,
             column: 5,
         };
-        assert!(Guard::check(same).is_ok());
+        assert!(Guard::check(&same).is_ok());
     }
 
     #[test]
@@ -438,19 +440,19 @@ mod tests {
         ));
         let g = start(0, 1, false).unwrap();
         for (l, c) in [(3, 5), (4, 5), (3, 5), (4, 5), (9, 1)] {
-            Guard::check(at(l, c)).unwrap();
+            Guard::check(&at(l, c)).unwrap();
             assert!(!Guard::proven(), "proven without a handshake");
         }
-        let err = Guard::check(at(3, 5)).unwrap_err();
+        let err = Guard::check(&at(3, 5)).unwrap_err();
         assert!(
             err.to_string().contains("no further communication"),
             "{err}"
         );
         drop(g);
         // Without an active guard (unchecked programs), nothing is checked.
-        Guard::check(at(1, 1)).unwrap();
+        Guard::check(&at(1, 1)).unwrap();
         let _g = start(0, 1, false).unwrap();
-        let err = Guard::check(at(4, 5)).unwrap_err();
+        let err = Guard::check(&at(4, 5)).unwrap_err();
         assert!(err.to_string().contains("send at"), "{err}");
     }
 
@@ -463,13 +465,13 @@ mod tests {
         };
         assert!(!Guard::proven(), "proven without a guard");
         let g = start(0, 1, true).unwrap();
-        Guard::check(at(3, 5)).unwrap();
+        Guard::check(&at(3, 5)).unwrap();
         assert!(Guard::proven(), "on schedule after the handshake: proven");
         // The expected call is the receive; a send instead leaves the schedule...
-        assert!(Guard::check(at(3, 5)).is_err());
+        assert!(Guard::check(&at(3, 5)).is_err());
         // ...and the receive the schedule expected is no longer admitted either: a proven
         // call of this rank could otherwise meet a peer that is not where the proof says.
-        let err = Guard::check(at(4, 5)).unwrap_err();
+        let err = Guard::check(&at(4, 5)).unwrap_err();
         assert!(
             err.to_string().contains("left its schedule at") && err.to_string().contains(":3:5"),
             "{err}"

@@ -74,7 +74,7 @@ impl<'t> Request<'t> {
     #[track_caller]
     pub fn wait(self) -> Result<()> {
         let site = CallSite::caller();
-        crate::guard::Guard::check(site)?;
+        crate::guard::Guard::check(&site)?;
         let data = engine(&self.backend)?.wait(self.ticket, site)?;
         match self.into {
             Some(into) if into.len() != data.len() => Err(Error::Internal(format!(
