@@ -13,7 +13,8 @@ use super::value::*;
 use super::{Borrow, Eval, Flow, holds_handle};
 
 /// The list methods that change the list which the macro follows (see `Eval::edit_list`).
-const LIST_EDITS: [&str; 15] = [
+const LIST_EDITS: [&str; 16] = [
+    "next",
     "push",
     "pop",
     "clear",
@@ -521,6 +522,16 @@ impl Eval<'_> {
                 ),
                 _ => Val::Unknown,
             },
+            // A held range (`let mut it = 0..n`) steps as the list of its values.
+            (Val::Range { .. }, "next") => {
+                match range_vals(&recv).and_then(|list| self.edit_list(m, "next", &list, &args)) {
+                    Some(v) => v,
+                    None => {
+                        self.havoc_receiver(&m.receiver);
+                        Val::Unknown
+                    }
+                }
+            }
             (Val::Array(a), n) if LIST_EDITS.contains(&n) => {
                 match self.edit_list(m, n, a, &args) {
                     Some(v) => v,
@@ -654,17 +665,33 @@ impl Eval<'_> {
     /// A closure written at the call (`|&p| p != rank`), applied to `item`, if it assigns
     /// nothing (a closure that does may run other times than the macro would replay).
     fn inline_closure(&mut self, m: &ExprMethodCall, args: &[Val], item: Val) -> Option<Val> {
-        let Some(Expr::Closure(c)) = m.args.first() else {
+        self.closure_at(m, args, 0, vec![item])
+    }
+
+    /// [`Self::inline_closure`] for the closure written as argument `at`, applied to `inputs`
+    /// (`fold`'s closure is its second argument and takes two).
+    fn closure_at(
+        &mut self,
+        m: &ExprMethodCall,
+        args: &[Val],
+        at: usize,
+        inputs: Vec<Val>,
+    ) -> Option<Val> {
+        let Some(Expr::Closure(c)) = m.args.iter().nth(at) else {
             return None;
         };
-        if c.inputs.len() != 1
-            || !matches!(args.first(), Some(Val::Closure(assigned, ..)) if assigned.is_empty())
+        if c.inputs.len() != inputs.len()
+            || !matches!(args.get(at), Some(Val::Closure(assigned, ..)) if assigned.is_empty())
         {
             return None;
         }
         self.env.push();
-        self.bind_pat(&c.inputs[0], item);
+        for (p, v) in c.inputs.iter().zip(inputs) {
+            self.bind_pat(p, v);
+        }
+        self.bodies += 1;
         let r = self.expr(&c.body);
+        self.bodies -= 1;
         self.env.pop();
         match r {
             Flow::Normal(v) => Some(v),
@@ -695,6 +722,9 @@ impl Eval<'_> {
                 Val::Unit
             }
             "pop" => Val::Opt(list.pop().map(Box::new)),
+            // A held iterator (`let mut it = v.iter()`): its items are a list, `next` takes
+            // the first (a `Vec` has no `next`, so only an iterator gets here).
+            "next" => Val::Opt((!list.is_empty()).then(|| Box::new(list.remove(0)))),
             "clear" => {
                 list.clear();
                 Val::Unit
@@ -856,7 +886,9 @@ impl Eval<'_> {
             self.bind_pat(p, a);
         }
         self.depth += 1;
+        self.bodies += 1;
         let r = self.expr(body);
+        self.bodies -= 1;
         self.depth -= 1;
         self.env.pop();
         if let Some(env) = saved {
@@ -866,8 +898,9 @@ impl Eval<'_> {
             Flow::Normal(v) => v,
             Flow::Return if !self.shared.halted() => {
                 self.lost.get_or_insert(super::Lost {
-                    why: "a closure or helper it calls returns early (`return`, or `?` on a \
-                          `None`), whose value the macro does not follow"
+                    why: "a closure or helper it calls may return early (`return`, or `?` \
+                          on a `None` or on a value the macro cannot tell is a `Some` or an \
+                          `Ok`), whose value the macro does not follow"
                         .into(),
                     help: "give the value without an early return (`match`, `if let`, \
                            `map`/`unwrap_or`)",
@@ -889,7 +922,18 @@ impl Eval<'_> {
         recv: &Val,
         args: &[Val],
     ) -> Option<Val> {
-        const ADAPTERS: [&str; 23] = [
+        const ADAPTERS: [&str; 34] = [
+            "step_by",
+            "chain",
+            "chunks",
+            "windows",
+            "partition",
+            "fold",
+            "max_by_key",
+            "min_by_key",
+            "take_while",
+            "skip_while",
+            "product",
             "iter",
             "iter_mut",
             "into_iter",
@@ -918,7 +962,7 @@ impl Eval<'_> {
             return None;
         }
         // Ranges keep their own `rev`, `step_by` and `collect` (cheaper, and unbounded ends).
-        if matches!(recv, Val::Range { .. }) && matches!(name, "rev" | "collect") {
+        if matches!(recv, Val::Range { .. }) && matches!(name, "rev" | "collect" | "step_by") {
             return None;
         }
         let items: Vec<Val> = match recv {
@@ -992,6 +1036,33 @@ impl Eval<'_> {
                     _ => Val::Opt(items.into_iter().nth(k).map(Box::new)),
                 }
             }
+            "chain" => match args.first() {
+                Some(Val::Array(more)) => {
+                    Val::Array(items.into_iter().chain(more.clone()).collect())
+                }
+                Some(r @ Val::Range { .. }) => match range_vals(r) {
+                    Some(more) => Val::Array(items.into_iter().chain(more).collect()),
+                    None => Val::Unknown,
+                },
+                _ => Val::Unknown,
+            },
+            // A step or a length of 0 panics at run time: unknown.
+            "step_by" | "chunks" | "windows" => {
+                let k = match args.first() {
+                    Some(Val::Int(k, _)) => usize::try_from(*k).ok().filter(|&k| k > 0),
+                    _ => None,
+                };
+                let Some(k) = k else {
+                    return Some(Val::Unknown);
+                };
+                match name {
+                    "step_by" => Val::Array(items.into_iter().step_by(k).collect()),
+                    "chunks" => {
+                        Val::Array(items.chunks(k).map(|c| Val::Array(c.to_vec())).collect())
+                    }
+                    _ => Val::Array(items.windows(k).map(|c| Val::Array(c.to_vec())).collect()),
+                }
+            }
             "count" => Val::usize(items.len()),
             "last" => Val::Opt(items.into_iter().last().map(Box::new)),
             // A sum the type cannot hold panics or wraps: unknown.
@@ -1002,6 +1073,72 @@ impl Eval<'_> {
                     .map_or(Val::Unknown, |s| t.exact(s)),
                 None => Val::Unknown,
             },
+            // A product the type cannot hold panics or wraps: unknown.
+            "product" => match ints_of(&items) {
+                Some((v, t)) => v
+                    .iter()
+                    .try_fold(1i128, |s, &x| s.checked_mul(x))
+                    .map_or(Val::Unknown, |s| t.exact(s)),
+                None => Val::Unknown,
+            },
+            // Eager: the closure runs once per item, in order (refused if it assigns, as in
+            // `map`).
+            "fold" => {
+                let mut acc = args.first()?.clone();
+                for item in items {
+                    match self.closure_at(m, args, 1, vec![acc, item]) {
+                        Some(v) => acc = v,
+                        None => return Some(Val::Unknown),
+                    }
+                }
+                acc
+            }
+            "partition" | "take_while" | "skip_while" => {
+                let mut kept = Vec::new();
+                let mut rest = Vec::new();
+                let mut open = true;
+                for item in items {
+                    // `take_while` and `skip_while` stop calling the closure at its first
+                    // `false`: the item it refused and the rest are what is left.
+                    if !open {
+                        rest.push(item);
+                        continue;
+                    }
+                    match self.inline_closure(m, args, item.clone()) {
+                        Some(Val::Bool(true)) => kept.push(item),
+                        Some(Val::Bool(false)) => {
+                            open = name == "partition";
+                            rest.push(item);
+                        }
+                        _ => return Some(Val::Unknown),
+                    }
+                }
+                match name {
+                    "partition" => Val::Tuple(vec![Val::Array(kept), Val::Array(rest)]),
+                    "take_while" => Val::Array(kept),
+                    _ => Val::Array(rest),
+                }
+            }
+            // Rust's choices among equal keys: the last maximum, the first minimum.
+            "max_by_key" | "min_by_key" => {
+                let mut best: Option<(i128, Val)> = None;
+                for item in items {
+                    let Some(Val::Int(k, _)) = self.inline_closure(m, args, item.clone()) else {
+                        return Some(Val::Unknown);
+                    };
+                    let better = best.as_ref().is_none_or(|(b, _)| {
+                        if name == "max_by_key" {
+                            k >= *b
+                        } else {
+                            k < *b
+                        }
+                    });
+                    if better {
+                        best = Some((k, item));
+                    }
+                }
+                Val::Opt(best.map(|(_, v)| Box::new(v)))
+            }
             "max" | "min" => match ints_of(&items) {
                 Some((v, t)) => Val::Opt(
                     if name == "max" {

@@ -104,6 +104,9 @@ pub(crate) struct Eval<'a> {
     frames: Vec<Frame>,
     taints: Vec<Taint>,
     depth: usize,
+    /// How many closure or helper bodies are being evaluated around this point (see
+    /// `Expr::Try`).
+    bodies: usize,
     batches: Vec<Vec<VOp>>,
     program: &'a mut Program,
     registry: &'a mut HashMap<(Vec<usize>, u32), GroupId>,
@@ -144,6 +147,7 @@ impl<'a> Eval<'a> {
             frames: Vec::new(),
             taints: Vec::new(),
             depth: 0,
+            bodies: 0,
             batches: Vec::new(),
             program,
             registry,
@@ -845,6 +849,12 @@ impl<'a> Eval<'a> {
             Expr::Try(t) => match val!(&t.expr) {
                 Val::Opt(Some(v)) => *v,
                 Val::Opt(None) => return Flow::Return,
+                // In a closure or helper, `?` on what the macro cannot tell is a `Some` (or an
+                // `Ok`: it does not tell them from `Err`s) may return early, so the body's value
+                // is unknown. (Bodies never communicate: none of their calls is skipped.) In
+                // the program's own body, an `Err` ends the rank, and the runtime stops the
+                // world with it.
+                _ if self.bodies > 0 => return Flow::Return,
                 v => v,
             },
             Expr::Block(b) if b.label.is_some() => {
@@ -1469,7 +1479,14 @@ impl<'a> Eval<'a> {
         }
         // An arm under `#[cfg]` may not exist: then another arm matches.
         let cfg_arms = m.arms.iter().any(|a| cfg_attr(&a.attrs).is_some());
-        if matches!(scrut, Val::Int(..) | Val::Bool(_) | Val::Opt(_)) && !cfg_arms {
+        // Tuples and lists too, when every part is known: then a pattern the macro cannot
+        // decide is one it does not read, as the note below says.
+        let decidable = match &scrut {
+            Val::Int(..) | Val::Bool(_) | Val::Opt(_) => true,
+            Val::Tuple(parts) | Val::Array(parts) => parts.iter().all(known_through),
+            _ => false,
+        };
+        if decidable && !cfg_arms {
             for arm in &m.arms {
                 let bound = match pat_matches(&arm.pat, &scrut) {
                     Matched::Yes(bound) => bound,
@@ -1936,3 +1953,14 @@ fn cfg_attr(attrs: &[syn::Attribute]) -> Option<Span> {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `v` is known all the way down: no part of it is unknown (a tuple or list of
+/// numbers, flags and options of them).
+fn known_through(v: &Val) -> bool {
+    match v {
+        Val::Int(..) | Val::Bool(_) | Val::Opt(None) => true,
+        Val::Opt(Some(x)) => known_through(x),
+        Val::Tuple(parts) | Val::Array(parts) => parts.iter().all(known_through),
+        _ => false,
+    }
+}

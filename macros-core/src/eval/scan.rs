@@ -70,7 +70,9 @@ pub(super) const PURE: [&str; 36] = [
 ];
 
 /// A list's methods that only read it: any other may change it (`push`, `swap`, `sort`, …).
-pub(super) const ARRAY_PURE: [&str; 19] = [
+pub(super) const ARRAY_PURE: [&str; 21] = [
+    "chunks",
+    "windows",
     "len",
     "is_empty",
     "contains",

@@ -1041,6 +1041,63 @@ pub(super) fn pat_matches(pat: &Pat, v: &Val) -> Matched {
             .find(|m| !matches!(m, Matched::No))
             .unwrap_or(Matched::No),
         (Pat::Paren(p), _) => pat_matches(&p.pat, v),
+        // The macro's values stand for what references point at (`Some(&p)`, `&(a, b)`).
+        (Pat::Reference(r), _) => pat_matches(&r.pat, v),
+        (Pat::Type(t), _) => pat_matches(&t.pat, v),
+        (Pat::Tuple(t), Val::Tuple(items)) => parts_match(t.elems.iter(), items, false),
+        (Pat::Slice(sl), Val::Array(items)) => parts_match(sl.elems.iter(), items, true),
         _ => Matched::Unknown,
+    }
+}
+
+/// A tuple's or a slice's patterns against its parts: each part in turn, one `..` (or, in a
+/// slice, `name @ ..`, bound to the parts it covers) standing for as many as the length leaves
+/// over. Any part that fails fails the whole; else any the macro cannot decide leaves it
+/// undecided.
+fn parts_match<'p>(pats: impl Iterator<Item = &'p Pat>, items: &[Val], slice: bool) -> Matched {
+    let pats: Vec<&Pat> = pats.collect();
+    let is_rest = |p: &Pat| match p {
+        Pat::Rest(_) => true,
+        Pat::Ident(i) => {
+            slice && matches!(i.subpat.as_ref(), Some((_, sub)) if matches!(**sub, Pat::Rest(_)))
+        }
+        _ => false,
+    };
+    let rest = pats.iter().position(|p| is_rest(p));
+    let fixed = pats.len() - usize::from(rest.is_some());
+    let fits = match rest {
+        Some(_) => items.len() >= fixed,
+        None => items.len() == fixed,
+    };
+    if !fits {
+        // A tuple's length is its type's: a mismatch is code the macro misread.
+        return if slice { Matched::No } else { Matched::Unknown };
+    }
+    let mut bound = Vec::new();
+    let mut undecided = false;
+    let mut at = 0;
+    for (k, p) in pats.iter().enumerate() {
+        if Some(k) == rest {
+            let covered = items.len() - fixed;
+            if let Pat::Ident(i) = p {
+                bound.push((
+                    i.ident.to_string(),
+                    Val::Array(items[at..at + covered].to_vec()),
+                ));
+            }
+            at += covered;
+            continue;
+        }
+        match pat_matches(p, &items[at]) {
+            Matched::Yes(b) => bound.extend(b),
+            Matched::No => return Matched::No,
+            Matched::Unknown => undecided = true,
+        }
+        at += 1;
+    }
+    if undecided {
+        Matched::Unknown
+    } else {
+        Matched::Yes(bound)
     }
 }

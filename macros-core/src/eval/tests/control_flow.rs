@@ -2,7 +2,8 @@
 //! labelled blocks, `loop` values, `let … else`), closures (`move` or not, shadowed captures,
 //! `&mut` parameters, `?`, early `return`), `Option`s and lists with their patterns (also by
 //! reference) and methods, `std::mem`, borrows, destructuring, `match`es with ranges and
-//! guards, iterator chains, integers of other types, and `Cell`. Each snippet is compiled into
+//! guards, patterns on tuples and slices, iterator chains (also held in a variable and
+//! advanced by `next`), integers of other types, and `Cell`. Each snippet is compiled into
 //! this test (`snippets.rs`, written by the generator below) and evaluated by the macro at
 //! every rank of worlds 1–4.
 //!
@@ -135,7 +136,7 @@ impl Gen {
         let all = self.reads(place, &[]);
         let t = self.target();
         let d = depth.saturating_sub(1);
-        let kinds = if depth == 0 { 12 } else { 35 };
+        let kinds = if depth == 0 { 12 } else { 38 };
         match self.pick(kinds) {
             0 => format!("{t} = {};", self.expr(2, &all)),
             1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
@@ -262,6 +263,13 @@ impl Gen {
                 self.expr(1, &self.reads(place, &[t])),
                 self.expr(1, &all)
             ),
+            // `?` on an `Option` the data decides: the closure may return early.
+            23 if self.pick(3) == 0 => {
+                let e = self.expr(1, &self.reads(place, &[t]));
+                format!(
+                    "{{ let h = |q: Option<usize>| -> Option<usize> {{ q?; Some({e}) }}; {t} = h(if data {{ Some(1) }} else {{ None }}).unwrap_or({e} + 1); }}"
+                )
+            }
             // `?` whose value is not used: only its early return matters.
             23 => format!(
                 "{{ let h = |q: Option<usize>| -> Option<usize> {{ q?; Some({}) }}; {t} = h(o).unwrap_or({}); }}",
@@ -456,6 +464,80 @@ impl Gen {
                     ),
                 }
             }
+            // More iterator methods, over ranges and the list.
+            34 => {
+                let n = self.expr(1, &all);
+                let e = self.expr(1, &all);
+                match self.pick(11) {
+                    0 => format!("{t} = (0..({n} % 5)).chain(0..({e} % 3)).sum::<usize>() % 97;"),
+                    1 => format!(
+                        "{t} = v.iter().copied().chain([{e}, 2]).enumerate().map(|(i, x)| (i + 1) * x).sum::<usize>() % 97;"
+                    ),
+                    2 => format!(
+                        "{t} = v.chunks(({e}) % 3 + 1).map(|c| c.len() * 3).sum::<usize>() % 97;"
+                    ),
+                    3 => {
+                        format!("{t} = v.windows(({e}) % 3 + 1).map(|w| w[0]).sum::<usize>() % 97;")
+                    }
+                    4 => format!(
+                        "{{ let (p, q): (Vec<usize>, Vec<usize>) = (0..({n} % 6)).partition(|&x| x % 2 == ({e}) % 2); {t} = (p.len() * 10 + q.iter().sum::<usize>()) % 97; }}"
+                    ),
+                    5 => format!("{t} = (0..({n} % 6)).fold({e}, |acc, x| (acc * 3 + x) % 97);"),
+                    6 => format!("{t} = (0..({n} % 6)).max_by_key(|&x| x % 2).unwrap_or({e});"),
+                    7 => {
+                        format!("{t} = (0..({n} % 6)).min_by_key(|&x| (x + {e}) % 3).unwrap_or(5);")
+                    }
+                    8 => format!(
+                        "{t} = ((0..({n} % 6)).take_while(|&x| x % 3 != ({e}) % 3).count() * 5 + (0..({n} % 6)).skip_while(|&x| x % 3 != ({e}) % 3).sum::<usize>()) % 97;"
+                    ),
+                    9 => format!("{t} = (1..({n} % 5 + 1)).product::<usize>() % 97;"),
+                    _ => format!("{t} = v.iter().step_by(({e}) % 3 + 1).sum::<usize>() % 97;"),
+                }
+            }
+            // An iterator held in a variable and advanced by `next`.
+            35 => {
+                let n = self.expr(1, &all);
+                let e = self.expr(1, &all);
+                match self.pick(4) {
+                    0 => format!(
+                        "{{ let mut it = v.iter(); if let Some(&x) = it.next() {{ {t} = x; }} {t} = ({t} + it.len() * 7) % 97; }}"
+                    ),
+                    1 => format!(
+                        "{{ let mut it = 0..({n} % 5); it.next(); {t} = it.next().unwrap_or({e}); }}"
+                    ),
+                    2 => format!(
+                        "{{ let mut it = v.clone().into_iter(); while let Some(x) = it.next() {{ if {} {{ break; }} {t} = ({t} + x) % 97; }} }}",
+                        self.cond(1, &all)
+                    ),
+                    _ => format!(
+                        "{{ let mut it = v.iter().copied(); {t} = (it.next().unwrap_or(1) * 3 + it.next().unwrap_or({e})) % 97; }}"
+                    ),
+                }
+            }
+            // Patterns on tuples and slices, and through references.
+            36 => {
+                let e = self.expr(1, &all);
+                let f = self.expr(1, &all);
+                match self.pick(6) {
+                    0 => format!(
+                        "{t} = match (({e}) % 3, ({f}) % 2) {{ (0, _) => {}, (x, 1) => x + 1, (x, y) => x * y }};",
+                        self.expr(1, &all)
+                    ),
+                    1 => format!(
+                        "{t} = match v.as_slice() {{ [] => {e}, [x] => *x, [x, .., y] => (*x + *y) % 97 }};"
+                    ),
+                    2 => format!(
+                        "if let [first, rest @ ..] = v.as_slice() {{ {t} = (*first + rest.len()) % 97; }}"
+                    ),
+                    3 => format!("if let Some(&x) = v.first() {{ {t} = x; }}"),
+                    4 => format!(
+                        "{t} = match (o, v.len()) {{ (Some(x), 0) => x, (None, n) => n, (Some(x), n) => (x + n) % 97 }};"
+                    ),
+                    _ => format!(
+                        "{t} = match (({e}) % 2 == 0, {f}) {{ (true, 0..=4) => 1, (false, y) => y, _ => 3 }};"
+                    ),
+                }
+            }
             // A list inside another value, grown in place.
             _ => format!(
                 "{{ let mut q = (vec![{}], vec![vec![{}]]); q.0.push({}); q.1[0].push(1); {t} = (q.0.len() + q.1[0].len()) % 97; }}",
@@ -488,7 +570,7 @@ impl Gen {
         }
     }
 
-    /// A snippet: a block computing a `usize` from `rank`, `world` and `data`.
+    /// A snippet: a block computing `(a, b, c)` from `rank`, `world` and `data`.
     fn snippet(&mut self) -> String {
         let init: Vec<String> = vec!["rank".into(), "world".into()];
         let top = Place {
@@ -506,7 +588,7 @@ impl Gen {
             self.expr(1, &init)
         );
         s.push_str(&self.stmts(3, 5, &top));
-        let _ = write!(s, " {}", NUMBERS[self.pick(3)]);
+        s.push_str(" (a, b, c)");
         s
     }
 }
@@ -521,7 +603,7 @@ fn generated() -> String {
         "//! Generated by `control_flow::snippets_are_current` (rerun it with `RANKWISE_BLESS=1` to\n\
          //! rewrite this file); each snippet twice: as text for the macro, compiled for the truth.\n\
          #![allow(warnings, clippy::all, clippy::pedantic)]\n\n\
-         type Snippet = (&'static str, fn(usize, usize, bool) -> usize);\n\n\
+         type Snippet = (&'static str, fn(usize, usize, bool) -> (usize, usize, usize));\n\n\
          pub(super) const SNIPPETS: &[Snippet] = &[\n",
     );
     for _ in 0..COUNT {
@@ -557,32 +639,44 @@ fn the_macro_knows_only_what_rust_computes() {
                     let rank = ctx.rank();
                     let world = ctx.world();
                     let data = ctx.full([1], 0.0f32)?.to_vec()[0] > 0.5;
-                    let result: usize = {{ {body} }};
-                    let mut t = ctx.full([1], 0.0f32)?;
-                    ctx.broadcast(&mut t, result)?;
+                    let result: (usize, usize, usize) = {{ {body} }};
+                    let mut t1 = ctx.full([1], 0.0f32)?;
+                    let mut t2 = ctx.full([2], 0.0f32)?;
+                    let mut t3 = ctx.full([3], 0.0f32)?;
+                    ctx.broadcast(&mut t1, result.0)?;
+                    ctx.broadcast(&mut t2, result.1)?;
+                    ctx.broadcast(&mut t3, result.2)?;
                     Ok(())
                 }}"
             );
             let (p, _) = evaluate(&src, world);
             for rank in 0..world {
-                let truth = [real(rank, world, false), real(rank, world, true)];
-                let claimed = p.ranks[rank]
-                    .iter()
-                    .flat_map(|item| item.ops())
-                    .find(|o| o.desc.kind == OpKind::Broadcast)
-                    .and_then(|o| o.desc.peer);
-                if truth[0] == truth[1] {
-                    data_free += 1;
-                }
-                if let Some(c) = claimed {
-                    assert!(
-                        truth.iter().all(|&t| t == c),
-                        "snippet {i}, world {world}, rank {rank}: the macro computes {c}, \
-                         the program {truth:?} (data false, true)\n{body}"
-                    );
-                    known += 1;
+                let (off, on) = (real(rank, world, false), real(rank, world, true));
+                let truths = [[off.0, on.0], [off.1, on.1], [off.2, on.2]];
+                // A broadcast whose root the macro cannot compute is not in the program: each
+                // is found by its tensor's size, `k + 1` for the `k`-th number.
+                let claim = |k: usize| {
+                    p.ranks[rank]
+                        .iter()
+                        .flat_map(|item| item.ops())
+                        .find(|o| o.desc.kind == OpKind::Broadcast && o.desc.numel() == k + 1)
+                        .and_then(|o| o.desc.peer)
+                };
+                for (k, truth) in truths.iter().enumerate() {
                     if truth[0] == truth[1] {
-                        known_data_free += 1;
+                        data_free += 1;
+                    }
+                    if let Some(c) = claim(k) {
+                        assert!(
+                            truth.iter().all(|&t| t == c),
+                            "snippet {i}, world {world}, rank {rank}: the macro computes {c} \
+                             for `{}`, the program {truth:?} (data false, true)\n{body}",
+                            NUMBERS[k]
+                        );
+                        known += 1;
+                        if truth[0] == truth[1] {
+                            known_data_free += 1;
+                        }
                     }
                 }
             }
