@@ -80,8 +80,8 @@ enum LoopCond<'e> {
     Always,
     /// `while cond`.
     While(&'e Expr),
-    /// `while let pat = value`.
-    Let(&'e syn::ExprLet),
+    /// `while let pat = value`, or a chain of `let`s and conditions joined by `&&`.
+    Let(&'e Expr),
 }
 
 /// A call the macro cannot count on: code it did not run may leave the function (`frame:
@@ -1305,6 +1305,60 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// The right side of `&&`/`||` after a left side the macro does not know: code that may
+    /// not run, as an `if`'s branch on data.
+    fn right_on_data(&mut self, right: &Expr, span: Span) {
+        if self.has_comm_expr(right) {
+            self.unverifiable(
+                span,
+                "on the right of `&&`/`||`, after a condition that depends on run-time data",
+                "compute the condition from literals, `ctx.rank()` and `ctx.world()`, or make the call outside it",
+            );
+        } else {
+            self.skip(span, &|f| f.visit_expr(right));
+        }
+    }
+
+    /// An `if` or `while` condition with `let`s in it: one (`let Some(p) = peer`), or a chain
+    /// of them and conditions joined by `&&` (`let Some(p) = peer && p != rank`, Rust 2024).
+    /// Its value, and what its patterns bind for the body; each part runs only if the ones
+    /// before it held, so a part after one the macro cannot decide is code on data.
+    fn chain_cond(&mut self, e: &Expr) -> Result<(Val, Vec<(String, Val)>), Flow> {
+        match e {
+            Expr::Let(l) => self.let_cond(l),
+            Expr::Binary(b) if matches!(b.op, BinOp::And(_)) => {
+                let (left, mut bound) = self.chain_cond(&b.left)?;
+                match left {
+                    Val::Bool(true) => {
+                        self.env.push();
+                        for (n, v) in &bound {
+                            self.bind(n.clone(), v.clone());
+                        }
+                        let right = self.chain_cond(&b.right);
+                        self.env.pop();
+                        let (right, more) = right?;
+                        Ok(match right {
+                            Val::Bool(true) => {
+                                bound.extend(more);
+                                (Val::Bool(true), bound)
+                            }
+                            other => (other, Vec::new()),
+                        })
+                    }
+                    Val::Bool(false) | Val::Poison => Ok((left, Vec::new())),
+                    _ => {
+                        self.right_on_data(&b.right, b.op.span());
+                        Ok((Val::Unknown, Vec::new()))
+                    }
+                }
+            }
+            c => match self.expr(c) {
+                Flow::Normal(v) => Ok((v, Vec::new())),
+                other => Err(other),
+            },
+        }
+    }
+
     fn binary(&mut self, b: &syn::ExprBinary) -> Flow {
         let l = match self.expr(&b.left) {
             Flow::Normal(v) => v,
@@ -1314,6 +1368,13 @@ impl<'a> Eval<'a> {
         match (&b.op, &l) {
             (BinOp::And(_), Val::Bool(false)) => return Flow::Normal(Val::Bool(false)),
             (BinOp::Or(_), Val::Bool(true)) => return Flow::Normal(Val::Bool(true)),
+            // Whether the right side runs is unknown: it is code on a condition on data, as
+            // an `if`'s branch is (`data && it.next().is_some()` may not advance `it`).
+            (BinOp::And(_) | BinOp::Or(_), Val::Poison) => return Flow::Normal(Val::Poison),
+            (BinOp::And(_) | BinOp::Or(_), Val::Unknown) => {
+                self.right_on_data(&b.right, b.op.span());
+                return Flow::Normal(Val::Unknown);
+            }
             _ => {}
         }
         let r = match self.expr(&b.right) {
@@ -1403,7 +1464,7 @@ impl<'a> Eval<'a> {
         // `if let p = v`: taken if the pattern matches a value the macro knows, with its
         // bindings in the branch; unknown (as a condition on data) if it cannot tell.
         let (cond, bound) = match &*i.cond {
-            Expr::Let(l) => match self.let_cond(l) {
+            c if has_let(c) => match self.chain_cond(c) {
                 Ok(c) => c,
                 Err(flow) => return flow,
             },
@@ -1567,7 +1628,7 @@ impl<'a> Eval<'a> {
     /// communicates, otherwise its effects are forgotten.
     fn while_loop(&mut self, whole: &Expr, w: &syn::ExprWhile) -> Flow {
         let cond = match &*w.cond {
-            Expr::Let(l) => LoopCond::Let(l),
+            c if has_let(c) => LoopCond::Let(c),
             c => LoopCond::While(c),
         };
         self.cond_loop(whole, w.label.as_ref(), cond, &w.body, w.while_token.span)
@@ -1606,7 +1667,7 @@ impl<'a> Eval<'a> {
                         break;
                     }
                 },
-                LoopCond::Let(l) => match self.let_cond(l) {
+                LoopCond::Let(c) => match self.chain_cond(c) {
                     Ok(c) => c,
                     Err(flow) => {
                         out = flow;
@@ -1961,6 +2022,15 @@ fn known_through(v: &Val) -> bool {
         Val::Int(..) | Val::Bool(_) | Val::Opt(None) => true,
         Val::Opt(Some(x)) => known_through(x),
         Val::Tuple(parts) | Val::Array(parts) => parts.iter().all(known_through),
+        _ => false,
+    }
+}
+
+/// Whether a condition holds a `let` (alone or in a chain joined by `&&`).
+fn has_let(e: &Expr) -> bool {
+    match e {
+        Expr::Let(_) => true,
+        Expr::Binary(b) if matches!(b.op, BinOp::And(_)) => has_let(&b.left) || has_let(&b.right),
         _ => false,
     }
 }

@@ -2,8 +2,8 @@ use rankwise::prelude::*;
 
 // Forms a schedule is naturally written with: the world split with `partition` or `chunks`,
 // neighbours from `windows`, a root chosen by `max_by_key` or `fold`, peers taken one at a time
-// from an iterator held in a variable, and `match`es on tuples and slices (also through
-// references, as `Some(&p)`).
+// from an iterator held in a variable, `match`es on tuples and slices (also through
+// references, as `Some(&p)`), and `let` chains.
 #[rankwise::program(world in [2, 4, 6])]
 fn schedule(ctx: &mut Ctx) -> Result<(f32, f32, usize)> {
     let (rank, world) = (ctx.rank(), ctx.world());
@@ -56,7 +56,16 @@ fn schedule(ctx: &mut Ctx) -> Result<(f32, f32, usize)> {
     };
     let root = if let Some(&r) = ranks.get(root) { r } else { 0 };
     ctx.broadcast(&mut x, root)?;
-    Ok((h.to_vec()[0] + token.to_vec()[0], p.to_vec()[0], seen + root))
+
+    // A `let` chain (Rust 2024) guards one more broadcast, from the last rank.
+    let mut y = ctx.full([1], rank as f32)?;
+    if let Some(&last) = ranks.last()
+        && last > 0
+    {
+        ctx.broadcast(&mut y, last)?;
+    }
+    let sums = h.to_vec()[0] + token.to_vec()[0] + y.to_vec()[0];
+    Ok((sums, p.to_vec()[0], seen + root))
 }
 
 fn main() {
@@ -68,7 +77,7 @@ fn main() {
         for (r, (sums, pair_max, seen)) in spawn(world, schedule).unwrap().into_iter().enumerate() {
             // The token from rank 0 reached every rank along the pipeline.
             let half_sum = if r < half { low } else { high };
-            assert_eq!(sums, half_sum, "world {world} rank {r}");
+            assert_eq!(sums, half_sum + (world - 1) as f32, "world {world} rank {r}");
             assert_eq!(pair_max, (r | 1) as f32, "world {world} rank {r}");
             assert_eq!(seen, world - 1 + root, "world {world} rank {r}");
         }

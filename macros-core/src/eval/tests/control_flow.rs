@@ -2,10 +2,11 @@
 //! labelled blocks, `loop` values, `let … else`), closures (`move` or not, shadowed captures,
 //! `&mut` parameters, `?`, early `return`), `Option`s and lists with their patterns (also by
 //! reference) and methods, `std::mem`, borrows, destructuring, `match`es with ranges and
-//! guards, patterns on tuples and slices, iterator chains (also held in a variable and
-//! advanced by `next`), integers of other types, and `Cell`. Each snippet is compiled into
-//! this test (`snippets.rs`, written by the generator below) and evaluated by the macro at
-//! every rank of worlds 1–4.
+//! guards, patterns on tuples and slices, `let` chains, `&&`/`||` with effects on the right,
+//! iterator chains (also held in a variable and advanced by `next`), integers of other types,
+//! and `Cell`. Each snippet is compiled into this test (`snippets.rs`, written by the
+//! generator below) and evaluated by the macro at every rank of worlds 1–4, for each of its
+//! three numbers.
 //!
 //! The promise: a value the macro knows is the one the compiled code computes, whatever the
 //! run-time data (`data`, a flag the macro cannot know). And the macro knows most of the values
@@ -136,7 +137,7 @@ impl Gen {
         let all = self.reads(place, &[]);
         let t = self.target();
         let d = depth.saturating_sub(1);
-        let kinds = if depth == 0 { 12 } else { 38 };
+        let kinds = if depth == 0 { 12 } else { 39 };
         match self.pick(kinds) {
             0 => format!("{t} = {};", self.expr(2, &all)),
             1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
@@ -535,6 +536,32 @@ impl Gen {
                     ),
                     _ => format!(
                         "{t} = match (({e}) % 2 == 0, {f}) {{ (true, 0..=4) => 1, (false, y) => y, _ => 3 }};"
+                    ),
+                }
+            }
+            // `&&` and `||` whose right side changes something: it may not run; `let` chains.
+            37 => {
+                let c = self.cond(1, &all);
+                let e = self.expr(1, &all);
+                match self.pick(6) {
+                    // Rust 2024's `let` chains.
+                    3 if self.pick(2) == 0 => {
+                        format!("if let Some(x) = o && x > {e} {{ {t} = x; }}")
+                    }
+                    3 => format!("if let Some(_) = o && {c} {{ {t} = {e}; }}"),
+                    4 => {
+                        let u = self.other(t);
+                        format!("if {c} && let Some(x) = v.pop() {{ {t} = x; }} {u} = v.len();")
+                    }
+                    5 => format!(
+                        "while let Some(x) = v.pop() && x > {e} {{ {t} = ({t} + x) % 97; }}"
+                    ),
+                    0 => format!("let _ = {c} && v.pop().is_some(); {t} = v.len();"),
+                    1 => format!(
+                        "if {c} || o.take().is_some() {{ {t} = 1; }} {t} = ({t} + o.unwrap_or(2)) % 97;"
+                    ),
+                    _ => format!(
+                        "{{ let mut it = v.iter(); let _ = {c} && it.next().is_some(); {t} = it.len(); }}"
                     ),
                 }
             }
