@@ -1217,9 +1217,20 @@ impl<'a> Eval<'a> {
                     Expr::Array(a) => a.elems.iter().collect(),
                     _ => Vec::new(),
                 };
-                // (Rust's types make a tuple's value a tuple, an array's a list.)
-                let vals = match v {
-                    Val::Tuple(vals) | Val::Array(vals) if vals.len() == parts.len() => Some(vals),
+                // (Rust's types make a tuple's value a tuple, an array's a list.) A `..` among
+                // the parts stands for as many values as the others leave over.
+                let rest = parts.iter().position(|p| matches!(p, Expr::Range(_)));
+                let vals = match (v, rest) {
+                    (Val::Tuple(vals) | Val::Array(vals), None) if vals.len() == parts.len() => {
+                        Some(vals)
+                    }
+                    (Val::Tuple(mut vals) | Val::Array(mut vals), Some(k))
+                        if vals.len() + 1 >= parts.len() =>
+                    {
+                        let covered = vals.len() + 1 - parts.len();
+                        vals.splice(k..k + covered, [Val::Unit]);
+                        Some(vals)
+                    }
                     _ => None,
                 };
                 self.assign_parts(&parts, vals);
@@ -1239,14 +1250,15 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// The parts of a destructuring assignment, each given its value (`None`: unknown — and a
-    /// rest pattern `..` among them makes every part's position unknown too).
+    /// The parts of a destructuring assignment, each given its value (`None`: unknown). A rest
+    /// `..` is given a place-holder and assigns nothing.
     fn assign_parts(&mut self, parts: &[&Expr], vals: Option<Vec<Val>>) {
-        let rest = parts.iter().any(|p| matches!(p, Expr::Range(_)));
         match vals {
-            Some(vals) if !rest => {
+            Some(vals) => {
                 for (p, x) in parts.iter().zip(vals) {
-                    self.assign_place(p, x);
+                    if !matches!(p, Expr::Range(_)) {
+                        self.assign_place(p, x);
+                    }
                 }
             }
             _ => {

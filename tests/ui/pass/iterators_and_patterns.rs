@@ -55,6 +55,10 @@ fn schedule(ctx: &mut Ctx) -> Result<(f32, f32, usize)> {
         _ => 0,
     };
     let root = if let Some(&r) = ranks.get(root) { r } else { 0 };
+    // A destructuring assignment with a rest: the first and the last.
+    let (mut first, mut last) = (world, world);
+    [first, .., last] = [ranks[0], root, root, ranks[world - 1]];
+    let root = if first == 0 && last == world - 1 { root } else { world };
     ctx.broadcast(&mut x, root)?;
 
     // A `let` chain (Rust 2024) guards one more broadcast, from the last rank.

@@ -308,7 +308,19 @@ impl Gen {
             // Destructuring assignment, of fresh values or of the variables themselves.
             28 => {
                 let u = self.other(t);
-                match self.pick(4) {
+                match self.pick(6) {
+                    // A rest `..` standing for the values between.
+                    4 => format!(
+                        "({t}, .., {u}) = ({}, 5, {});",
+                        self.expr(1, &all),
+                        self.expr(1, &all)
+                    ),
+                    5 => format!(
+                        "[.., {t}, {u}] = [{}, {}, {}];",
+                        self.expr(1, &all),
+                        self.expr(1, &all),
+                        self.expr(1, &all)
+                    ),
                     0 => format!(
                         "({t}, {u}) = ({}, {});",
                         self.expr(1, &all),
