@@ -110,6 +110,15 @@ impl IntTy {
         }
     }
 
+    /// The smallest and largest value the type holds on some target (a `usize` of 64 bits).
+    fn widest_bounds(self) -> (i128, i128) {
+        match self {
+            IntTy::Size { signed: true } => (i64::MIN.into(), i64::MAX.into()),
+            IntTy::Size { signed: false } => (0, u64::MAX.into()),
+            t => t.bounds(),
+        }
+    }
+
     /// `v` as a value of this type, if it is one.
     pub(super) fn exact(self, v: i128) -> Val {
         let (lo, hi) = self.bounds();
@@ -841,7 +850,49 @@ pub(super) fn int_method(a: i128, ta: IntTy, name: &str, args: &[Val]) -> Val {
         ("is_power_of_two", None) if t.signed() != Some(true) => {
             Val::Bool(a > 0 && (a & (a - 1)) == 0)
         }
+        ("checked_add", Some(b)) => checked(t, a.checked_add(b)),
+        ("checked_sub", Some(b)) => checked(t, a.checked_sub(b)),
+        ("checked_mul", Some(b)) => checked(t, a.checked_mul(b)),
+        // The type's `MIN / -1` overflows, in the remainder too; which `MIN` depends on the
+        // target for `isize` and on rustc's choice for a literal.
+        ("checked_div" | "checked_rem", Some(-1)) if t.signed() != Some(false) => {
+            let (lo, wide_lo) = (t.bounds().0, t.widest_bounds().0);
+            match a {
+                _ if a == lo && lo == wide_lo && t != IntTy::Open => Val::Opt(None),
+                _ if a == lo || a == wide_lo => Val::Unknown,
+                _ if name == "checked_div" => checked(t, Some(-a)),
+                _ => checked(t, Some(0)),
+            }
+        }
+        ("checked_div", Some(b)) => checked(t, a.checked_div(b)),
+        ("checked_rem", Some(b)) => checked(t, a.checked_rem(b)),
         ("clone", None) => Val::Int(a, ta),
+        _ => Val::Unknown,
+    }
+}
+
+/// `checked_*` in type `t`, whose exact result is `v` (`None`: beyond `i128`, or a division by
+/// zero): `Some` where every target's `t` holds it, `None` where none does, unknown where they
+/// differ (a `usize` beyond 32 bits) or rustc picks the type (a literal's: known only for
+/// values every integer type holds).
+fn checked(t: IntTy, v: Option<i128>) -> Val {
+    let some = |v: i128| Val::Opt(Some(Box::new(Val::Int(v, t))));
+    let (lo, hi) = t.bounds();
+    let (wide_lo, wide_hi) = t.widest_bounds();
+    match (t, v) {
+        (IntTy::Open, Some(v)) if (0..=127).contains(&v) => some(v),
+        (IntTy::Open, _) => Val::Unknown,
+        (_, Some(v)) if (lo..=hi).contains(&v) => some(v),
+        (_, Some(v)) if !(wide_lo..=wide_hi).contains(&v) => Val::Opt(None),
+        // Past `i128`: beyond every type but `u128` (whose upper half the macro does not hold).
+        (
+            IntTy::Fixed {
+                bits: 128,
+                signed: false,
+            },
+            None,
+        ) => Val::Unknown,
+        (_, None) => Val::Opt(None),
         _ => Val::Unknown,
     }
 }

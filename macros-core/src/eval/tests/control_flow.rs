@@ -365,7 +365,11 @@ impl Gen {
             30 => {
                 let e = self.expr(1, &all);
                 let f = self.expr(1, &all);
-                match self.pick(8) {
+                match self.pick(10) {
+                    8 => format!("{t} = (({e}) as usize).checked_sub({f}).unwrap_or(3);"),
+                    9 => format!(
+                        "{t} = ((({e}) as u8).checked_mul(({f}) as u8 + 2).map_or(7, |x| x as usize)) % 97;"
+                    ),
                     0 => format!(
                         "{t} = ((({e}) as u8).wrapping_mul({}u8) as usize) % 97;",
                         100 + self.pick(150)
