@@ -137,6 +137,17 @@ impl Eval<'_> {
         };
         let segs: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
         let last = segs.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        // `Vec::new()`, `Vec::with_capacity(n)` (`std::vec::Vec` too): an empty list. (The
+        // prelude's `Vec`: a type of that name defined by the program is not looked for.)
+        if matches!(last.as_str(), "new" | "with_capacity")
+            && let [prefix @ .., ty, _] = &segs[..]
+            && ty.ident == "Vec"
+            && prefix
+                .iter()
+                .all(|s| matches!(s.ident.to_string().as_str(), "std" | "alloc" | "vec"))
+        {
+            return Flow::Normal(Val::Array(Vec::new()));
+        }
         if segs.len() == 1 && last == "Some" {
             return Flow::Normal(Val::Opt(args.into_iter().next().map(Box::new)));
         }

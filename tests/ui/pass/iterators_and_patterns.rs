@@ -57,7 +57,9 @@ fn schedule(ctx: &mut Ctx) -> Result<(f32, f32, usize)> {
     let root = if let Some(&r) = ranks.get(root) { r } else { 0 };
     // A destructuring assignment with a rest: the first and the last.
     let (mut first, mut last) = (world, world);
+    let ends_were_unset = first + last == 2 * world;
     [first, .., last] = [ranks[0], root, root, ranks[world - 1]];
+    assert!(ends_were_unset);
     let root = if first == 0 && last == world - 1 { root } else { world };
     ctx.broadcast(&mut x, root)?;
 

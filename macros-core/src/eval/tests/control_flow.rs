@@ -426,7 +426,10 @@ impl Gen {
             // List methods, reading and changing.
             32 => {
                 let e = self.expr(1, &all);
-                match self.pick(17) {
+                match self.pick(18) {
+                    17 => format!(
+                        "{{ let mut w = Vec::new(); for i in 0..({e} % 4) {{ w.push(i * 2 + 1); }} {t} = (w.len() * 10 + w.last().copied().unwrap_or(3)) % 97; }}"
+                    ),
                     0 => format!("v.insert(v.len() / 2, {e}); {t} = (v[0] * 3 + v.len()) % 97;"),
                     1 => format!(
                         "if !v.is_empty() {{ {t} = (v.remove(0) * 3 + v.iter().sum::<usize>()) % 97; }}"
