@@ -417,9 +417,11 @@ impl<'a> Eval<'a> {
                 "this call may be skipped: {what} at line {line}, under a condition the macro cannot \
                  evaluate, can leave {left} before it"
             ),
-            "make the early exit depend only on literals, `ctx.rank()` and `ctx.world()`, or \
-             communicate the decision first (e.g. `broadcast` a flag) so every rank exits alike; \
-             errors (`?`, `return Err(…)`) need no change: they stop every rank at run time",
+            "make the early exit depend only on literals, `ctx.rank()` and `ctx.world()`; to stop \
+             on data (a loss, a convergence test), check one step as its own \
+             `#[rankwise::program]` function and loop over it in unchecked code, whose exit the \
+             runtime's checks cover; errors (`?`, `return Err(…)`) need no change: they stop \
+             every rank at run time",
         );
         false
     }
@@ -464,8 +466,7 @@ impl<'a> Eval<'a> {
                  (or skip the rest of an iteration) before the value is computed"
             ),
             help: "make the early exit depend only on literals, `ctx.rank()` and `ctx.world()`, \
-                   or communicate the decision first (e.g. `broadcast` a flag) so every rank \
-                   exits alike",
+                   or compute the value outside the loop or block",
         };
         for n in self.written(&fx) {
             self.havoc(&n);
@@ -1522,7 +1523,8 @@ impl<'a> Eval<'a> {
                         i.if_token.span,
                         "under a condition that depends on run-time data",
                         "branch only on values computed from literals, `ctx.rank()` and `ctx.world()`; if the data decides, \
-                         communicate the decision first (e.g. `broadcast` a flag) and make every rank take the same calls",
+                         check the branch's calls as their own `#[rankwise::program]` function and choose in unchecked \
+                         code, whose choice the runtime's checks cover",
                     );
                 } else {
                     self.skip(i.if_token.span, &|f| {
