@@ -1384,7 +1384,7 @@ impl<'a> Eval<'a> {
             // Whether the right side runs is unknown: it is code on a condition on data, as
             // an `if`'s branch is (`data && it.next().is_some()` may not advance `it`).
             (BinOp::And(_) | BinOp::Or(_), Val::Poison) => return Flow::Normal(Val::Poison),
-            (BinOp::And(_) | BinOp::Or(_), Val::Unknown) => {
+            (BinOp::And(_) | BinOp::Or(_), l) if !matches!(l, Val::Bool(_)) => {
                 self.right_on_data(&b.right, b.op.span());
                 return Flow::Normal(Val::Unknown);
             }
@@ -2026,9 +2026,6 @@ fn cfg_attr(attrs: &[syn::Attribute]) -> Option<Span> {
         .map(|a| a.span())
 }
 
-#[cfg(test)]
-mod tests;
-
 /// Whether `v` is known all the way down: no part of it is unknown (a tuple or list of
 /// numbers, flags and options of them).
 fn known_through(v: &Val) -> bool {
@@ -2048,3 +2045,6 @@ fn has_let(e: &Expr) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests;
