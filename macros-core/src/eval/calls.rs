@@ -688,8 +688,10 @@ impl Eval<'_> {
         at: usize,
         inputs: Vec<Val>,
     ) -> Option<Val> {
-        let Some(Expr::Closure(c)) = m.args.iter().nth(at) else {
-            return None;
+        let c = match m.args.iter().nth(at) {
+            Some(Expr::Closure(c)) => c,
+            Some(Expr::Path(p)) => return self.path_as_closure(p, inputs),
+            _ => return None,
         };
         if c.inputs.len() != inputs.len()
             || !matches!(args.get(at), Some(Val::Closure(assigned, ..)) if assigned.is_empty())
@@ -702,6 +704,37 @@ impl Eval<'_> {
         }
         self.bodies += 1;
         let r = self.expr(&c.body);
+        self.bodies -= 1;
+        self.env.pop();
+        match r {
+            Flow::Normal(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// A function named where a closure is expected (`map(Vec::as_slice)`, `map(Some)`,
+    /// `filter(is_peer)`): a name with a type before it (`Vec::as_slice`, `<[T]>::len`) is a
+    /// method called on the one input, as `|x| x.as_slice()` — Rust's method calls are that
+    /// function —, and any other name is called with the inputs, as `|x| f(x)`.
+    fn path_as_closure(&mut self, p: &syn::ExprPath, inputs: Vec<Val>) -> Option<Val> {
+        let names: Vec<syn::Ident> = (0..inputs.len())
+            .map(|i| quote::format_ident!("__rankwise_input{i}"))
+            .collect();
+        let method = p.qself.is_some() || p.path.segments.len() >= 2;
+        let call: Expr = match (method, &names[..]) {
+            (true, [x]) => {
+                let name = &p.path.segments.last()?.ident;
+                syn::parse_quote!(#x.#name())
+            }
+            (true, _) => return None,
+            (false, _) => syn::parse_quote!(#p(#(#names),*)),
+        };
+        self.env.push();
+        for (n, v) in names.iter().zip(inputs) {
+            self.bind(n.to_string(), v);
+        }
+        self.bodies += 1;
+        let r = self.expr(&call);
         self.bodies -= 1;
         self.env.pop();
         match r {

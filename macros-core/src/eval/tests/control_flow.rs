@@ -488,7 +488,14 @@ impl Gen {
             34 => {
                 let n = self.expr(1, &all);
                 let e = self.expr(1, &all);
-                match self.pick(11) {
+                match self.pick(13) {
+                    // Functions named where a closure goes.
+                    11 => format!(
+                        "{t} = (1..({n} % 5 + 1)).map(usize::trailing_zeros).map(|z| z as usize * 3).sum::<usize>() % 97;"
+                    ),
+                    12 => format!(
+                        "{{ let odd = |x: &usize| x % 2 == ({e}) % 2; {t} = (0..({n} % 6)).filter(odd).sum::<usize>() % 97; }}"
+                    ),
                     0 => format!("{t} = (0..({n} % 5)).chain(0..({e} % 3)).sum::<usize>() % 97;"),
                     1 => format!(
                         "{t} = v.iter().copied().chain([{e}, 2]).enumerate().map(|(i, x)| (i + 1) * x).sum::<usize>() % 97;"
