@@ -1017,6 +1017,7 @@ impl<'a> Eval<'a> {
                 return Flow::Return;
             }
             Expr::Struct(st) => {
+                let mut fields = Vec::new();
                 for f in &st.fields {
                     let v = val!(&f.expr);
                     if holds_handle(&v) {
@@ -1026,11 +1027,19 @@ impl<'a> Eval<'a> {
                             "call the context's methods directly in the program's body",
                         );
                     }
+                    if let syn::Member::Named(n) = &f.member {
+                        fields.push((n.to_string(), v));
+                    }
                 }
                 if let Some(rest) = &st.rest {
                     val!(rest);
                 }
-                Val::Unknown
+                // Every field named and none taken from another value: a record, read by field.
+                if st.rest.is_none() && fields.len() == st.fields.len() {
+                    Val::Record(fields)
+                } else {
+                    Val::Unknown
+                }
             }
             Expr::Macro(m) => {
                 // `vec![x; n]`: like the array `[x; n]`.
@@ -1104,6 +1113,11 @@ impl<'a> Eval<'a> {
                 (Val::Tuple(t), syn::Member::Unnamed(i)) => {
                     t.get(i.index as usize).cloned().unwrap_or(Val::Unknown)
                 }
+                // `plan.root`: a field of a record.
+                (Val::Record(fs), syn::Member::Named(n)) => fs
+                    .iter()
+                    .find(|(name, _)| n == name)
+                    .map_or(Val::Unknown, |(_, v)| v.clone()),
                 _ => Val::Unknown,
             },
             Expr::Let(l) => {
@@ -1210,6 +1224,30 @@ impl<'a> Eval<'a> {
                     self.havoc_place(place);
                 }
             }
+            // `plan.root = v`, `pair.0 = v`: a field of a record or tuple a variable holds.
+            (Expr::Field(f), _) => {
+                let base = match &*f.base {
+                    Expr::Path(_) => ident_of(&f.base),
+                    _ => None,
+                };
+                let updated =
+                    base.as_ref()
+                        .and_then(|name| match (self.lookup(name).cloned(), &f.member) {
+                            (Some(Val::Record(mut fs)), syn::Member::Named(n)) => {
+                                fs.iter_mut().find(|(k, _)| n == k)?.1 = v.clone();
+                                Some(Val::Record(fs))
+                            }
+                            (Some(Val::Tuple(mut t)), syn::Member::Unnamed(i)) => {
+                                *t.get_mut(i.index as usize)? = v.clone();
+                                Some(Val::Tuple(t))
+                            }
+                            _ => None,
+                        });
+                match (base, updated) {
+                    (Some(name), Some(whole)) => self.assign(&name, whole),
+                    _ => self.havoc_place(place),
+                }
+            }
             // Destructuring assignment (`(a, b) = (b, a)`, `[x, y] = …`): part by part when the
             // value's shape is known, else every place in it is forgotten.
             (Expr::Tuple(_) | Expr::Array(_), _) => {
@@ -1298,7 +1336,13 @@ impl<'a> Eval<'a> {
             if !out.contains(n)
                 && matches!(
                     self.lookup(n),
-                    Some(Val::Array(_) | Val::Opt(_) | Val::Range { .. } | Val::Tuple(_))
+                    Some(
+                        Val::Array(_)
+                            | Val::Opt(_)
+                            | Val::Range { .. }
+                            | Val::Tuple(_)
+                            | Val::Record(_)
+                    )
                 )
             {
                 out.push(n.clone());
@@ -1947,6 +1991,7 @@ fn holds_handle(v: &Val) -> bool {
         Val::Ctx | Val::Comm(_) | Val::Batch(_) | Val::BatchComm(..) | Val::Request(_) => true,
         Val::Opt(Some(b)) => holds_handle(b),
         Val::Tuple(vs) | Val::Array(vs) => vs.iter().any(holds_handle),
+        Val::Record(fs) => fs.iter().any(|(_, v)| holds_handle(v)),
         _ => false,
     }
 }

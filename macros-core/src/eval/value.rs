@@ -302,6 +302,10 @@ pub(super) enum Val {
     Op(ReduceOp),
     Opt(Option<Box<Val>>),
     Tuple(Vec<Val>),
+    /// A struct built in the function with every field named (`Plan { root: 0, peers }`): its
+    /// fields by name, read as `plan.root`. (A method called on it, or a field written, forgets
+    /// the variable holding it.)
+    Record(Vec<(String, Val)>),
     /// Follows from an error already reported (an invalid group): anything computed from it
     /// is skipped silently, so one mistake gives one error.
     Poison,

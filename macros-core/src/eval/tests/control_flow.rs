@@ -1,12 +1,12 @@
-//! The evaluator against rustc on generated code: control flow (loops, `break`/`continue`,
-//! labelled blocks, `loop` values, `let … else`), closures (`move` or not, shadowed captures,
-//! `&mut` parameters, `?`, early `return`), `Option`s and lists with their patterns (also by
-//! reference) and methods, `std::mem`, borrows, destructuring, `match`es with ranges and
-//! guards, patterns on tuples and slices, `let` chains, `&&`/`||` with effects on the right,
-//! iterator chains (also held in a variable and advanced by `next`), integers of other types,
-//! and `Cell`. Each snippet is compiled into this test (`snippets.rs`, written by the
-//! generator below) and evaluated by the macro at every rank of worlds 1–4, for each of its
-//! three numbers.
+//! The evaluator against rustc on generated code: control flow (loops, `break`/`continue`, labelled
+//! blocks, `loop` values, `let … else`), closures (`move` or not, shadowed captures, `&mut`
+//! parameters, `?`, early `return`), `Option`s and lists with their patterns (also by reference)
+//! and methods, `std::mem`, borrows, destructuring, `match`es with ranges and guards, patterns on
+//! tuples and slices, `let` chains, `&&`/`||` with effects on the right, iterator chains (also held
+//! in a variable and advanced by `next`), structs read and written by field, integers of other
+//! types, and `Cell`. Each snippet is compiled into this test (`snippets.rs`, written by the
+//! generator below) and evaluated by the macro at every rank of worlds 1–4, for each of its three
+//! numbers.
 //!
 //! The promise: a value the macro knows is the one the compiled code computes, whatever the
 //! run-time data (`data`, a flag the macro cannot know). And the macro knows most of the values
@@ -137,7 +137,7 @@ impl Gen {
         let all = self.reads(place, &[]);
         let t = self.target();
         let d = depth.saturating_sub(1);
-        let kinds = if depth == 0 { 12 } else { 39 };
+        let kinds = if depth == 0 { 12 } else { 40 };
         match self.pick(kinds) {
             0 => format!("{t} = {};", self.expr(2, &all)),
             1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
@@ -588,6 +588,26 @@ impl Gen {
                     ),
                     _ => format!(
                         "{{ let mut it = v.iter(); let _ = {c} && it.next().is_some(); {t} = it.len(); }}"
+                    ),
+                }
+            }
+            // Structs built in the function, read and written by field; tuples by index.
+            38 => {
+                let e = self.expr(1, &all);
+                let f = self.expr(1, &all);
+                match self.pick(4) {
+                    0 => format!(
+                        "{{ struct P {{ x: usize, y: usize }} let mut p = P {{ x: {e}, y: {f} }}; p.x = (p.x + p.y * 2) % 97; {t} = p.x; }}"
+                    ),
+                    1 => format!(
+                        "{{ struct P {{ x: usize }} let mut p = P {{ x: {e} }}; if {} {{ p.x = {f}; }} {t} = p.x; }}",
+                        self.cond(1, &all)
+                    ),
+                    2 => format!(
+                        "{{ struct P {{ x: usize }} impl P {{ fn bump(&mut self) {{ self.x = (self.x + 1) % 97; }} }} let mut p = P {{ x: {e} }}; p.bump(); {t} = p.x; }}"
+                    ),
+                    _ => format!(
+                        "{{ let mut q = ({e}, {f}); q.1 = (q.0 * 2 + q.1) % 97; {t} = q.1; }}"
                     ),
                 }
             }
