@@ -1109,20 +1109,17 @@ impl Eval<'_> {
             }
             "count" => Val::usize(items.len()),
             "last" => Val::Opt(items.into_iter().last().map(Box::new)),
-            // A sum the type cannot hold panics or wraps: unknown.
-            "sum" => match ints_of(&items) {
-                Some((v, t)) => v
-                    .iter()
-                    .try_fold(0i128, |s, &x| s.checked_add(x))
-                    .map_or(Val::Unknown, |s| t.exact(s)),
-                None => Val::Unknown,
-            },
-            // A product the type cannot hold panics or wraps: unknown.
-            "product" => match ints_of(&items) {
-                Some((v, t)) => v
-                    .iter()
-                    .try_fold(1i128, |s, &x| s.checked_mul(x))
-                    .map_or(Val::Unknown, |s| t.exact(s)),
+            // A sum or product the type cannot hold panics or wraps: unknown.
+            "sum" | "product" => match ints_of(&items) {
+                Some((v, t)) => {
+                    let step = |s: i128, &x: &i128| match name {
+                        "sum" => s.checked_add(x),
+                        _ => s.checked_mul(x),
+                    };
+                    v.iter()
+                        .try_fold(i128::from(name == "product"), step)
+                        .map_or(Val::Unknown, |s| t.exact(s))
+                }
                 None => Val::Unknown,
             },
             // Eager: the closure runs once per item, in order (refused if it assigns, as in
