@@ -1289,7 +1289,8 @@ impl Eval<'_> {
     /// `v.iter_mut().for_each(|p| *p = 0)`: a closure given to a method of something that lends
     /// variables mutably may write through what it is handed, whatever the method. What those
     /// variables held is forgotten (as after `let r = &mut x; *r = …`) when such a closure
-    /// changes anything.
+    /// changes anything, or when a method that calls its argument is given some other function
+    /// (`for_each(Vec::clear)`).
     fn note_writes_through_closures(&mut self, m: &ExprMethodCall, args: &[Val]) {
         let lent = scan::lent_mutably(&m.receiver);
         if lent.is_empty() {
@@ -1302,10 +1303,36 @@ impl Eval<'_> {
                 || !fx.receivers.is_empty()
                 || !fx.written_through.is_empty()
         };
+        // Methods that call what they are given: any other function handed to them (`Vec::clear`,
+        // a boxed closure, a helper) may write too.
+        const CALLS_ITS_ARGUMENT: [&str; 20] = [
+            "for_each",
+            "try_for_each",
+            "map",
+            "map_while",
+            "filter",
+            "filter_map",
+            "flat_map",
+            "inspect",
+            "any",
+            "all",
+            "position",
+            "find",
+            "find_map",
+            "fold",
+            "scan",
+            "partition",
+            "take_while",
+            "skip_while",
+            "max_by_key",
+            "min_by_key",
+        ];
+        let calls = CALLS_ITS_ARGUMENT.contains(&m.method.to_string().as_str());
         let any = m.args.iter().zip(args).any(|(e, v)| match (e, v) {
             (Expr::Closure(c), _) => writes(&c.body),
             (_, Val::Closure(_, c, _)) => writes(&c.body),
-            _ => false,
+            (Expr::Lit(_), _) => false,
+            _ => calls,
         });
         if any {
             for t in lent {

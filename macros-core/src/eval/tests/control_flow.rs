@@ -426,7 +426,11 @@ impl Gen {
             // List methods, reading and changing.
             32 => {
                 let e = self.expr(1, &all);
-                match self.pick(18) {
+                match self.pick(19) {
+                    // A function named where a closure goes, writing through what it is lent.
+                    18 => format!(
+                        "{{ fn bump(x: &mut usize) {{ *x = (*x + 1) % 97; }} v.iter_mut().for_each(bump); {t} = (v.iter().sum::<usize>() + {e}) % 97; }}"
+                    ),
                     17 => format!(
                         "{{ let mut w = Vec::new(); for i in 0..({e} % 4) {{ w.push(i * 2 + 1); }} {t} = (w.len() * 10 + w.last().copied().unwrap_or(3)) % 97; }}"
                     ),
