@@ -19,6 +19,29 @@ pub(crate) fn wide() -> bool {
     std::arch::is_x86_feature_detected!("avx2")
 }
 
+/// Runs `loops`, compiled for AVX2 where [`wide`] says the CPU has it: the one place the
+/// reduction loops pick their width. `loops` is inlined into the function built with AVX2 (a
+/// closure called once), so its loops are vectorised 32 bytes at a time there.
+#[inline(always)]
+pub(crate) fn widest<R>(loops: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if wide() {
+        // SAFETY: the CPU has AVX2 (just checked).
+        return unsafe { with_avx2(loops) };
+    }
+    loops()
+}
+
+/// [`widest`]'s AVX2 build.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn with_avx2<R>(loops: impl FnOnce() -> R) -> R {
+    loops()
+}
+
 #[cfg(test)]
 thread_local! {
     /// Set by [`narrow`]: this thread runs the baseline loops even where the CPU has AVX2.
@@ -93,25 +116,10 @@ impl<T: Arith> Reducer<T> {
     /// at compile time, so each loop is as tight as one written out for its order.
     #[inline(always)]
     fn combine_ordered<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
-        #[cfg(target_arch = "x86_64")]
-        if wide() {
-            // SAFETY: the CPU has AVX2 (just checked).
-            return unsafe { self.combine_wide::<SWAP>(acc, x) };
-        }
-        self.combine_loops::<SWAP>(acc, x);
+        widest(|| self.combine_loops::<SWAP>(acc, x));
     }
 
-    /// [`Reducer::combine_ordered`] compiled for AVX2.
-    ///
-    /// # Safety
-    /// The CPU has AVX2.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn combine_wide<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
-        self.combine_loops::<SWAP>(acc, x);
-    }
-
-    /// The loops of [`Reducer::combine_ordered`], inlined into each of its variants.
+    /// The loops of [`Reducer::combine_ordered`], at the width [`widest`] picks.
     #[inline(always)]
     fn combine_loops<const SWAP: bool>(&self, acc: &mut [T], x: &[T]) {
         let acc = &mut acc[..x.len()];

@@ -346,34 +346,13 @@ unsafe fn fold_across<T: Arith>(
     combine: impl Fn(T, T) -> T + Copy,
     finish: impl Fn(T) -> T + Copy,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::reduce::wide() {
-        // SAFETY: the CPU has AVX2 (just checked); the caller's contract, passed on.
-        return unsafe { fold_across_wide(srcs, dsts, numel, start, combine, finish) };
-    }
     // SAFETY: the caller's contract, passed on.
-    unsafe { fold_across_loops(srcs, dsts, numel, start, combine, finish) }
+    crate::reduce::widest(|| unsafe {
+        fold_across_loops(srcs, dsts, numel, start, combine, finish)
+    })
 }
 
-/// [`fold_across`] compiled for AVX2: the same loops, twice as wide.
-///
-/// # Safety
-/// As for [`fold_across`], on a CPU with AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn fold_across_wide<T: Arith>(
-    srcs: &[*const T],
-    dsts: &[*mut T],
-    numel: usize,
-    start: impl Fn(T) -> T + Copy,
-    combine: impl Fn(T, T) -> T + Copy,
-    finish: impl Fn(T) -> T + Copy,
-) {
-    // SAFETY: the caller's contract, passed on.
-    unsafe { fold_across_loops(srcs, dsts, numel, start, combine, finish) }
-}
-
-/// The loops of [`fold_across`], inlined into each of its variants.
+/// The loops of [`fold_across`], at the width [`crate::reduce::widest`] picks.
 ///
 /// # Safety
 /// As for [`fold_across`].
