@@ -926,7 +926,9 @@ impl Eval<'_> {
         }
         let saved = fresh.then(|| std::mem::take(&mut self.env));
         self.env.push();
+        let outer_params = self.params.len();
         for (p, a) in params.iter().zip(args) {
+            super::pat_names(p, &mut self.params);
             self.bind_pat(p, a);
         }
         self.depth += 1;
@@ -934,6 +936,7 @@ impl Eval<'_> {
         let r = self.expr(body);
         self.bodies -= 1;
         self.depth -= 1;
+        self.params.truncate(outer_params);
         self.env.pop();
         if let Some(env) = saved {
             self.env = env;

@@ -101,6 +101,9 @@ pub(crate) struct Eval<'a> {
     /// Variables that may hold a mutable reference to others (`let r = &mut x;`): whatever
     /// may change `r` may change `x`.
     refs: HashMap<String, Vec<String>>,
+    /// The parameters of the closure or helper bodies being evaluated: any of them may be a
+    /// mutable reference (`&mut Option<usize>`, or an untyped closure parameter given one).
+    params: Vec<String>,
     frames: Vec<Frame>,
     taints: Vec<Taint>,
     depth: usize,
@@ -144,6 +147,7 @@ impl<'a> Eval<'a> {
             world,
             env: Env::default(),
             refs: HashMap::new(),
+            params: Vec::new(),
             frames: Vec::new(),
             taints: Vec::new(),
             depth: 0,
@@ -627,9 +631,16 @@ impl<'a> Eval<'a> {
         // And a `ref mut` binding borrows from the place it matches (`let (ref mut a, _) =
         // pair`, `if let Some(ref mut p) = opt`).
         let by_ref = scan::binds_by_mut_ref(pat).then(|| scan::place_roots(init));
+        // `let s: &mut Vec<usize> = r`: a binding typed as a mutable reference reborrows the
+        // place it is given (and `r` is usable again after `s`), as `&mut *r` would.
+        let reborrow = scan::typed_mut_ref(pat)
+            .then(|| scan::base_ident(init))
+            .flatten();
+        self.note_pattern_references(pat, init);
         for t in scan::lent_mutably(init)
             .into_iter()
             .chain(by_ref.into_iter().flatten().map(|(n, _)| n))
+            .chain(reborrow)
         {
             if !fx.assigned.contains(&t) {
                 fx.assigned.push(t);
@@ -651,12 +662,58 @@ impl<'a> Eval<'a> {
         }
     }
 
+    /// Match ergonomics: a pattern that destructures a place holding a mutable reference
+    /// binds its plain names by reference into it (`if let Some(x) = r { *x = 1 }` after `let
+    /// r = &mut a`, or on a helper's `&mut Option<usize>` parameter; `let (x, _) = pair_ref`).
+    /// The place's value stays known until something writes through a binding, which then
+    /// forgets it (see [`Eval::havoc`] and [`Eval::wrote_into`]).
+    fn note_pattern_references(&mut self, pat: &Pat, init: &Expr) {
+        if matches!(pat, Pat::Ident(i) if i.subpat.is_none()) {
+            return; // a plain binding moves or copies the value: not a pattern into it
+        }
+        let Some(root) = scan::base_ident(init) else {
+            return;
+        };
+        if !self.may_hold_reference(&root) {
+            return;
+        }
+        for n in scan::plain_bindings(pat) {
+            let known = self.refs.entry(n).or_default();
+            if !known.contains(&root) {
+                known.push(root.clone());
+            }
+        }
+    }
+
+    /// Whether `name` may hold a mutable reference: bound from something lent mutably, or a
+    /// parameter of the closure or helper being evaluated.
+    fn may_hold_reference(&self, name: &str) -> bool {
+        self.refs.contains_key(name) || self.params.iter().any(|p| p == name)
+    }
+
+    /// A write into `name`'s value in place (`r[0] = 1`, `r.0 = 1`): if `name` may refer to
+    /// other variables, they change too.
+    fn wrote_into(&mut self, name: &str) {
+        let targets = self.refs.get(name).cloned().unwrap_or_default();
+        for t in targets.iter().filter(|t| *t != name) {
+            self.havoc(t);
+        }
+    }
+
     /// Before `for <pat> in <iterable>`: if the iterable lends variables mutably
     /// (`x.iter_mut()`, `&mut x`), the loop's bindings are references into them, as after
     /// `let r = &mut x` ([`Eval::note_references`]): a list of anything but tensors is
     /// forgotten at once, a list of tensors when something may change a binding.
     fn note_loop_references(&mut self, pat: &Pat, iterable: &Expr) {
-        let lent = scan::lent_mutably(iterable);
+        let mut lent = scan::lent_mutably(iterable);
+        // `for x in r` over a variable that may hold `&mut Vec<_>`: references into it.
+        if let Expr::Path(_) = iterable
+            && let Some(root) = ident_of(iterable)
+            && self.may_hold_reference(&root)
+            && !lent.contains(&root)
+        {
+            lent.push(root);
+        }
         if lent.is_empty() {
             return;
         }
@@ -1220,6 +1277,7 @@ impl<'a> Eval<'a> {
                 {
                     a[i] = v;
                     self.assign(&name, Val::Array(a));
+                    self.wrote_into(&name);
                 } else {
                     self.havoc_place(place);
                 }
@@ -1244,7 +1302,10 @@ impl<'a> Eval<'a> {
                             _ => None,
                         });
                 match (base, updated) {
-                    (Some(name), Some(whole)) => self.assign(&name, whole),
+                    (Some(name), Some(whole)) => {
+                        self.assign(&name, whole);
+                        self.wrote_into(&name);
+                    }
                     _ => self.havoc_place(place),
                 }
             }
