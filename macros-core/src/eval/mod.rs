@@ -631,16 +631,10 @@ impl<'a> Eval<'a> {
         // And a `ref mut` binding borrows from the place it matches (`let (ref mut a, _) =
         // pair`, `if let Some(ref mut p) = opt`).
         let by_ref = scan::binds_by_mut_ref(pat).then(|| scan::place_roots(init));
-        // `let s: &mut Vec<usize> = r`: a binding typed as a mutable reference reborrows the
-        // place it is given (and `r` is usable again after `s`), as `&mut *r` would.
-        let reborrow = scan::typed_mut_ref(pat)
-            .then(|| scan::base_ident(init))
-            .flatten();
         self.note_pattern_references(pat, init);
         for t in scan::lent_mutably(init)
             .into_iter()
             .chain(by_ref.into_iter().flatten().map(|(n, _)| n))
-            .chain(reborrow)
         {
             if !fx.assigned.contains(&t) {
                 fx.assigned.push(t);
@@ -664,7 +658,9 @@ impl<'a> Eval<'a> {
 
     /// Match ergonomics: a pattern that destructures a place holding a mutable reference
     /// binds its plain names by reference into it (`if let Some(x) = r { *x = 1 }` after `let
-    /// r = &mut a`, or on a helper's `&mut Option<usize>` parameter; `let (x, _) = pair_ref`).
+    /// r = &mut a`, or on a helper's `&mut Option<usize>` parameter; `let (x, _) = pair_ref`),
+    /// and a binding typed `&mut` reborrows it (`let s: &mut Vec<usize> = r`, after which `r`
+    /// is usable again).
     /// The place's value stays known until something writes through a binding, which then
     /// forgets it (see [`Eval::havoc`] and [`Eval::wrote_into`]).
     fn note_pattern_references(&mut self, pat: &Pat, init: &Expr) {
@@ -705,15 +701,7 @@ impl<'a> Eval<'a> {
     /// `let r = &mut x` ([`Eval::note_references`]): a list of anything but tensors is
     /// forgotten at once, a list of tensors when something may change a binding.
     fn note_loop_references(&mut self, pat: &Pat, iterable: &Expr) {
-        let mut lent = scan::lent_mutably(iterable);
-        // `for x in r` over a variable that may hold `&mut Vec<_>`: references into it.
-        if let Expr::Path(_) = iterable
-            && let Some(root) = ident_of(iterable)
-            && self.may_hold_reference(&root)
-            && !lent.contains(&root)
-        {
-            lent.push(root);
-        }
+        let lent = scan::lent_mutably(iterable);
         if lent.is_empty() {
             return;
         }

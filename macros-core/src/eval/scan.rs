@@ -347,12 +347,6 @@ pub(super) fn place_roots(e: &Expr) -> Vec<(String, bool)> {
     out
 }
 
-/// Whether a pattern is a binding typed as a mutable reference (`s: &mut Vec<usize>`).
-pub(super) fn typed_mut_ref(p: &syn::Pat) -> bool {
-    matches!(p, syn::Pat::Type(t)
-        if matches!(&*t.ty, syn::Type::Reference(r) if r.mutability.is_some()))
-}
-
 /// The names a pattern binds without `mut` or `ref`: those that match ergonomics binds by
 /// reference when the pattern destructures a reference (a `mut` binding is always a copy).
 pub(super) fn plain_bindings(p: &syn::Pat) -> Vec<String> {

@@ -625,9 +625,40 @@ impl Gen {
         }
     }
 
-    /// A statement on `o` through a pattern: a copy, or a borrow written through.
+    /// A statement on `o` through a pattern: a copy, or a borrow written through (also by
+    /// match ergonomics on a reference, a typed reborrow, or a closure's `&mut` parameter).
     fn stmt_on_o(&mut self, t: &str, all: &[String]) -> String {
-        match self.pick(4) {
+        match self.pick(10) {
+            4 => format!(
+                "{{ let r = &mut o; if let Some(x) = r {{ *x = (*x + {}) % 97; }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            5 => format!(
+                "{{ let r = &mut o; match r {{ Some(x) => *x = {}, None => {{}} }} }} {t} = o.unwrap_or({});",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            6 => format!(
+                "{{ let k = {}; let f = |q: &mut Option<usize>| -> usize {{ if let Some(x) = q {{ *x = (*x + k) % 97; }} q.unwrap_or({}) }}; {t} = f(&mut o); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            7 => format!(
+                "{{ let r = &mut o; {{ let s: &mut Option<usize> = r; *s = Some({}); }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            8 => format!(
+                "{{ let mut q = ({}, {}); let r = &mut q; let (x, _) = r; *x = (*x + 1) % 97; {t} = q.0; }}",
+                self.expr(1, all),
+                self.expr(1, all)
+            ),
+            9 => format!(
+                "{{ let mut q = [({}, {})]; let r = &mut q; if let [x] = r {{ x.0 = (x.0 + 1) % 97; }} {t} = r[0].0; }}",
+                self.expr(1, all),
+                self.expr(1, all)
+            ),
             0 => format!("if let Some(x) = o {{ {t} = x; }}"),
             1 => format!(
                 "if let Some(p) = &mut o {{ *p = (*p + {}) % 97; }} {t} = o.unwrap_or({});",
