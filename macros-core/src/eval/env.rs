@@ -50,6 +50,17 @@ impl Env {
         }
     }
 
+    /// Replaces every binding of `name` but the innermost (those an inner scope shadows) by
+    /// `f` of it.
+    pub(super) fn update_shadowed(&mut self, name: &str, f: impl Fn(&Val) -> Val) {
+        if let Some(stack) = self.vars.get_mut(name) {
+            let inner = stack.len().saturating_sub(1);
+            for v in &mut stack[..inner] {
+                *v = f(v);
+            }
+        }
+    }
+
     /// Every visible binding.
     pub(super) fn visible(&self) -> impl Iterator<Item = (&String, &Val)> {
         self.vars

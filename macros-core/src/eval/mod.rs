@@ -296,26 +296,46 @@ impl<'a> Eval<'a> {
     /// Forgets what is known about a variable — its value, or a tensor's shape (its element
     /// type is fixed by its Rust type) — and about every variable it may refer to mutably.
     fn havoc(&mut self, name: &str) {
-        let mut todo = vec![name.to_string()];
+        self.forget_from(name, false);
+    }
+
+    /// Forgets the variables `name` may refer to mutably (and those they may refer to), not
+    /// `name` itself.
+    fn havoc_referents(&mut self, name: &str) {
+        self.forget_from(name, true);
+    }
+
+    /// [`Eval::havoc`], or only what `name` refers to. A variable reached through `refs` is
+    /// named as it was when the reference was taken, and an inner block may have shadowed that
+    /// name since (`if let Some(x) = r { let r = 5; *x = 1; }`): every binding of it is
+    /// forgotten, the shadowed ones too.
+    fn forget_from(&mut self, name: &str, referents_only: bool) {
+        let referents = |me: &Self, n: &str| -> Vec<(String, bool)> {
+            let targets = me.refs.get(n).into_iter().flatten();
+            targets.map(|t| (t.clone(), true)).collect()
+        };
+        let mut todo = match referents_only {
+            true => referents(self, name),
+            false => vec![(name.to_string(), false)],
+        };
         let mut seen: Vec<String> = Vec::new();
-        while let Some(n) = todo.pop() {
+        while let Some((n, through)) = todo.pop() {
             if seen.contains(&n) {
                 continue;
             }
             self.havoc_one(&n);
-            todo.extend(self.refs.get(&n).into_iter().flatten().cloned());
+            if through {
+                self.env.update_shadowed(&n, forgotten);
+            }
+            todo.extend(referents(self, &n));
             seen.push(n);
         }
     }
 
     fn havoc_one(&mut self, name: &str) {
         let v = match self.lookup(name) {
-            Some(Val::Tensor(t)) => Val::Tensor(TVal {
-                shape: None,
-                ..t.clone()
-            }),
             Some(v) if holds_handle(v) => return,
-            Some(_) => Val::Unknown,
+            Some(v) => forgotten(v),
             None => return,
         };
         self.assign(name, v);
@@ -690,10 +710,7 @@ impl<'a> Eval<'a> {
     /// A write into `name`'s value in place (`r[0] = 1`, `r.0 = 1`): if `name` may refer to
     /// other variables, they change too.
     fn wrote_into(&mut self, name: &str) {
-        let targets = self.refs.get(name).cloned().unwrap_or_default();
-        for t in targets.iter().filter(|t| *t != name) {
-            self.havoc(t);
-        }
+        self.havoc_referents(name);
     }
 
     /// Before `for <pat> in <iterable>`: if the iterable lends variables mutably
@@ -2063,6 +2080,19 @@ fn pat_names(p: &Pat, out: &mut Vec<String>) {
         Pat::Or(o) => o.cases.iter().for_each(|c| pat_names(c, out)),
         Pat::Paren(p) => pat_names(&p.pat, out),
         _ => {}
+    }
+}
+
+/// A value as [`Eval::havoc`] leaves it: a tensor without its shape, a handle as it was,
+/// anything else unknown.
+fn forgotten(v: &Val) -> Val {
+    match v {
+        Val::Tensor(t) => Val::Tensor(TVal {
+            shape: None,
+            ..t.clone()
+        }),
+        v if holds_handle(v) => v.clone(),
+        _ => Val::Unknown,
     }
 }
 

@@ -57,4 +57,18 @@ fn elements_of_iter_mut(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+// The reference's name shadowed where the write happens: the macro forgot the inner `r`.
+#[rankwise::program(world = 2)]
+fn name_shadowed_at_the_write(ctx: &mut Ctx) -> Result<()> {
+    let mut t = ctx.full([2], 1.0f32)?;
+    let mut a = Some(0usize);
+    let r = &mut a;
+    if let Some(x) = r {
+        let r = 1usize;
+        *x = r;
+    }
+    ctx.broadcast(&mut t, r.unwrap_or(0))?;
+    Ok(())
+}
+
 fn main() {}

@@ -628,7 +628,13 @@ impl Gen {
     /// A statement on `o` through a pattern: a copy, or a borrow written through (also by
     /// match ergonomics on a reference, a typed reborrow, or a closure's `&mut` parameter).
     fn stmt_on_o(&mut self, t: &str, all: &[String]) -> String {
-        match self.pick(10) {
+        match self.pick(11) {
+            // The reference's name shadowed where the write happens.
+            10 => format!(
+                "{{ let r = &mut o; if let Some(x) = r {{ let r = {}; *x = (*x + r) % 97; }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
             4 => format!(
                 "{{ let r = &mut o; if let Some(x) = r {{ *x = (*x + {}) % 97; }} {t} = r.unwrap_or({}); }}",
                 self.expr(1, all),
