@@ -1393,6 +1393,14 @@ impl<'a> Eval<'a> {
     /// of a tensor, a number or a handle no method changes.)
     fn written(&self, fx: &scan::Effects) -> Vec<String> {
         let mut out = fx.assigned.clone();
+        // A variable that may hold a mutable reference, named anywhere in code the macro does
+        // not follow: handed to a call (`set(r, 1)`, `Vec::push(r, 1)`), matched by a pattern
+        // (`if let Some(x) = r { *x = 1 }`) or reborrowed, it may be written through.
+        for n in &fx.mentioned {
+            if !out.contains(n) && self.may_hold_reference(n) {
+                out.push(n.clone());
+            }
+        }
         for n in &fx.written_through {
             if !out.contains(n) && !matches!(self.lookup(n), Some(Val::Tensor(_))) {
                 out.push(n.clone());

@@ -250,13 +250,35 @@ pub(super) struct Effects {
     pub exits: Vec<(Exit, proc_macro2::Span)>,
     /// Whether it was too deep to read whole (then every variable is suspect).
     pub too_deep: bool,
+    /// Every variable it names: one that holds a mutable reference may be written through in
+    /// ways no list above sees (handed to a call, matched by a pattern; see `Eval::written`).
+    pub mentioned: Vec<String>,
 }
 
 /// Reads the effects of `node`; see [`Effects`].
 pub(super) fn effects(node: &dyn Fn(&mut EffectFinder)) -> Effects {
     let mut f = EffectFinder::default();
     node(&mut f);
-    f.out
+    let mut out = f.out;
+    // A `ref mut` binding written through writes the place it was matched against
+    // (`if let Some(ref mut x) = a { *x = 1 }` changes `a`), through any chain of them.
+    loop {
+        let reached: Vec<String> = f
+            .ref_muts
+            .iter()
+            .filter(|(b, root)| {
+                let hit = |l: &Vec<String>| l.contains(b);
+                (hit(&out.assigned) || hit(&out.receivers) || hit(&out.written_through))
+                    && !out.assigned.contains(root)
+            })
+            .map(|(_, root)| root.clone())
+            .collect();
+        if reached.is_empty() {
+            break;
+        }
+        out.assigned.extend(reached);
+    }
+    out
 }
 
 #[derive(Default)]
@@ -268,6 +290,8 @@ pub(super) struct EffectFinder {
     /// Inside a closure: its `return`/`break` are its own; its assignments still count.
     closures: usize,
     depth: usize,
+    /// `ref mut` bindings and the variable of the place each was matched against.
+    ref_muts: Vec<(String, String)>,
 }
 
 /// The single-segment paths (variables) an expression mentions, in order.
@@ -424,6 +448,15 @@ impl EffectFinder {
         self.out.assigned.extend(base);
     }
 
+    /// A pattern matched against `init`: its `ref mut` bindings are references into it.
+    fn note_pattern(&mut self, pat: &syn::Pat, init: &Expr) {
+        if let Some(root) = base_ident(init) {
+            for b in ref_mut_bindings(pat) {
+                self.ref_muts.push((b, root.clone()));
+            }
+        }
+    }
+
     fn exit(&mut self, exit: Exit, span: proc_macro2::Span) {
         if self.closures == 0 {
             self.out.exits.push((exit, span));
@@ -539,6 +572,56 @@ impl<'ast> Visit<'ast> for EffectFinder {
         self.closures -= 1;
     }
     fn visit_item(&mut self, _: &'ast syn::Item) {}
+    fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+        if let Some(i) = p.path.get_ident() {
+            self.out.mentioned.push(i.to_string());
+        }
+    }
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        // Its arguments are tokens to `syn`: every identifier counts as named.
+        fn walk(ts: proc_macro2::TokenStream, out: &mut Vec<String>) {
+            for t in ts {
+                match t {
+                    proc_macro2::TokenTree::Ident(i) => out.push(i.to_string()),
+                    proc_macro2::TokenTree::Group(g) => walk(g.stream(), out),
+                    _ => {}
+                }
+            }
+        }
+        walk(m.tokens.clone(), &mut self.out.mentioned);
+    }
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        if let Some(init) = &l.init {
+            self.note_pattern(&l.pat, &init.expr);
+        }
+        syn::visit::visit_local(self, l);
+    }
+    fn visit_expr_let(&mut self, l: &'ast syn::ExprLet) {
+        self.note_pattern(&l.pat, &l.expr);
+        syn::visit::visit_expr_let(self, l);
+    }
+    fn visit_expr_match(&mut self, m: &'ast syn::ExprMatch) {
+        for arm in &m.arms {
+            self.note_pattern(&arm.pat, &m.expr);
+        }
+        syn::visit::visit_expr_match(self, m);
+    }
+}
+
+/// The names a pattern binds by `ref mut`.
+fn ref_mut_bindings(p: &syn::Pat) -> Vec<String> {
+    struct Find(Vec<String>);
+    impl<'ast> Visit<'ast> for Find {
+        fn visit_pat_ident(&mut self, i: &'ast syn::PatIdent) {
+            if i.by_ref.is_some() && i.mutability.is_some() {
+                self.0.push(i.ident.to_string());
+            }
+            syn::visit::visit_pat_ident(self, i);
+        }
+    }
+    let mut f = Find(Vec::new());
+    f.visit_pat(p);
+    f.0
 }
 
 impl EffectFinder {

@@ -628,7 +628,27 @@ impl Gen {
     /// A statement on `o` through a pattern: a copy, or a borrow written through (also by
     /// match ergonomics on a reference, a typed reborrow, or a closure's `&mut` parameter).
     fn stmt_on_o(&mut self, t: &str, all: &[String]) -> String {
-        match self.pick(11) {
+        match self.pick(15) {
+            // Written through under a condition on the data, read after it.
+            11 => format!(
+                "if data {{ if let Some(ref mut x) = o {{ *x = {}; }} }} {t} = o.unwrap_or({});",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            12 => format!(
+                "{{ let r = &mut o; if data {{ if let Some(x) = r {{ *x = {}; }} }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            13 => format!(
+                "{{ let r = &mut o; let set = |q: &mut Option<usize>, k: usize| *q = Some(k); if data {{ set(r, {}); }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            14 => format!(
+                "{{ let r = &mut v; if data {{ Vec::push(r, {}); }} {t} = r.len() % 97; }}",
+                self.expr(1, all)
+            ),
             // The reference's name shadowed where the write happens.
             10 => format!(
                 "{{ let r = &mut o; if let Some(x) = r {{ let r = {}; *x = (*x + r) % 97; }} {t} = r.unwrap_or({}); }}",
