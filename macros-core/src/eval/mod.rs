@@ -679,13 +679,21 @@ impl<'a> Eval<'a> {
     /// Match ergonomics: a pattern that destructures a place holding a mutable reference
     /// binds its plain names by reference into it (`if let Some(x) = r { *x = 1 }` after `let
     /// r = &mut a`, or on a helper's `&mut Option<usize>` parameter; `let (x, _) = pair_ref`),
-    /// and a binding typed `&mut` reborrows it (`let s: &mut Vec<usize> = r`, after which `r`
-    /// is usable again).
+    /// and a binding typed `&mut`, or given a cast of it, reborrows it (`let s: &mut Vec<usize>
+    /// = r`, after which `r` is usable again). (A plain binding of it moves the reference: `r`
+    /// is not used again, and binding `s` as a reference to it is still right.)
     /// The place's value stays known until something writes through a binding, which then
     /// forgets it (see [`Eval::havoc`] and [`Eval::wrote_into`]).
     fn note_pattern_references(&mut self, pat: &Pat, init: &Expr) {
-        if matches!(pat, Pat::Ident(i) if i.subpat.is_none()) {
-            return; // a plain binding moves or copies the value: not a pattern into it
+        // A cast reborrows too (`let s = r as &mut usize`, after which `r` is usable again).
+        let mut init = init;
+        loop {
+            init = match init {
+                Expr::Cast(c) => &c.expr,
+                Expr::Paren(p) => &p.expr,
+                Expr::Group(g) => &g.expr,
+                _ => break,
+            };
         }
         let Some(root) = scan::base_ident(init) else {
             return;

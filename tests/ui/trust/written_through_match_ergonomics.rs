@@ -71,4 +71,17 @@ fn name_shadowed_at_the_write(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+#[rankwise::program(world = 2)]
+fn reborrowed_by_a_cast(ctx: &mut Ctx) -> Result<()> {
+    let mut t = ctx.full([2], 1.0f32)?;
+    let mut a = 0usize;
+    let r = &mut a;
+    {
+        let s = r as &mut usize;
+        *s = 1;
+    }
+    ctx.broadcast(&mut t, *r)?;
+    Ok(())
+}
+
 fn main() {}

@@ -4,7 +4,8 @@
 //! and methods, `std::mem`, borrows, destructuring, `match`es with ranges and guards, patterns on
 //! tuples and slices, `let` chains, `&&`/`||` with effects on the right, iterator chains (also held
 //! in a variable and advanced by `next`), structs read and written by field, integers of other
-//! types, and `Cell`. Each snippet is compiled into this test (`snippets.rs`, written by the
+//! types, `Cell`, and writes through mutable references (match ergonomics, reborrows, names
+//! shadowed, code on the data). Each snippet is compiled into this test (`snippets.rs`, written by the
 //! generator below) and evaluated by the macro at every rank of worlds 1–4, for each of its three
 //! numbers.
 //!
@@ -137,7 +138,7 @@ impl Gen {
         let all = self.reads(place, &[]);
         let t = self.target();
         let d = depth.saturating_sub(1);
-        let kinds = if depth == 0 { 12 } else { 40 };
+        let kinds = if depth == 0 { 12 } else { 42 };
         match self.pick(kinds) {
             0 => format!("{t} = {};", self.expr(2, &all)),
             1 => format!("{t} = ({t} + {}) % 97;", self.expr(2, &all)),
@@ -254,6 +255,12 @@ impl Gen {
                 self.stmt_on_o(t, &all)
             ),
             21 => self.stmt_on_o(t, &all),
+            39 | 40 if self.pick(2) == 0 => format!(
+                "o = Some({}); {}",
+                self.expr(1, &all),
+                self.stmt_through_references(t, &all)
+            ),
+            39 | 40 => self.stmt_through_references(t, &all),
             22 => format!(
                 "match o {{ Some(x) if x > {} => {t} = x, Some(x) => {t} = (x + 1) % 97, None => {t} = {} }}",
                 self.pick(50),
@@ -625,66 +632,80 @@ impl Gen {
         }
     }
 
-    /// A statement on `o` through a pattern: a copy, or a borrow written through (also by
-    /// match ergonomics on a reference, a typed reborrow, or a closure's `&mut` parameter).
-    fn stmt_on_o(&mut self, t: &str, all: &[String]) -> String {
-        match self.pick(15) {
-            // Written through under a condition on the data, read after it.
-            11 => format!(
-                "if data {{ if let Some(ref mut x) = o {{ *x = {}; }} }} {t} = o.unwrap_or({});",
-                self.expr(1, all),
-                self.pick(10)
-            ),
-            12 => format!(
-                "{{ let r = &mut o; if data {{ if let Some(x) = r {{ *x = {}; }} }} {t} = r.unwrap_or({}); }}",
-                self.expr(1, all),
-                self.pick(10)
-            ),
-            13 => format!(
-                "{{ let r = &mut o; let set = |q: &mut Option<usize>, k: usize| *q = Some(k); if data {{ set(r, {}); }} {t} = r.unwrap_or({}); }}",
-                self.expr(1, all),
-                self.pick(10)
-            ),
-            14 => format!(
-                "{{ let r = &mut v; if data {{ Vec::push(r, {}); }} {t} = r.len() % 97; }}",
-                self.expr(1, all)
-            ),
-            // The reference's name shadowed where the write happens.
-            10 => format!(
-                "{{ let r = &mut o; if let Some(x) = r {{ let r = {}; *x = (*x + r) % 97; }} {t} = r.unwrap_or({}); }}",
-                self.expr(1, all),
-                self.pick(10)
-            ),
-            4 => format!(
+    /// A statement on `o` (or `v`) through a mutable reference: match ergonomics on it, typed
+    /// and cast reborrows, a closure's `&mut` parameter, field writes through a pattern's
+    /// binding, the reference's name shadowed where it is written through, and each of these
+    /// under a condition on the data.
+    fn stmt_through_references(&mut self, t: &str, all: &[String]) -> String {
+        match self.pick(12) {
+            0 => format!(
                 "{{ let r = &mut o; if let Some(x) = r {{ *x = (*x + {}) % 97; }} {t} = r.unwrap_or({}); }}",
                 self.expr(1, all),
                 self.pick(10)
             ),
-            5 => format!(
+            1 => format!(
                 "{{ let r = &mut o; match r {{ Some(x) => *x = {}, None => {{}} }} }} {t} = o.unwrap_or({});",
                 self.expr(1, all),
                 self.pick(10)
             ),
-            6 => format!(
+            2 => format!(
                 "{{ let k = {}; let f = |q: &mut Option<usize>| -> usize {{ if let Some(x) = q {{ *x = (*x + k) % 97; }} q.unwrap_or({}) }}; {t} = f(&mut o); }}",
                 self.expr(1, all),
                 self.pick(10)
             ),
-            7 => format!(
+            3 => format!(
                 "{{ let r = &mut o; {{ let s: &mut Option<usize> = r; *s = Some({}); }} {t} = r.unwrap_or({}); }}",
                 self.expr(1, all),
                 self.pick(10)
             ),
-            8 => format!(
+            4 => format!(
                 "{{ let mut q = ({}, {}); let r = &mut q; let (x, _) = r; *x = (*x + 1) % 97; {t} = q.0; }}",
                 self.expr(1, all),
                 self.expr(1, all)
             ),
-            9 => format!(
+            5 => format!(
                 "{{ let mut q = [({}, {})]; let r = &mut q; if let [x] = r {{ x.0 = (x.0 + 1) % 97; }} {t} = r[0].0; }}",
                 self.expr(1, all),
                 self.expr(1, all)
             ),
+            // The reference's name shadowed where the write happens.
+            6 => format!(
+                "{{ let r = &mut o; if let Some(x) = r {{ let r = {}; *x = (*x + r) % 97; }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            // Written through under a condition on the data, read after it.
+            7 => format!(
+                "if data {{ if let Some(ref mut x) = o {{ *x = {}; }} }} {t} = o.unwrap_or({});",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            8 => format!(
+                "{{ let r = &mut o; if data {{ if let Some(x) = r {{ *x = {}; }} }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            9 => format!(
+                "{{ let r = &mut o; let set = |q: &mut Option<usize>, k: usize| *q = Some(k); if data {{ set(r, {}); }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+            10 => format!(
+                "{{ let r = &mut v; if data {{ Vec::push(r, {}); }} {t} = r.len() % 97; }}",
+                self.expr(1, all)
+            ),
+            _ => format!(
+                "{{ let r = &mut o; {{ let s = r as &mut Option<usize>; *s = Some({}); }} {t} = r.unwrap_or({}); }}",
+                self.expr(1, all),
+                self.pick(10)
+            ),
+        }
+    }
+
+    /// A statement on `o` through a pattern: a copy, or a borrow written through (also by
+    /// match ergonomics on a reference, a typed reborrow, or a closure's `&mut` parameter).
+    fn stmt_on_o(&mut self, t: &str, all: &[String]) -> String {
+        match self.pick(4) {
             0 => format!("if let Some(x) = o {{ {t} = x; }}"),
             1 => format!(
                 "if let Some(p) = &mut o {{ *p = (*p + {}) % 97; }} {t} = o.unwrap_or({});",
