@@ -1522,7 +1522,7 @@ impl Eval<'_> {
                 return None;
             };
             if let Some(t) = tensors.iter().flatten().find(|t| t.shape.is_none()) {
-                let _ = self.known(t, arg_span(at));
+                let _ = self.known(t, arg_span(at), m.args.iter().nth(at));
                 return None;
             }
             Some(tensors)
@@ -1551,7 +1551,7 @@ impl Eval<'_> {
         let Some(dtype) = known.or(free_arg.map(|_| DType::U8)) else {
             match all().next().cloned() {
                 Some(first) => {
-                    let _ = self.known(&first, span);
+                    let _ = self.known(&first, span, None);
                 }
                 None => self.unverifiable(
                     span,
@@ -1664,7 +1664,7 @@ impl Eval<'_> {
         let free = described.dtype.is_none() && described.shape.is_some();
         let (dtype, shape) = match (free, &described.shape) {
             (true, Some(s)) => (DType::U8, s.clone()),
-            _ => self.known(&described, arg_span(t_at))?,
+            _ => self.known(&described, arg_span(t_at), m.args.iter().nth(t_at))?,
         };
         // Calls that write their described tensor take it as `&mut`.
         let written = matches!(
@@ -1679,7 +1679,7 @@ impl Eval<'_> {
                 // rustc already holds the other buffer to the described one's element type
                 // (one `T` in the signature): only its shape matters here.
                 Some(Some(TVal { shape: Some(s), .. })) => Some(s),
-                Some(Some(t)) => Some(self.known(&t, arg_span(o))?.1),
+                Some(Some(t)) => Some(self.known(&t, arg_span(o), m.args.iter().nth(o))?.1),
                 None => {
                     self.unverifiable(arg_span(o), "a tensor whose shape and dtype the macro cannot determine", "create it in this function with a static shape, or pass `None` / `Some(&mut t)` directly");
                     return None;
@@ -1770,8 +1770,14 @@ impl Eval<'_> {
         }
     }
 
-    /// A tensor's dtype and shape, or `None` (with an error) if either is unknown.
-    fn known(&mut self, t: &TVal, span: proc_macro2::Span) -> Option<(DType, Vec<usize>)> {
+    /// A tensor's dtype and shape, or `None` (with an error) if either is unknown; `arg`, the
+    /// argument that gave it, says where a variable in it was forgotten.
+    fn known(
+        &mut self,
+        t: &TVal,
+        span: proc_macro2::Span,
+        arg: Option<&Expr>,
+    ) -> Option<(DType, Vec<usize>)> {
         match (&t.dtype, &t.shape) {
             (Some(d), Some(s)) => Some((*d, s.clone())),
             (None, _) => {
@@ -1779,7 +1785,12 @@ impl Eval<'_> {
                 None
             }
             (_, None) => {
-                self.unverifiable(span, "a tensor whose shape the macro cannot determine", "build it with a shape of literals or values computed from `ctx.rank()` and `ctx.world()`");
+                let (why, todo) = self.explain_unknown(
+                    arg,
+                    "a tensor whose shape the macro cannot determine",
+                    "build it with a shape of literals or values computed from `ctx.rank()` and `ctx.world()`",
+                );
+                self.unverifiable(span, &why, &todo);
                 None
             }
         }

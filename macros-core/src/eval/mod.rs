@@ -638,6 +638,8 @@ impl<'a> Eval<'a> {
     /// once (it may change through `r` at any time while `r` lives); a tensor's shape is
     /// forgotten when something may change `r` (see [`Eval::havoc`]).
     fn note_references(&mut self, pat: &Pat, init: &Expr) {
+        let mut fx = scan::effects(&|f| f.visit_expr(init));
+        self.note_pattern_references(pat, &fx.mentioned);
         // `std::mem::replace(&mut a, v)` lends `a` for the call only: its value is `a`'s old
         // value, no reference (see `mem_call`).
         if let Expr::Call(c) = init
@@ -646,12 +648,10 @@ impl<'a> Eval<'a> {
         {
             return;
         }
-        let mut fx = scan::effects(&|f| f.visit_expr(init));
         // `let it = v.iter_mut()`, `let s = v.as_mut_slice()`: borrows too, held in a variable.
         // And a `ref mut` binding borrows from the place it matches (`let (ref mut a, _) =
         // pair`, `if let Some(ref mut p) = opt`).
         let by_ref = scan::binds_by_mut_ref(pat).then(|| scan::place_roots(init));
-        self.note_pattern_references(pat, init);
         for t in scan::lent_mutably(init)
             .into_iter()
             .chain(by_ref.into_iter().flatten().map(|(n, _)| n))
@@ -676,35 +676,36 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// Match ergonomics: a pattern that destructures a place holding a mutable reference
-    /// binds its plain names by reference into it (`if let Some(x) = r { *x = 1 }` after `let
-    /// r = &mut a`, or on a helper's `&mut Option<usize>` parameter; `let (x, _) = pair_ref`),
-    /// and a binding typed `&mut`, or given a cast of it, reborrows it (`let s: &mut Vec<usize>
-    /// = r`, after which `r` is usable again). (A plain binding of it moves the reference: `r`
-    /// is not used again, and binding `s` as a reference to it is still right.)
-    /// The place's value stays known until something writes through a binding, which then
-    /// forgets it (see [`Eval::havoc`] and [`Eval::wrote_into`]).
-    fn note_pattern_references(&mut self, pat: &Pat, init: &Expr) {
-        // A cast reborrows too (`let s = r as &mut usize`, after which `r` is usable again).
-        let mut init = init;
-        loop {
-            init = match init {
-                Expr::Cast(c) => &c.expr,
-                Expr::Paren(p) => &p.expr,
-                Expr::Group(g) => &g.expr,
-                _ => break,
-            };
-        }
-        let Some(root) = scan::base_ident(init) else {
-            return;
-        };
-        if !self.may_hold_reference(&root) {
+    /// Bindings that may hold a mutable reference another variable holds (`holders`: those
+    /// the initialiser names). By match ergonomics a pattern that destructures a reference
+    /// binds by reference into it (`if let Some(x) = r { *x = 1 }` after `let r = &mut a`, or
+    /// on a helper's `&mut Option<usize>` parameter); a typed or cast binding reborrows it
+    /// (`let s: &mut Vec<usize> = r`, `let s = r as &mut T`, after which `r` is usable again);
+    /// and a value built around it carries it (`Some(r)`, `(r, 0)`, `vec![r]`). What they refer
+    /// to stays known until something writes through them, which then forgets it (see
+    /// [`Eval::havoc`] and [`Eval::wrote_into`]).
+    fn note_pattern_references(&mut self, pat: &Pat, mentioned: &[String]) {
+        let mut holders: Vec<&String> = mentioned
+            .iter()
+            .filter(|n| self.may_hold_reference(n))
+            .collect();
+        holders.dedup();
+        if holders.is_empty() {
             return;
         }
-        for n in scan::plain_bindings(pat) {
+        let mut names = Vec::new();
+        pat_names(pat, &mut names);
+        for n in names {
+            let holders: Vec<String> = holders
+                .iter()
+                .filter(|h| ***h != n)
+                .map(|h| (*h).clone())
+                .collect();
             let known = self.refs.entry(n).or_default();
-            if !known.contains(&root) {
-                known.push(root.clone());
+            for h in holders {
+                if !known.contains(&h) {
+                    known.push(h);
+                }
             }
         }
     }
@@ -726,6 +727,9 @@ impl<'a> Eval<'a> {
     /// `let r = &mut x` ([`Eval::note_references`]): a list of anything but tensors is
     /// forgotten at once, a list of tensors when something may change a binding.
     fn note_loop_references(&mut self, pat: &Pat, iterable: &Expr) {
+        // `for x in vec![r]`, `for x in Some(r)`: the items may be the references themselves.
+        let fx = scan::effects(&|f| f.visit_expr(iterable));
+        self.note_pattern_references(pat, &fx.mentioned);
         let lent = scan::lent_mutably(iterable);
         if lent.is_empty() {
             return;

@@ -371,23 +371,6 @@ pub(super) fn place_roots(e: &Expr) -> Vec<(String, bool)> {
     out
 }
 
-/// The names a pattern binds without `mut` or `ref`: those that match ergonomics binds by
-/// reference when the pattern destructures a reference (a `mut` binding is always a copy).
-pub(super) fn plain_bindings(p: &syn::Pat) -> Vec<String> {
-    struct Find(Vec<String>);
-    impl<'ast> Visit<'ast> for Find {
-        fn visit_pat_ident(&mut self, i: &'ast syn::PatIdent) {
-            if i.by_ref.is_none() && i.mutability.is_none() {
-                self.0.push(i.ident.to_string());
-            }
-            syn::visit::visit_pat_ident(self, i);
-        }
-    }
-    let mut f = Find(Vec::new());
-    f.visit_pat(p);
-    f.0
-}
-
 /// Whether a pattern binds anything by `ref mut` (a reference into the place it matches).
 pub(super) fn binds_by_mut_ref(p: &syn::Pat) -> bool {
     struct Find(bool);
