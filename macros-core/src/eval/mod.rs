@@ -710,10 +710,47 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// Whether `name` may hold a mutable reference: bound from something lent mutably, or a
-    /// parameter of the closure or helper being evaluated.
+    /// After code that may store what `sources` give — a variable lent mutably, or one that
+    /// may hold a mutable reference — in the variables `into`: each of them may now refer to
+    /// those (so a write through it later forgets them; see [`Eval::havoc`]).
+    fn note_stores<'e>(&mut self, into: &[String], sources: impl IntoIterator<Item = &'e Expr>) {
+        if into.is_empty() {
+            return;
+        }
+        let mut given: Vec<String> = Vec::new();
+        for e in sources {
+            given.extend(scan::lent_mutably(e));
+            let fx = scan::effects(&|f| f.visit_expr(e));
+            given.extend(
+                fx.mentioned
+                    .into_iter()
+                    .filter(|n| self.may_hold_reference(n)),
+            );
+        }
+        // The context, a group or a batch keeps nothing the macro does not model itself (a
+        // batch's tensors are written by its `run`, as the macro follows).
+        let into: Vec<&String> = into.iter().filter(|x| !self.is_handle(x)).collect();
+        for x in into {
+            for g in given.iter().filter(|g| *g != x) {
+                let known = self.refs.entry(x.clone()).or_default();
+                if !known.contains(g) {
+                    known.push(g.clone());
+                }
+            }
+        }
+    }
+
+    /// Whether `name` may hold a mutable reference to data: bound from something lent mutably,
+    /// or a parameter of the closure or helper being evaluated — not the context, a group or
+    /// a batch, whose calls the macro follows by themselves.
     fn may_hold_reference(&self, name: &str) -> bool {
-        self.refs.contains_key(name) || self.params.iter().any(|p| p == name)
+        (self.refs.contains_key(name) || self.params.iter().any(|p| p == name))
+            && !self.is_handle(name)
+    }
+
+    /// Whether `name` is the context or holds a group, a batch or a request.
+    fn is_handle(&self, name: &str) -> bool {
+        name == self.ctx || self.lookup(name).is_some_and(holds_handle)
     }
 
     /// A write into `name`'s value in place (`r[0] = 1`, `r.0 = 1`): if `name` may refer to
@@ -999,6 +1036,9 @@ impl<'a> Eval<'a> {
             Expr::Assign(a) => {
                 let v = val!(&a.right);
                 self.assign_place(&a.left, v);
+                // `s = Some(r)`, `slot = &mut t`: `s` may hold the reference now.
+                let into: Vec<String> = scan::base_ident(&a.left).into_iter().collect();
+                self.note_stores(&into, [&*a.right]);
                 Val::Unit
             }
             Expr::Range(r) => {
@@ -1146,7 +1186,15 @@ impl<'a> Eval<'a> {
                 self.check_macro(&m.mac);
                 Val::Unknown
             }
-            Expr::MethodCall(m) => return self.method_call(m),
+            Expr::MethodCall(m) => {
+                let flow = self.method_call(m);
+                // `v.push(&mut t)`, `o.replace(r)`: the receiver may hold the reference now.
+                let into: Vec<String> = scan::base_ident(&m.receiver).into_iter().collect();
+                self.note_stores(&into, m.args.iter());
+                return flow;
+            }
+            // (A function given references forgets what they refer to at once: see
+            // `havoc_lent`.)
             Expr::Call(c) => return self.call(c),
             Expr::Index(ix) => {
                 let base = val!(&ix.expr);
@@ -1277,6 +1325,14 @@ impl<'a> Eval<'a> {
     /// being edited, `shape[1] *= world`); any other place (`s.f`, `*r`, an unknown index)
     /// changes its variable in a way not modelled.
     fn assign_place(&mut self, place: &Expr, v: Val) {
+        let number = matches!(v, Val::Int(..) | Val::Scalar(_) | Val::Bool(_));
+        self.store(place, v, number);
+    }
+
+    /// [`Eval::assign_place`]; `number`: what is written is a number (or a compound assignment
+    /// changes a value in place), so a tensor's data written element by element keeps its
+    /// shape (see [`Eval::havoc_place`]).
+    fn store(&mut self, place: &Expr, v: Val, number: bool) {
         match (place, ident_of(place)) {
             (Expr::Path(_), Some(name)) => self.assign(&name, v),
             (Expr::Index(ix), _) => {
@@ -1296,7 +1352,7 @@ impl<'a> Eval<'a> {
                     self.assign(&name, Val::Array(a));
                     self.wrote_into(&name);
                 } else {
-                    self.havoc_place(place);
+                    self.havoc_place(place, number);
                 }
             }
             // `plan.root = v`, `pair.0 = v`: a field of a record or tuple a variable holds.
@@ -1323,7 +1379,7 @@ impl<'a> Eval<'a> {
                         self.assign(&name, whole);
                         self.wrote_into(&name);
                     }
-                    _ => self.havoc_place(place),
+                    _ => self.havoc_place(place, number),
                 }
             }
             // Destructuring assignment (`(a, b) = (b, a)`, `[x, y] = …`): part by part when the
@@ -1352,7 +1408,7 @@ impl<'a> Eval<'a> {
                 };
                 self.assign_parts(&parts, vals);
             }
-            (Expr::Paren(p), _) => self.assign_place(&p.expr, v),
+            (Expr::Paren(p), _) => self.store(&p.expr, v, number),
             (Expr::Infer(_), _) => {}
             // `S { x: a, .. } = s`, `S(a, b) = s`: the fields' places, unknown.
             (Expr::Struct(st), _) => {
@@ -1363,7 +1419,7 @@ impl<'a> Eval<'a> {
                 let parts: Vec<&Expr> = c.args.iter().collect();
                 self.assign_parts(&parts, None);
             }
-            (left, _) => self.havoc_place(left),
+            (left, _) => self.havoc_place(left, number),
         }
     }
 
@@ -1388,7 +1444,7 @@ impl<'a> Eval<'a> {
                         | Expr::Call(_) => self.assign_place(p, Val::Unknown),
                         Expr::Infer(_) | Expr::Range(_) => {}
                         // (A tensor keeps its element type, as a variable it is.)
-                        _ => self.havoc_place(p),
+                        _ => self.havoc_place(p, false),
                     }
                 }
             }
@@ -1438,11 +1494,12 @@ impl<'a> Eval<'a> {
     }
 
     /// After an assignment to `place`, which the macro does not follow: forgets what it may
-    /// have written. An element of a tensor's data (`t.as_mut_slice()?[0] = 1.0`) changes
-    /// neither its shape nor its type, so the tensor is kept.
-    fn havoc_place(&mut self, place: &Expr) {
+    /// have written. A number written into a tensor's data (`t.as_mut_slice()?[0] = 1.0`)
+    /// changes neither its shape nor its type, so the tensor is kept; anything else may be a
+    /// whole tensor written through a reference a call returned (`*pick(&mut t) = u`).
+    fn havoc_place(&mut self, place: &Expr, number: bool) {
         for (name, inside) in scan::place_roots(place) {
-            if !(inside && matches!(self.lookup(&name), Some(Val::Tensor(_)))) {
+            if !(number && inside && matches!(self.lookup(&name), Some(Val::Tensor(_)))) {
                 self.havoc(&name);
             }
         }
@@ -1541,7 +1598,7 @@ impl<'a> Eval<'a> {
         };
         if let Some(op) = compound(&b.op) {
             let v = binop(&op, l, r);
-            self.assign_place(&b.left, v);
+            self.store(&b.left, v, true);
             return Flow::Normal(Val::Unit);
         }
         let symbolic = matches!(l, Val::Sym { .. }) || matches!(r, Val::Sym { .. });
