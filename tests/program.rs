@@ -156,3 +156,43 @@ fn a_root_other_than_the_verified_one_is_refused_before_it_is_posted() {
         }
     }
 }
+
+/// A trait of the program's crate that gives `Vec<usize>` a method named like one of the
+/// slice's: Rust picks the trait's, the macro (which sees only the function) follows the
+/// slice's, and verifies the broadcast with root 0 where the run names root 1. The guard stops
+/// the call before it is posted, on every rank. (`book/src/proofs.md`, "What it cannot see".)
+trait Ends {
+    fn first(&self) -> Option<&usize>;
+}
+
+impl Ends for Vec<usize> {
+    fn first(&self) -> Option<&usize> {
+        self.last()
+    }
+}
+
+#[rankwise::program(world = 2)]
+fn shadowed_first(ctx: &mut Ctx) -> Result<Vec<f32>> {
+    let peers = vec![0usize, 1];
+    let mut t = ctx.full([2], ctx.rank() as f32)?;
+    ctx.broadcast(&mut t, *peers.first().unwrap_or(&0))?; // SHADOWED-ROOT
+    Ok(t.to_vec())
+}
+
+#[test]
+fn a_method_the_crate_shadows_is_stopped_by_the_guard() {
+    let site = site_of("// SHADOWED-ROOT", "broadcast");
+    let Err(err) = spawn(2, shadowed_first) else {
+        panic!("the run used a root the macro did not verify");
+    };
+    match err {
+        Error::UnverifiedPeer {
+            function: "shadowed_first",
+            site: at,
+            verified: 0,
+            actual: Some(1),
+            ..
+        } => assert_eq!((at.line, at.column), site),
+        other => panic!("{other:?}"),
+    }
+}
