@@ -34,7 +34,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     if let Ok(module) = syn::parse2::<syn::ItemMod>(item.clone()) {
         return expand_module(args, module);
     }
-    expand_with(args, item, &HashMap::new())
+    expand_with(args, item, &HashMap::new(), &Default::default())
 }
 
 /// Helper functions the evaluator may call, by name.
@@ -70,6 +70,13 @@ fn expand_module(args: TokenStream, mut module: syn::ItemMod) -> TokenStream {
             _ => None,
         })
         .collect();
+    // Traits of the module, and trait impls anywhere in it, may give a value a method of the
+    // name of one the macro models (see `Analysis::trait_methods`).
+    let traits = eval::trait_methods(&|f| {
+        for i in items.iter() {
+            syn::visit::Visit::visit_item(f, i);
+        }
+    });
     for item in items.iter_mut() {
         let syn::Item::Fn(f) = item else { continue };
         let Some(pos) = f.attrs.iter().position(is_program) else {
@@ -80,13 +87,18 @@ fn expand_module(args: TokenStream, mut module: syn::ItemMod) -> TokenStream {
             syn::Meta::List(l) => l.tokens.clone(),
             _ => TokenStream::new(),
         };
-        let expanded = expand_with(args, quote!(#f), &helpers);
+        let expanded = expand_with(args, quote!(#f), &helpers, &traits);
         *item = syn::Item::Verbatim(expanded);
     }
     quote!(#module)
 }
 
-fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> TokenStream {
+fn expand_with(
+    args: TokenStream,
+    item: TokenStream,
+    helpers: &Helpers,
+    module_traits: &std::collections::HashSet<String>,
+) -> TokenStream {
     // Too deep to parse safely: syn's parser recurses per nesting level, and a debug-built proc
     // macro has a few MiB of stack (400 nested blocks crashed rustc). Refuse before parsing.
     if let Some(span) = too_deep(item.clone()) {
@@ -121,6 +133,8 @@ fn expand_with(args: TokenStream, item: TokenStream, helpers: &Helpers) -> Token
     // the guard needs (so memory holds one world's description at a time).
     let mut shared = eval::Analysis::default();
     shared.helpers = helpers.clone();
+    shared.trait_methods = eval::trait_methods(&|f| syn::visit::Visit::visit_item_fn(f, &func));
+    shared.trait_methods.extend(module_traits.iter().cloned());
     let mut schedules = Vec::with_capacity(worlds.sizes.len());
     let mut diags = Vec::new();
     // Pairs of call sites that met where an element type was left to rustc (see

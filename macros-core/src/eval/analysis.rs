@@ -110,6 +110,10 @@ pub(crate) struct Analysis {
     /// Functions the evaluator may call: defined in the program's body, or beside it in a
     /// module under `#[rankwise::program]` (see `expand_module`).
     pub helpers: HashMap<String, std::rc::Rc<syn::ItemFn>>,
+    /// The methods the traits the macro can see define or implement (in the function, or in
+    /// the module under `#[rankwise::program]`): a call of one of these names may be the
+    /// trait's, which the macro does not follow, rather than the standard method it models.
+    pub trait_methods: std::collections::HashSet<String>,
 }
 
 /// Units of work the macro may spend on one program, over all its world sizes and ranks: one

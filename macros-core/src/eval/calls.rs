@@ -304,6 +304,18 @@ impl Eval<'_> {
         if let Some(flow) = self.unknown_method(m, &name, &recv, &args) {
             return flow;
         }
+        // A method a trait of the program defines (`impl Ends for Vec<usize> { fn first … }`):
+        // Rust may pick it over the one of that name the macro models.
+        if self.shared.trait_methods.contains(&name) {
+            self.lost.get_or_insert(super::Lost {
+                why: format!(
+                    "`{name}` may call the method a trait of this program defines under that \
+                     name, which the macro does not follow"
+                ),
+                help: "give the trait's method a name of its own, or compute the value without it",
+            });
+            return Flow::Normal(self.unmodelled_method(m, &name, &recv));
+        }
         let fish = turbofish(m.turbofish.as_ref());
         // Shapes may use constants from outside the function (see `Val::Sym`).
         if matches!(
@@ -583,32 +595,29 @@ impl Eval<'_> {
                 }
                 Val::Unknown
             }
-            _ => {
-                // A method the macro does not model: whatever it borrows mutably may change —
-                // its receiver too (`o.take()`, `o.insert(1)`, `it.next()`), unless its
-                // methods cannot change what the macro knows of it: a tensor's shape and
-                // type, data's element type, a number's unknown value.
-                self.havoc_lent(&m.args);
-                let keeps = matches!(
-                    recv,
-                    Val::Tensor(_)
-                        | Val::Data(_)
-                        | Val::Scalar(_)
-                        | Val::Group(_)
-                        | Val::Op(_)
-                        | Val::Unknown
-                        | Val::Poison
-                ) || holds_handle(&recv)
-                    || PURE.contains(&name.as_str())
-                    // A list's methods are sorted out above (`ARRAY_PURE`).
-                    || matches!(recv, Val::Array(_));
-                if !keeps {
-                    self.havoc_receiver(&m.receiver);
-                }
-                Val::Unknown
-            }
+            _ => self.unmodelled_method(m, &name, &recv),
         };
         Flow::Normal(v)
+    }
+
+    /// A method the macro does not model: whatever it borrows mutably may change — its receiver
+    /// too (`o.take()`, `o.insert(1)`, `it.next()`), unless its methods cannot change what the
+    /// macro knows of it: data's element type, a number's unknown value, a tensor's shape and
+    /// type through the tensor's own methods (see `scan::TENSOR_KEEPS`).
+    fn unmodelled_method(&mut self, m: &ExprMethodCall, name: &str, recv: &Val) -> Val {
+        self.havoc_lent(&m.args);
+        let keeps = matches!(
+            recv,
+            Val::Data(_) | Val::Scalar(_) | Val::Group(_) | Val::Op(_) | Val::Unknown | Val::Poison
+        ) || holds_handle(recv)
+            || (PURE.contains(&name) && !matches!(recv, Val::Tensor(_)))
+            || (matches!(recv, Val::Tensor(_)) && scan::TENSOR_KEEPS.contains(&name))
+            // A list's methods are sorted out by `method_call` (`ARRAY_PURE`).
+            || matches!(recv, Val::Array(_));
+        if !keeps {
+            self.havoc_receiver(&m.receiver);
+        }
+        Val::Unknown
     }
 
     /// `std::mem::swap(&mut a, &mut b)`, `replace(&mut a, v)` and `take(&mut a)` on variables

@@ -26,7 +26,7 @@ use syn::visit::Visit;
 use syn::{BinOp, Expr, Pat, Stmt, UnOp};
 
 pub(crate) use analysis::{Analysis, Borrow, Site, WORK_BUDGET, location};
-pub(crate) use scan::is_comm;
+pub(crate) use scan::{is_comm, trait_methods};
 pub(crate) use value::Ratio;
 
 use env::Env;
@@ -1471,6 +1471,11 @@ impl<'a> Eval<'a> {
         }
         for n in &fx.written_through {
             if !out.contains(n) && !matches!(self.lookup(n), Some(Val::Tensor(_))) {
+                out.push(n.clone());
+            }
+        }
+        for n in &fx.reshaped {
+            if !out.contains(n) && matches!(self.lookup(n), Some(Val::Tensor(_))) {
                 out.push(n.clone());
             }
         }

@@ -28,6 +28,35 @@ pub(super) fn mentions_comm(text: &str) -> bool {
         .any(|n| text.contains(&format!(". {n}")))
 }
 
+/// The methods a tensor is known to keep its shape and type through: `Tensor`'s own (which Rust
+/// picks before any trait's) and the standard traits' it implements. Any other method called on
+/// a tensor is a trait's the macro cannot see, which may replace the tensor through `&mut
+/// self` (`impl Grow for Tensor<f32> { fn grow(&mut self) { *self = … } }`).
+pub(super) const TENSOR_KEEPS: [&str; 22] = [
+    "as_mut_slice",
+    "as_slice",
+    "device",
+    "dtype",
+    "fill",
+    "into_vec",
+    "ndim",
+    "numel",
+    "reshape",
+    "shape",
+    "to_host",
+    "to_ndarray",
+    "to_vec",
+    "try_clone",
+    "try_fill",
+    "try_to_vec",
+    "clone",
+    "to_owned",
+    "to_string",
+    "eq",
+    "ne",
+    "fmt",
+];
+
 /// Methods that take their receiver by value or `&self`, whatever its type: they cannot change
 /// it (`Option`'s `map`, `unwrap_or`; `clone`; comparisons).
 pub(super) const PURE: [&str; 36] = [
@@ -242,6 +271,9 @@ pub(super) struct Effects {
     pub assigned: Vec<String>,
     /// Variables it calls methods on (a `Vec` may be pushed to).
     pub receivers: Vec<String>,
+    /// Variables it calls a method on that a tensor does not keep its shape through (see
+    /// [`TENSOR_KEEPS`]).
+    pub reshaped: Vec<String>,
     /// Variables at the root of a place it assigns through a method or call
     /// (`*v.first_mut().unwrap() = 1`): changed, unless a tensor written element by element
     /// (see `Eval::written`).
@@ -503,6 +535,9 @@ impl<'ast> Visit<'ast> for EffectFinder {
         if !PURE.contains(&name.as_str()) && !ARRAY_PURE.contains(&name.as_str()) {
             self.out.receivers.extend(base_ident(&m.receiver));
         }
+        if !TENSOR_KEEPS.contains(&name.as_str()) {
+            self.out.reshaped.extend(base_ident(&m.receiver));
+        }
         // `x.add_assign(1)`, `x.clone_from(&y)`: methods that change even a number.
         if assigns_receiver(&m.method.to_string()) {
             for (n, _) in place_roots(&m.receiver) {
@@ -617,5 +652,38 @@ impl EffectFinder {
             let label = label.map(|l| l.ident.to_string());
             self.exit(Exit::Loop { label, is_break }, span);
         }
+    }
+}
+
+/// The names of the methods that the traits in `node` declare or implement (see
+/// `Analysis::trait_methods`).
+pub(crate) fn trait_methods(node: &dyn Fn(&mut TraitMethods)) -> std::collections::HashSet<String> {
+    let mut f = TraitMethods::default();
+    node(&mut f);
+    f.0
+}
+
+/// Collects what [`trait_methods`] returns.
+#[derive(Default)]
+pub(crate) struct TraitMethods(std::collections::HashSet<String>);
+
+impl<'ast> Visit<'ast> for TraitMethods {
+    fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+        for item in &t.items {
+            if let syn::TraitItem::Fn(f) = item {
+                self.0.insert(f.sig.ident.to_string());
+            }
+        }
+        syn::visit::visit_item_trait(self, t);
+    }
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if i.trait_.is_some() {
+            for item in &i.items {
+                if let syn::ImplItem::Fn(f) = item {
+                    self.0.insert(f.sig.ident.to_string());
+                }
+            }
+        }
+        syn::visit::visit_item_impl(self, i);
     }
 }
