@@ -299,13 +299,7 @@ impl<'a> Eval<'a> {
         self.forget_from(name, false);
     }
 
-    /// Forgets the variables `name` may refer to mutably (and those they may refer to), not
-    /// `name` itself.
-    fn havoc_referents(&mut self, name: &str) {
-        self.forget_from(name, true);
-    }
-
-    /// [`Eval::havoc`], or only what `name` refers to. A variable reached through `refs` is
+    /// [`Eval::havoc`], or only what `name` refers to ([`Eval::wrote_into`]). A variable reached through `refs` is
     /// named as it was when the reference was taken, and an inner block may have shadowed that
     /// name since (`if let Some(x) = r { let r = 5; *x = 1; }`): every binding of it is
     /// forgotten, the shadowed ones too.
@@ -685,11 +679,10 @@ impl<'a> Eval<'a> {
     /// to stays known until something writes through them, which then forgets it (see
     /// [`Eval::havoc`] and [`Eval::wrote_into`]).
     fn note_pattern_references(&mut self, pat: &Pat, mentioned: &[String]) {
-        let mut holders: Vec<&String> = mentioned
+        let holders: Vec<&String> = mentioned
             .iter()
             .filter(|n| self.may_hold_reference(n))
             .collect();
-        holders.dedup();
         if holders.is_empty() {
             return;
         }
@@ -756,7 +749,7 @@ impl<'a> Eval<'a> {
     /// A write into `name`'s value in place (`r[0] = 1`, `r.0 = 1`): if `name` may refer to
     /// other variables, they change too.
     fn wrote_into(&mut self, name: &str) {
-        self.havoc_referents(name);
+        self.forget_from(name, true);
     }
 
     /// Before `for <pat> in <iterable>`: if the iterable lends variables mutably
