@@ -679,26 +679,27 @@ impl<'a> Eval<'a> {
     /// to stays known until something writes through them, which then forgets it (see
     /// [`Eval::havoc`] and [`Eval::wrote_into`]).
     fn note_pattern_references(&mut self, pat: &Pat, mentioned: &[String]) {
-        let holders: Vec<&String> = mentioned
+        let holders: Vec<String> = mentioned
             .iter()
             .filter(|n| self.may_hold_reference(n))
+            .cloned()
             .collect();
         if holders.is_empty() {
             return;
         }
         let mut names = Vec::new();
         pat_names(pat, &mut names);
-        for n in names {
-            let holders: Vec<String> = holders
-                .iter()
-                .filter(|h| ***h != n)
-                .map(|h| (*h).clone())
-                .collect();
-            let known = self.refs.entry(n).or_default();
-            for h in holders {
-                if !known.contains(&h) {
-                    known.push(h);
-                }
+        for n in &names {
+            self.refer(n, &holders);
+        }
+    }
+
+    /// Records that `name` may refer to each of `targets` (but itself).
+    fn refer(&mut self, name: &str, targets: &[String]) {
+        for t in targets.iter().filter(|t| *t != name) {
+            let known = self.refs.entry(name.to_string()).or_default();
+            if !known.contains(t) {
+                known.push(t.clone());
             }
         }
     }
@@ -722,13 +723,9 @@ impl<'a> Eval<'a> {
         }
         // The context, a group or a batch keeps nothing the macro does not model itself (a
         // batch's tensors are written by its `run`, as the macro follows).
-        let into: Vec<&String> = into.iter().filter(|x| !self.is_handle(x)).collect();
         for x in into {
-            for g in given.iter().filter(|g| *g != x) {
-                let known = self.refs.entry(x.clone()).or_default();
-                if !known.contains(g) {
-                    known.push(g.clone());
-                }
+            if !self.is_handle(x) {
+                self.refer(x, &given);
             }
         }
     }
