@@ -171,10 +171,30 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
     }
 }
 
+/// Packed all-reduces through the group's shared-memory window, which every group must have
+/// (all ranks are on this host): a group left without one is an error, not a quiet fallback.
+const SHM_REQUIRED: Opts = Opts {
+    mca: &[],
+    env: &[("RANKWISE_MPI_SHM", "require")],
+};
+
+/// Packed all-reduces as MPI messages, as across hosts.
+const NO_SHM: Opts = Opts {
+    mca: &[],
+    env: &[("RANKWISE_MPI_SHM", "0")],
+};
+
 #[test]
 fn every_operation_gives_the_threads_engines_bits() {
     for np in [1, 2, 3, 4] {
-        same_as_threads(np, PLAIN, "every_op", &[], true);
+        same_as_threads(np, SHM_REQUIRED, "every_op", &[], true);
+    }
+}
+
+#[test]
+fn every_operation_without_shared_memory() {
+    for np in [2, 3, 4] {
+        same_as_threads(np, NO_SHM, "every_op", &[], true);
     }
 }
 
@@ -195,7 +215,7 @@ fn every_operation_over_tcp() {
     // The transport several hosts would use, instead of shared memory.
     let tcp = Opts {
         mca: &[("btl", "self,tcp")],
-        ..PLAIN
+        ..NO_SHM
     };
     same_as_threads(4, tcp, "every_op", &[], true);
 }

@@ -27,6 +27,7 @@ use std::ops::Range;
 use super::eager::{self, Exchange, Msg};
 use super::monitor::{Waiting, site_of};
 use super::raw::{self, Request};
+use super::shm;
 use super::steps::{Scratch, Task};
 use super::{MpiBackend, Owner};
 use crate::error::{CollectiveMismatch, Error, Result};
@@ -362,6 +363,8 @@ struct Slot {
     posted: u8,
     /// A run of small collectives exchanged as direct messages (see `eager`).
     eager: Option<Exchange>,
+    /// A packed all-reduce run through the group's shared memory (see `shm`), until done.
+    shm: Option<shm::Step>,
 }
 
 /// A communicator's collectives in this batch, in order, several in flight at once.
@@ -403,6 +406,8 @@ pub(super) struct Driver<'a> {
     waits: &'a [Waiting],
     chains: Vec<Chain>,
     slots: Vec<Slot>,
+    /// Slots whose shared-memory step is in progress: the wait loop polls them.
+    shm_slots: Vec<usize>,
 }
 
 impl<'a> Driver<'a> {
@@ -429,6 +434,7 @@ impl<'a> Driver<'a> {
             waits,
             chains,
             slots: Vec::new(),
+            shm_slots: Vec::new(),
         }
     }
 
@@ -492,6 +498,7 @@ impl<'a> Driver<'a> {
             records: Scratch::default(),
             posted: 0,
             eager: None,
+            shm: None,
         };
         if self.be.check {
             let proposal = packable(self.ops, k, chain.end);
@@ -596,6 +603,7 @@ impl<'a> Driver<'a> {
             records: Scratch::default(),
             posted: 0,
             eager: Some(ex),
+            shm: None,
         });
         self.chains[c].inflight += 1;
         self.chains[c].blocker = Some(s);
@@ -690,6 +698,35 @@ impl<'a> Driver<'a> {
         reqs: &mut Vec<(Request, Owner)>,
     ) -> Result<()> {
         let s = self.slots.len();
+        let group = self.chains[c].group;
+        if let Some(regions) = self
+            .be
+            .shm_of(group)
+            .filter(|_| shm::fits(&self.ops[run.clone()]))
+        {
+            // SAFETY: the ops' buffers are valid until `execute` returns, which is after the
+            // step is done (or never: a failure ends the job); the chain's blocker keeps any
+            // other step of this group from starting before this one is done.
+            let step = unsafe { regions.start(&self.ops[run.clone()])? };
+            self.chains[c].next = run.end;
+            self.slots.push(Slot {
+                ops: run,
+                chain: c,
+                outstanding: 0,
+                negotiating: false,
+                task: Task::new(),
+                packed: None,
+                records: Scratch::default(),
+                posted: 0,
+                eager: None,
+                shm: Some(step),
+            });
+            self.chains[c].inflight += 1;
+            self.chains[c].blocker = Some(s);
+            self.shm_slots.push(s);
+            // The other members may be there already.
+            return self.poll_shm(reqs);
+        }
         let packed = Packed::new(&self.ops[run.clone()])?;
         let mut task = Task::new();
         let new = self.be.post(&mut task, &packed.op, self.chains[c].group)?;
@@ -706,8 +743,43 @@ impl<'a> Driver<'a> {
             records: Scratch::default(),
             posted: u8::from(outstanding > 0),
             eager: None,
+            shm: None,
         };
         self.open(slot, reqs)
+    }
+
+    /// Whether a shared-memory step is in progress (the wait loop must poll, not block).
+    pub(super) fn shm_waiting(&self) -> bool {
+        !self.shm_slots.is_empty()
+    }
+
+    /// Advances every shared-memory step in progress; those done finish their slots.
+    pub(super) fn poll_shm(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let mut i = 0;
+        while i < self.shm_slots.len() {
+            let s = self.shm_slots[i];
+            let group = self.chains[self.slots[s].chain].group;
+            let Some(regions) = self.be.shm_of(group) else {
+                return Err(Error::Internal(
+                    "a shared-memory step without its window".into(),
+                ));
+            };
+            let slot = &mut self.slots[s];
+            let Some(step) = slot.shm.as_mut() else {
+                return Err(Error::Internal(
+                    "a shared-memory slot without its step".into(),
+                ));
+            };
+            // SAFETY: as in `start_packed`, with the ops the step started with.
+            if unsafe { regions.poll(step, &self.ops[slot.ops.clone()]) } {
+                slot.shm = None;
+                self.shm_slots.swap_remove(i);
+                self.finish(s, reqs)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
     }
 
     /// One request of slot `s` completed (`check`: its record exchange).

@@ -36,6 +36,7 @@ mod eager;
 pub(crate) mod launch;
 mod monitor;
 mod raw;
+mod shm;
 mod steps;
 
 use std::collections::HashMap;
@@ -64,6 +65,9 @@ struct GroupEntry {
     /// Created on first use (see the module docs), with its duplicate for small collectives'
     /// messages (see `eager`).
     comm: Option<(Comm, Comm)>,
+    /// Its shared-memory window, created with its communicator when its members share a host
+    /// (see `shm`).
+    shm: Option<shm::Window>,
 }
 
 /// This process's rank of an MPI job.
@@ -105,6 +109,8 @@ pub(super) struct MpiBackend {
     /// The last batch's board list, kept to be refilled in place by the next batch of the same
     /// length (see [`MpiBackend::board_list`]).
     spare_waits: Arc<[Waiting]>,
+    /// Whether groups on one host get a shared-memory window (`RANKWISE_MPI_SHM`, see `shm`).
+    shm_mode: shm::Mode,
 }
 
 /// A posted send or receive: its request works on `data`, which the backend owns.
@@ -231,7 +237,8 @@ impl MpiBackend {
         eager::set_tag_ub(tag_ub);
         let (check, proofs) = check_mode();
         let members: Vec<usize> = (0..size).collect();
-        Ok(MpiBackend {
+        let shm_mode = shm::Mode::from_env();
+        let mut be = MpiBackend {
             rank,
             world_id: WorldId::fresh(),
             world: Comm::new(world.duplicate())?,
@@ -243,6 +250,7 @@ impl MpiBackend {
                 members,
                 ordinal: 0,
                 comm: None,
+                shm: None,
             }],
             board,
             issued_sends: HashMap::new(),
@@ -255,7 +263,11 @@ impl MpiBackend {
             posted: Vec::new(),
             next_ticket: 0,
             spare_waits: Arc::default(),
-        })
+            shm_mode,
+        };
+        // Every rank builds its backend at start: the world's window is made here.
+        be.groups[0].shm = shm::Window::create(&be.world_eager, size, rank, shm_mode)?;
+        Ok(be)
     }
 
     /// What a call described by `d` waits for, with its sequence number (counted here).
@@ -352,6 +364,15 @@ impl MpiBackend {
         self.comms_of(g).map(|(_, eager, members)| (eager, members))
     }
 
+    /// The shared-memory regions of group `g`, if it has a window (see `shm`).
+    fn shm_of(&self, g: GroupId) -> Option<&shm::Regions> {
+        self.groups
+            .get(g.0 as usize)?
+            .shm
+            .as_ref()
+            .map(shm::Window::regions)
+    }
+
     fn comms_of(&self, g: GroupId) -> Result<(&Comm, &Comm, &[usize])> {
         let e = self.groups.get(g.0 as usize).ok_or_else(|| {
             Error::Internal(format!("group id {} was not created in this world", g.0))
@@ -395,8 +416,12 @@ impl MpiBackend {
             let tag = raw::creation_tag(&e.members, e.ordinal, self.tag_ub);
             let comm = raw::create_group(&self.create, &e.members, tag)?;
             // Collective over the same members, right after the creation they all run.
-            let eager = comm.duplicate();
-            self.groups[i].comm = Some((Comm::new(comm)?, Comm::new(eager)?));
+            let eager = Comm::new(comm.duplicate())?;
+            // Its window too, collective over the same members, right after.
+            let me = self.member_index(&self.groups[i].members)?;
+            let n = self.groups[i].members.len();
+            self.groups[i].shm = shm::Window::create(&eager, n, me, self.shm_mode)?;
+            self.groups[i].comm = Some((Comm::new(comm)?, eager));
         }
         Ok(())
     }
@@ -685,6 +710,7 @@ impl MpiBackend {
         let mut finished_posts: Vec<usize> = Vec::new();
         let mut driver = drive::Driver::new(self, ops, waits, chains);
         new.clear();
+        let mut idle_polls = 0u32;
         let mut drive = || -> Result<()> {
             driver.start(&mut new)?;
             loop {
@@ -693,15 +719,32 @@ impl MpiBackend {
                     owners.push(o);
                     *pending += 1;
                 }
-                if *pending == 0 {
+                let polling = driver.shm_waiting();
+                if *pending == 0 && !polling {
                     break;
                 }
                 let posted = &self.posted;
-                let finished = waiter.wait_some(&mut reqs, |i| match owners[i] {
+                let ty = |i: usize| match owners[i] {
                     Owner::Recv(k) => raw::datatype(ops[k].desc.dtype),
                     Owner::Posted(j) => raw::datatype(posted[j].desc.dtype),
                     _ => raw::datatype(DType::U8),
-                })?;
+                };
+                // A shared-memory step in progress is polled between tests of the requests;
+                // otherwise the loop sleeps in MPI until one completes.
+                let finished = if polling {
+                    driver.poll_shm(&mut new)?;
+                    if !new.is_empty() {
+                        continue;
+                    }
+                    idle_polls += 1;
+                    if idle_polls.is_multiple_of(64) {
+                        // Ranks may outnumber cores: let the members being waited for run.
+                        std::thread::yield_now();
+                    }
+                    waiter.test_some(&mut reqs, ty)?
+                } else {
+                    waiter.wait_some(&mut reqs, ty)?
+                };
                 done.clear();
                 done.extend(finished.iter().map(|&(i, got)| (owners[i], got)));
                 // Only live requests stay in the arrays MPI scans (a batch of thousands of calls
@@ -916,6 +959,7 @@ unsafe impl Backend for MpiBackend {
             ordinal,
             key: Arc::new((members.to_vec(), ordinal)),
             comm: None,
+            shm: None,
         });
         Ok(GroupId(self.groups.len() as u32 - 1))
     }

@@ -324,6 +324,87 @@ pub(super) unsafe fn ialltoallv(
     })
 }
 
+/// Whether every one of the `n` members of `comm` runs on this process's host (members that
+/// share memory, by `MPI_Comm_split_type`). Collective over `comm`.
+pub(super) fn on_one_host(comm: &Comm, n: usize) -> Result<bool> {
+    // SAFETY: reading rsmpi's null handles, initialised before `main`.
+    let mut local: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
+    // SAFETY: `comm` is a valid communicator; `local` receives a new one, freed below.
+    let code = unsafe {
+        ffi::MPI_Comm_split_type(
+            comm.raw(),
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            0,
+            ffi::RSMPI_INFO_NULL,
+            &mut local,
+        )
+    };
+    check(code, "MPI_Comm_split_type")?;
+    let mut size: c_int = 0;
+    // SAFETY: `local` is the communicator just created.
+    let code = unsafe { ffi::MPI_Comm_size(local, &mut size) };
+    let sized = check(code, "MPI_Comm_size");
+    // SAFETY: as above; freeing it is local.
+    let code = unsafe { ffi::MPI_Comm_free(&mut local) };
+    let freed = check(code, "MPI_Comm_free");
+    sized.and(freed)?;
+    Ok(usize::try_from(size).is_ok_and(|s| s == n))
+}
+
+/// `MPI_Win_allocate_shared` of `bytes` per member on `comm` (of `n` members, all on this
+/// host): the base address of every member's part, in member order. The window is never freed
+/// (see `shm::Window`). Collective over `comm`.
+pub(super) fn allocate_shared(comm: &Comm, bytes: usize, n: usize) -> Result<Vec<*mut u8>> {
+    let size = ffi::MPI_Aint::try_from(bytes)
+        .map_err(|_| Error::Internal(format!("a shared window of {bytes} bytes")))?;
+    let mut base: *mut c_void = std::ptr::null_mut();
+    // SAFETY: reading rsmpi's null handle, initialised before `main`.
+    let mut win: ffi::MPI_Win = unsafe { ffi::RSMPI_WIN_NULL };
+    // SAFETY: `comm` is valid; MPI writes the base address and the window handle.
+    let code = unsafe {
+        ffi::MPI_Win_allocate_shared(
+            size,
+            1,
+            ffi::RSMPI_INFO_NULL,
+            comm.raw(),
+            &mut base as *mut *mut c_void as *mut c_void,
+            &mut win,
+        )
+    };
+    check(code, "MPI_Win_allocate_shared")?;
+    (0..n)
+        .map(|j| {
+            let (mut got, mut unit, mut at): (ffi::MPI_Aint, c_int, *mut c_void) =
+                (0, 0, std::ptr::null_mut());
+            let rank = count(j)?;
+            // SAFETY: `win` is the window just created; `j` is a rank of its group.
+            let code = unsafe {
+                ffi::MPI_Win_shared_query(
+                    win,
+                    rank,
+                    &mut got,
+                    &mut unit,
+                    &mut at as *mut *mut c_void as *mut c_void,
+                )
+            };
+            check(code, "MPI_Win_shared_query")?;
+            if usize::try_from(got).ok() != Some(bytes) {
+                return Err(Error::Internal(format!(
+                    "member {j}'s part of a shared window has {got} bytes, not {bytes}"
+                )));
+            }
+            Ok(at as *mut u8)
+        })
+        .collect()
+}
+
+/// `MPI_Barrier` on `comm`.
+pub(super) fn barrier(comm: &Comm) -> Result<()> {
+    // SAFETY: `comm` is a valid communicator.
+    let code = unsafe { ffi::MPI_Barrier(comm.raw()) };
+    check(code, "MPI_Barrier")
+}
+
 /// Whether `req` is the null request (MPI sets completed requests to it).
 pub(super) fn is_null(req: Request) -> bool {
     // SAFETY: reading rsmpi's null-request handle, initialised before `main`.
@@ -369,6 +450,28 @@ impl Waiter {
             )
         };
         self.collect(code, "MPI_Waitsome", done.max(0) as usize, ty_of)
+    }
+
+    /// [`Self::wait_some`] without waiting: the requests that completed, perhaps none.
+    pub(super) fn test_some(
+        &mut self,
+        reqs: &mut [Request],
+        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+    ) -> Result<&[(usize, Received)]> {
+        let n = self.arrays(reqs.len(), false)?;
+        let mut done: c_int = 0;
+        // SAFETY: the arrays have at least `reqs.len()` entries, as MPI_Testsome needs.
+        let code = unsafe {
+            ffi::MPI_Testsome(
+                n,
+                reqs.as_mut_ptr(),
+                &mut done,
+                self.indices.as_mut_ptr(),
+                self.statuses.as_mut_ptr(),
+            )
+        };
+        // (MPI_UNDEFINED, negative, when no request is active.)
+        self.collect(code, "MPI_Testsome", done.max(0) as usize, ty_of)
     }
 
     /// Whether every one of `reqs` has completed, without waiting; when so, returns each index
