@@ -120,6 +120,8 @@ pub(super) struct Step {
     generation: u64,
     /// Member `s`'s slice is `bounds[s]..bounds[s + 1]` of the run's bytes.
     bounds: Vec<usize>,
+    /// Where each op's bytes end in the run.
+    ends: Vec<usize>,
     /// Step 2 is done.
     reduced: bool,
 }
@@ -172,9 +174,19 @@ impl Regions {
     /// [`fits`] holds for `ops`; their buffers are valid for their descriptions until the step
     /// is done ([`Regions::poll`] returned true); no other step of these regions is in progress.
     pub(super) unsafe fn start(&self, ops: &[Op]) -> Result<Step> {
-        let total = run_bytes(ops)
-            .filter(|&b| b <= AREA)
-            .ok_or_else(|| Error::Internal("a packed run larger than its window".into()))?;
+        let ends: Vec<usize> = ops
+            .iter()
+            .scan(0usize, |end, o| {
+                *end = end.saturating_add(o.desc.numel().saturating_mul(o.desc.dtype.size()));
+                Some(*end)
+            })
+            .collect();
+        let total = ends.last().copied().unwrap_or(0);
+        if total > AREA {
+            return Err(Error::Internal(
+                "a packed run larger than its window".into(),
+            ));
+        }
         let n = self.bases.len();
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
@@ -189,18 +201,27 @@ impl Regions {
             .collect();
         let pack = self.pack(self.me);
         for s in (0..n).filter(|&s| s != self.me) {
-            for_segments(ops, bounds[s], bounds[s + 1], |o, within, at, len| {
-                // SAFETY: the segment lies within the op's input (its description) and within
-                // the pack area (`total <= AREA`); nobody reads this area before `arrived`
-                // says so, and everyone finished reading it in the last step (module docs).
-                unsafe { std::ptr::copy_nonoverlapping(o.input.ptr.add(within), pack.add(at), len) }
-            });
+            for_segments(
+                ops,
+                &ends,
+                bounds[s],
+                bounds[s + 1],
+                |o, within, at, len| {
+                    // SAFETY: the segment lies within the op's input (its description) and within
+                    // the pack area (`total <= AREA`); nobody reads this area before `arrived`
+                    // says so, and everyone finished reading it in the last step (module docs).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(o.input.ptr.add(within), pack.add(at), len)
+                    }
+                },
+            );
         }
         self.counter(self.me, ARRIVED)
             .store(generation, Ordering::Release);
         Ok(Step {
             generation,
             bounds,
+            ends,
             reduced: false,
         })
     }
@@ -224,6 +245,7 @@ impl Regions {
             let mut parts = pack.clone();
             for_segments(
                 ops,
+                &step.ends,
                 step.bounds[me],
                 step.bounds[me + 1],
                 |o, within, at, len| {
@@ -261,6 +283,7 @@ impl Regions {
             let from = self.result(s);
             for_segments(
                 ops,
+                &step.ends,
                 step.bounds[s],
                 step.bounds[s + 1],
                 |o, within, at, len| {
@@ -277,19 +300,25 @@ impl Regions {
 }
 
 /// Calls `f(op, byte offset within the op, byte offset within the run, bytes)` for every piece
-/// of the run's bytes `lo..hi` (the run being `ops`' tensors one after another).
-fn for_segments(ops: &[Op], lo: usize, hi: usize, mut f: impl FnMut(&Op, usize, usize, usize)) {
-    let mut start = 0;
-    for o in ops {
+/// of the run's bytes `lo..hi` (the run being `ops`' tensors one after another, op `k` ending
+/// at `ends[k]`).
+fn for_segments(
+    ops: &[Op],
+    ends: &[usize],
+    lo: usize,
+    hi: usize,
+    mut f: impl FnMut(&Op, usize, usize, usize),
+) {
+    let first = ends.partition_point(|&e| e <= lo);
+    for k in first..ops.len().min(ends.len()) {
+        let start = if k == 0 { 0 } else { ends[k - 1] };
         if start >= hi {
             return;
         }
-        let end = start + o.desc.numel() * o.desc.dtype.size();
-        let (a, b) = (lo.max(start), hi.min(end));
+        let (a, b) = (lo.max(start), hi.min(ends[k]));
         if a < b {
-            f(o, a - start, a, b - a);
+            f(&ops[k], a - start, a, b - a);
         }
-        start = end;
     }
 }
 
