@@ -47,7 +47,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use crate::DType;
 use crate::error::{Error, P2pMismatch, Result};
-use crate::exec::{Backend, Op, PostedOp, Ticket};
+use crate::exec::{Backend, BatchMark, Op, PostedOp, Ticket};
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, WorldId};
 use crate::plan::Target;
 
@@ -111,6 +111,8 @@ pub(super) struct MpiBackend {
     spare_waits: Arc<[Waiting]>,
     /// Whether groups on one host get a shared-memory window (`RANKWISE_MPI_SHM`, see `shm`).
     shm_mode: shm::Mode,
+    /// The batch (`BatchMark::serial`) whose descriptions `spare_waits` holds, if a batch's.
+    waits_of: Option<u64>,
 }
 
 /// A posted send or receive: its request works on `data`, which the backend owns.
@@ -264,6 +266,7 @@ impl MpiBackend {
             next_ticket: 0,
             spare_waits: Arc::default(),
             shm_mode,
+            waits_of: None,
         };
         // Every rank builds its backend at start: the world's window is made here.
         be.groups[0].shm = shm::Window::create(&be.world_eager, size, rank, shm_mode)?;
@@ -449,8 +452,24 @@ impl MpiBackend {
         })))
     }
 
+    /// Runs `ops` (a batch's, numbered by `mark`, or a lone call's); an error after anything was
+    /// posted ends the job (see the module docs).
+    fn execute_marked(&mut self, ops: &mut [Op], mark: Option<BatchMark>) -> Result<()> {
+        let mut pending = 0;
+        match self.run_batch(ops, mark, &mut pending) {
+            Ok(()) => Ok(()),
+            Err(e) if pending == 0 && self.posted.iter().all(|p| p.done) => Err(e),
+            Err(e) => abort_job(self.rank, &e),
+        }
+    }
+
     /// Runs the batch; on error, tells how much is still posted.
-    fn run_batch(&mut self, ops: &mut [Op], pending: &mut usize) -> Result<()> {
+    fn run_batch(
+        &mut self,
+        ops: &mut [Op],
+        mark: Option<BatchMark>,
+        pending: &mut usize,
+    ) -> Result<()> {
         // The guard that admitted these calls is active on this thread (see `Guard::proven`).
         self.rooted_check = self.check && !(self.proofs && crate::guard::Guard::proven());
         if self.posted.iter().all(|p| p.done) && self.single_small(ops) {
@@ -460,7 +479,10 @@ impl MpiBackend {
         // sends in its headers) are indexed like the sorted ops, so they are made after it.
         // (Numbering is per target, which the stable sort keeps in program order.)
         let plan = crate::plan::plan(ops);
-        let waits = self.board_list(ops);
+        // A batch that repeats the one whose descriptions the kept list holds needs only its
+        // sequence numbers renewed.
+        let same = mark.is_some_and(|m| m.repeats.is_some() && m.repeats == self.waits_of);
+        let waits = self.board_list(ops, same);
         self.board.update(|s| {
             s.phase = Phase::Blocked;
             s.waiting = Arc::clone(&waits);
@@ -477,6 +499,7 @@ impl MpiBackend {
             s.done.clear();
         });
         self.spare_waits = waits;
+        self.waits_of = mark.map(|m| m.serial);
         result
     }
 
@@ -485,13 +508,17 @@ impl MpiBackend {
     /// copy and free a list of a thousand entries per batch — over 100 KiB, which the allocator
     /// hands back to the system and pages in again each time — so the last batch's list is
     /// refilled in place when nobody else holds it (the monitor clones it only while judging).
-    fn board_list(&mut self, ops: &[Op]) -> Arc<[Waiting]> {
+    fn board_list(&mut self, ops: &[Op], same: bool) -> Arc<[Waiting]> {
         let n = ops.len() + self.posted.len();
         let mut waits = std::mem::take(&mut self.spare_waits);
         if let Some(list) = Arc::get_mut(&mut waits).filter(|l| l.len() == n) {
             let (mine, posted) = list.split_at_mut(ops.len());
             for (w, o) in mine.iter_mut().zip(ops) {
-                self.refill(w, &o.desc);
+                if same {
+                    w.seq = self.number(&o.desc);
+                } else {
+                    self.refill(w, &o.desc);
+                }
             }
             for (w, p) in posted.iter_mut().zip(&self.posted) {
                 *w = p.wait.clone();
@@ -965,12 +992,11 @@ unsafe impl Backend for MpiBackend {
     }
 
     fn execute(&mut self, ops: &mut [Op]) -> Result<()> {
-        let mut pending = 0;
-        match self.run_batch(ops, &mut pending) {
-            Ok(()) => Ok(()),
-            Err(e) if pending == 0 && self.posted.iter().all(|p| p.done) => Err(e),
-            Err(e) => abort_job(self.rank, &e),
-        }
+        self.execute_marked(ops, None)
+    }
+
+    fn execute_batch(&mut self, ops: &mut [Op], mark: BatchMark) -> Result<()> {
+        self.execute_marked(ops, Some(mark))
     }
 
     fn post(&mut self, op: PostedOp) -> Result<Ticket> {
