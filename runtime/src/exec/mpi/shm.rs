@@ -243,6 +243,10 @@ impl Regions {
                 (0..n).map(|j| self.pack(j) as *const u8).collect(),
             );
             let mut parts = pack.clone();
+            // Folded where it is when that costs one pass (the first member's own part, or the
+            // second of two); otherwise into the result area and copied back, which keeps the
+            // fold from setting each block of its own part aside.
+            let in_place_ok = me == 0 || n == 2;
             for_segments(
                 ops,
                 &step.ends,
@@ -250,6 +254,7 @@ impl Regions {
                 step.bounds[me + 1],
                 |o, within, at, len| {
                     let elems = len / o.desc.dtype.size();
+                    let in_place = in_place_ok && o.input.ptr == o.output.ptr;
                     // SAFETY: the segment lies within the op's buffers and within every area; the
                     // others' pack areas hold their data of this slice (they arrived) and nobody
                     // writes them before this member says `reduced`; the fold's parts are aligned
@@ -264,12 +269,13 @@ impl Regions {
                             };
                         }
                         let dst = o.output.ptr.add(within);
-                        if o.input.ptr == o.output.ptr {
+                        if in_place {
                             fold_into_own(o, &parts, me, elems, dst);
+                            std::ptr::copy_nonoverlapping(dst, result.add(at), len);
                         } else {
-                            fold_parts(o, &parts, elems, dst);
+                            fold_parts(o, &parts, elems, result.add(at));
+                            std::ptr::copy_nonoverlapping(result.add(at), dst, len);
                         }
-                        std::ptr::copy_nonoverlapping(dst, result.add(at), len);
                     }
                 },
             );
