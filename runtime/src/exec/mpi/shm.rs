@@ -361,7 +361,14 @@ impl Window {
         }
         // Open MPI puts members' parts at 8-byte boundaries: each part has a line to spare, and
         // its region starts at the first 64-byte boundary within it.
-        let bases = raw::allocate_shared(comm, REGION + LINE, n)?
+        let bases = raw::allocate_shared(comm, REGION + LINE, n)
+            .map_err(|e| Error::Backend {
+                backend: "mpi",
+                detail: format!(
+                    "could not create the shared-memory window of a group of {n} ranks on one \
+                     host ({e}); RANKWISE_MPI_SHM=0 runs without it, through MPI's messages"
+                ),
+            })?
             .into_iter()
             .map(|b| b.wrapping_add(b.align_offset(LINE)))
             .collect();
