@@ -524,7 +524,16 @@ impl<'a> Driver<'a> {
             slot.outstanding += 1;
             slot.negotiating = proposal > 1;
         }
-        if !slot.negotiating {
+        let group = self.chains[c].group;
+        if !slot.negotiating && self.through_window(group, k..k + 1) {
+            // Its data moves only once its record agrees (in `done`), or at once unchecked.
+            self.chains[c].next = k + 1;
+            if slot.outstanding == 0 {
+                self.slots.push(slot);
+                self.chains[c].inflight += 1;
+                return self.start_window(s, reqs);
+            }
+        } else if !slot.negotiating {
             self.chains[c].next = k + 1;
             let new = match self
                 .be
@@ -698,16 +707,7 @@ impl<'a> Driver<'a> {
         reqs: &mut Vec<(Request, Owner)>,
     ) -> Result<()> {
         let s = self.slots.len();
-        let group = self.chains[c].group;
-        if let Some(regions) = self
-            .be
-            .shm_of(group)
-            .filter(|_| shm::fits(&self.ops[run.clone()]))
-        {
-            // SAFETY: the ops' buffers are valid until `execute` returns, which is after the
-            // step is done (or never: a failure ends the job); the chain's blocker keeps any
-            // other step of this group from starting before this one is done.
-            let step = unsafe { regions.start(&self.ops[run.clone()])? };
+        if self.through_window(self.chains[c].group, run.clone()) {
             self.chains[c].next = run.end;
             self.slots.push(Slot {
                 ops: run,
@@ -719,13 +719,10 @@ impl<'a> Driver<'a> {
                 records: Scratch::default(),
                 posted: 0,
                 eager: None,
-                shm: Some(step),
+                shm: None,
             });
             self.chains[c].inflight += 1;
-            self.chains[c].blocker = Some(s);
-            self.shm_slots.push(s);
-            // The other members may be there already.
-            return self.poll_shm(reqs);
+            return self.start_window(s, reqs);
         }
         let packed = Packed::new(&self.ops[run.clone()])?;
         let mut task = Task::new();
@@ -746,6 +743,35 @@ impl<'a> Driver<'a> {
             shm: None,
         };
         self.open(slot, reqs)
+    }
+
+    /// Whether the collectives `run` (agreed, or unchecked) of `group` go through its
+    /// shared-memory window (see `shm`): all-reduces of a group that has one. Every member
+    /// decides alike.
+    fn through_window(&self, group: GroupId, run: Range<usize>) -> bool {
+        self.be.shm_of(group).is_some() && shm::takes(&self.ops[run])
+    }
+
+    /// Starts slot `s`'s run through its group's window. The slot blocks its chain until the
+    /// run is done (one run per window at a time), and is polled by the wait loop.
+    fn start_window(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let be = self.be;
+        let slot = &mut self.slots[s];
+        let c = slot.chain;
+        let Some(regions) = be.shm_of(self.chains[c].group) else {
+            return Err(Error::Internal(
+                "a shared-memory run without its window".into(),
+            ));
+        };
+        slot.packed = None;
+        // SAFETY: the ops' buffers are valid until `execute` returns, which is after the run
+        // is done (or never: a failure ends the job); the chain's blocker keeps any other run
+        // of this group from starting before this one is done.
+        slot.shm = Some(unsafe { regions.start(&self.ops[slot.ops.clone()])? });
+        self.chains[c].blocker = Some(s);
+        self.shm_slots.push(s);
+        // The other members may be there already.
+        self.poll_shm(reqs)
     }
 
     /// Whether a shared-memory step is in progress (the wait loop must poll, not block).
@@ -799,6 +825,12 @@ impl<'a> Driver<'a> {
         }
         let c = slot.chain;
         let group = self.chains[c].group;
+        let (posted, run) = (slot.posted, slot.ops.clone());
+        if posted == 0 && self.through_window(group, run) {
+            // Agreed (its record, and for a pack its size): the run goes through the window.
+            return self.start_window(s, reqs);
+        }
+        let slot = &mut self.slots[s];
         let new = match &slot.packed {
             Some(p) => self.be.post(&mut slot.task, &p.op, group)?,
             None => self
@@ -835,7 +867,8 @@ impl<'a> Driver<'a> {
         slot.ops = k..k + m;
         self.chains[c].next = k + m;
         // Still the blocker: its first phase is posted by `done`, which then lets others start.
-        if m > 1 {
+        if m > 1 && !self.through_window(self.chains[c].group, k..k + m) {
+            let slot = &mut self.slots[s];
             slot.packed = Some(Packed::new(&self.ops[k..k + m])?);
         }
         Ok(())

@@ -86,23 +86,12 @@ impl Mode {
     }
 }
 
-/// Whether a packed run of `ops` (one kind, dtype and reduce op: `drive::same_kind_run`) goes
-/// through a group's window: all-reduces that fit its areas. Every member decides alike, from
-/// the agreed run alone.
-pub(super) fn fits(ops: &[Op]) -> bool {
+/// Whether a run of all-reduces `ops` (one or a packed run: one kind, dtype and reduce op, see
+/// `drive::same_kind_run`) goes through a group's window, one step per [`AREA`] bytes: every
+/// all-reduce does. Every member decides alike, from the agreed run alone.
+pub(super) fn takes(ops: &[Op]) -> bool {
     ops.first()
         .is_some_and(|o| o.desc.kind == OpKind::AllReduce)
-        && run_bytes(ops).is_some_and(|b| b <= AREA)
-}
-
-/// Bytes of the run `ops`, its tensors one after another.
-fn run_bytes(ops: &[Op]) -> Option<usize> {
-    ops.iter().try_fold(0usize, |acc, o| {
-        o.desc
-            .numel()
-            .checked_mul(o.desc.dtype.size())
-            .and_then(|b| acc.checked_add(b))
-    })
 }
 
 /// The members' regions, as this member sees them, and where this member is in the sequence of
@@ -115,10 +104,14 @@ pub(super) struct Regions {
     generation: Cell<u64>,
 }
 
-/// A step in progress (see the module docs).
+/// A run in progress: one step per [`AREA`] bytes of it, one after another (see the module
+/// docs).
 pub(super) struct Step {
     generation: u64,
-    /// Member `s`'s slice is `bounds[s]..bounds[s + 1]` of the run's bytes.
+    /// The current step's bytes of the run: `lo..hi`.
+    lo: usize,
+    hi: usize,
+    /// Member `s`'s slice is `bounds[s]..bounds[s + 1]` of the run's bytes (within `lo..hi`).
     bounds: Vec<usize>,
     /// Where each op's bytes end in the run.
     ends: Vec<usize>,
@@ -168,11 +161,11 @@ impl Regions {
         unsafe { self.bases[member].add(PACK + AREA) }
     }
 
-    /// Starts a step for the run `ops` (step 1).
+    /// Starts the run `ops`: its first step (step 1 of the module docs).
     ///
     /// # Safety
-    /// [`fits`] holds for `ops`; their buffers are valid for their descriptions until the step
-    /// is done ([`Regions::poll`] returned true); no other step of these regions is in progress.
+    /// [`takes`] holds for `ops`; their buffers are valid for their descriptions until the run
+    /// is done ([`Regions::poll`] returned true); no other run of these regions is in progress.
     pub(super) unsafe fn start(&self, ops: &[Op]) -> Result<Step> {
         let ends: Vec<usize> = ops
             .iter()
@@ -181,58 +174,71 @@ impl Regions {
                 Some(*end)
             })
             .collect();
-        let total = ends.last().copied().unwrap_or(0);
-        if total > AREA {
-            return Err(Error::Internal(
-                "a packed run larger than its window".into(),
-            ));
-        }
+        let mut step = Step {
+            generation: 0,
+            lo: 0,
+            hi: 0,
+            bounds: Vec::new(),
+            ends,
+            reduced: false,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.next_step(&mut step, ops) };
+        Ok(step)
+    }
+
+    /// Starts the step of `step`'s run that follows its current one (the first, for a new run).
+    ///
+    /// # Safety
+    /// As for [`Regions::start`].
+    unsafe fn next_step(&self, step: &mut Step, ops: &[Op]) {
+        let total = step.ends.last().copied().unwrap_or(0);
         let n = self.bases.len();
+        let lo = step.hi;
+        let hi = total.min(lo.saturating_add(AREA));
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
-        let bounds: Vec<usize> = (0..=n)
-            .map(|s| {
-                if s == n {
-                    total
-                } else {
-                    total * s / n / LINE * LINE
-                }
-            })
-            .collect();
+        step.bounds.clear();
+        step.bounds.extend((0..=n).map(|s| {
+            if s == n {
+                hi
+            } else {
+                lo + (hi - lo) * s / n / LINE * LINE
+            }
+        }));
+        (step.generation, step.lo, step.hi, step.reduced) = (generation, lo, hi, false);
         let pack = self.pack(self.me);
         for s in (0..n).filter(|&s| s != self.me) {
             for_segments(
                 ops,
-                &ends,
-                bounds[s],
-                bounds[s + 1],
+                &step.ends,
+                step.bounds[s],
+                step.bounds[s + 1],
                 |o, within, at, len| {
                     // SAFETY: the segment lies within the op's input (its description) and within
-                    // the pack area (`total <= AREA`); nobody reads this area before `arrived`
+                    // the pack area (`hi - lo <= AREA`); nobody reads this area before `arrived`
                     // says so, and everyone finished reading it in the last step (module docs).
                     unsafe {
-                        std::ptr::copy_nonoverlapping(o.input.ptr.add(within), pack.add(at), len)
+                        std::ptr::copy_nonoverlapping(
+                            o.input.ptr.add(within),
+                            pack.add(at - lo),
+                            len,
+                        )
                     }
                 },
             );
         }
         self.counter(self.me, ARRIVED)
             .store(generation, Ordering::Release);
-        Ok(Step {
-            generation,
-            bounds,
-            ends,
-            reduced: false,
-        })
     }
 
-    /// Advances `step` as far as the other members allow (steps 2 and 3); true once it is done
-    /// and every tensor of `ops` holds its result.
+    /// Advances `step` as far as the other members allow (steps 2 and 3, then the run's next
+    /// step); true once the run is done and every tensor of `ops` holds its result.
     ///
     /// # Safety
     /// As for [`Regions::start`], with the `ops` the step was started with.
     pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> bool {
-        let (n, me, g) = (self.bases.len(), self.me, step.generation);
+        let (n, me, g, lo) = (self.bases.len(), self.me, step.generation, step.lo);
         let all = |at| (0..n).all(|j| self.counter(j, at).load(Ordering::Acquire) >= g);
         if !step.reduced {
             if !all(ARRIVED) {
@@ -265,16 +271,17 @@ impl Regions {
                             *p = if j == me {
                                 o.input.ptr.add(within)
                             } else {
-                                pack[j].add(at)
+                                pack[j].add(at - lo)
                             };
                         }
                         let dst = o.output.ptr.add(within);
+                        let res = result.add(at - lo);
                         if in_place {
                             fold_into_own(o, &parts, me, elems, dst);
-                            std::ptr::copy_nonoverlapping(dst, result.add(at), len);
+                            std::ptr::copy_nonoverlapping(dst, res, len);
                         } else {
-                            fold_parts(o, &parts, elems, result.add(at));
-                            std::ptr::copy_nonoverlapping(result.add(at), dst, len);
+                            fold_parts(o, &parts, elems, res);
+                            std::ptr::copy_nonoverlapping(res, dst, len);
                         }
                     }
                 },
@@ -296,10 +303,19 @@ impl Regions {
                     // SAFETY: member `s` wrote its slice's results there before saying `reduced`,
                     // and writes the area again only after this member's next arrival.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(from.add(at), o.output.ptr.add(within), len)
+                        std::ptr::copy_nonoverlapping(
+                            from.add(at - lo),
+                            o.output.ptr.add(within),
+                            len,
+                        )
                     }
                 },
             );
+        }
+        if step.hi < step.ends.last().copied().unwrap_or(0) {
+            // SAFETY: the caller's contract; this step is done on this member.
+            unsafe { self.next_step(step, ops) };
+            return false;
         }
         true
     }
@@ -432,7 +448,7 @@ mod tests {
 
     /// Members fold runs of different sizes, step after step with no pause between them, and
     /// every member's tensors end as the sums in member order (exact here: small integers in
-    /// f32), including runs too small to give every member a slice.
+    /// f32), including runs too small to give every member a slice and a run of several steps.
     #[test]
     fn steps_of_changing_runs_give_every_member_the_sums() {
         for n in [2usize, 3, 4] {
@@ -443,6 +459,8 @@ mod tests {
                 vec![3, 1, 17],
                 vec![1],
                 vec![1000, 5, 64, 2048],
+                // Larger than one area: three steps, the first ending inside a tensor.
+                vec![AREA / 4 - 100, 300, AREA / 4 + 17, 9],
                 vec![7; 3],
             ];
             std::thread::scope(|scope| {
@@ -475,7 +493,7 @@ mod tests {
                                     )
                                 })
                                 .collect();
-                            assert!(fits(&ops));
+                            assert!(takes(&ops));
                             // SAFETY: the ops' tensors live until the step is done.
                             let mut step = unsafe { regions.start(&ops).unwrap() };
                             // SAFETY: as above.
@@ -499,18 +517,18 @@ mod tests {
         }
     }
 
-    /// Only all-reduces that fit one area take this path.
+    /// Only all-reduces take this path, of any size (in steps of one area).
     #[test]
-    fn only_all_reduces_that_fit_take_the_window() {
+    fn only_all_reduces_take_the_window() {
         let mut t = vec![0f32; 4];
         let p = t.as_mut_ptr() as *mut u8;
-        assert!(fits(&[all_reduce(DType::F32, ReduceOp::Max, p, 4)]));
+        assert!(takes(&[all_reduce(DType::F32, ReduceOp::Max, p, 4)]));
         let mut big = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
         big.desc.shape = Shape::from_slice(&[AREA / 4 + 1]);
-        assert!(!fits(&[big]));
+        assert!(takes(&[big]));
         let mut bcast = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
         bcast.desc.kind = OpKind::Broadcast;
-        assert!(!fits(&[bcast]));
-        assert!(!fits(&[]));
+        assert!(!takes(&[bcast]));
+        assert!(!takes(&[]));
     }
 }
