@@ -171,14 +171,14 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
     }
 }
 
-/// Packed all-reduces through the group's shared-memory window, which every group must have
+/// All-reduces (large, or packed) through the group's shared-memory window, which every group must have
 /// (all ranks are on this host): a group left without one is an error, not a quiet fallback.
 const SHM_REQUIRED: Opts = Opts {
     mca: &[],
     env: &[("RANKWISE_MPI_SHM", "require")],
 };
 
-/// Packed all-reduces as MPI messages, as across hosts.
+/// All-reduces as MPI messages, as across hosts.
 const NO_SHM: Opts = Opts {
     mca: &[],
     env: &[("RANKWISE_MPI_SHM", "0")],

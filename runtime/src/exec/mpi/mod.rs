@@ -19,9 +19,10 @@
 //!    direct messages, see `eager`), while different communicators and the messages progress
 //!    together; one `MPI_Waitsome` loop drives all (`drive`). A batch of one small collective
 //!    is run without that machinery (`run_small`).
-//! 4. **Shared memory on one host.** A packed run of all_reduces on a group whose members share
-//!    a host is folded through the group's shared-memory window, polled by the same loop
-//!    between `MPI_Testsome`s instead of sent as messages (`shm`).
+//! 4. **Shared memory on one host.** An all_reduce that is not small (alone, or a packed run of
+//!    them) on a group whose members share a host is folded through the group's shared-memory
+//!    window, polled by the same loop between `MPI_Testsome`s instead of sent as messages
+//!    (`shm`).
 //!
 //! **Posted messages** (`isend`/`irecv`) are `MPI_Issend`/`MPI_Irecv` on buffers the backend
 //! owns, matched in posting order with the rank's other messages like any send or receive.

@@ -1,18 +1,21 @@
-//! Packed all-reduces through shared memory, for groups whose members share one host.
+//! All-reduces through shared memory, for groups whose members share one host.
 //!
 //! A bucket of small all-reduces is agreed through one exchange and packed into one run (see
 //! `eager::Proposal`). On the MPI path that run costs what one all-reduce of its size costs,
 //! and on one host that is Open MPI moving every byte through its shared-memory transport
 //! (single-copy reads by the kernel, its progress engine) after rankwise packed it into a
 //! buffer: at world 2, a bucket of 1,000 × 1 KiB took four times less than its calls one by one,
-//! where the issue asks ten. Members on one host can read each other's memory directly instead,
+//! where the issue asks ten. A lone large all-reduce paid the same transport. Members on one
+//! host can read each other's memory directly instead,
 //! as the threads backend does, if that memory is shared: each member has a *region* in one
 //! window (`MPI_Win_allocate_shared`), created with the group's communicator, collectively, at
 //! the same point as the communicator itself.
 //!
-//! # One step (a packed run; generation `g`, the same sequence on every member)
+//! # One step (generation `g`, the same sequence on every member)
 //!
-//! The run's bytes (its tensors one after another) are cut into one *slice* per member.
+//! A *run* is one all-reduce, or a packed run of them, agreed by every member; its bytes (its
+//! tensors one after another) go through the window in steps of at most [`AREA`] bytes, and
+//! each step's bytes are cut into one *slice* per member.
 //!
 //! 1. **Arrive.** Copy this member's data of every *other* member's slice into its pack area;
 //!    then publish `arrived = g`.
