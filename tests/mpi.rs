@@ -171,8 +171,9 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
     }
 }
 
-/// All-reduces (large, or packed) through the group's shared-memory window, which every group must have
-/// (all ranks are on this host): a group left without one is an error, not a quiet fallback.
+/// All-reduces (large, or packed) through the group's shared-memory window, which every group
+/// must have (all ranks are on this host): a group left without one is an error, not a quiet
+/// fallback.
 const SHM_REQUIRED: Opts = Opts {
     mca: &[],
     env: &[("RANKWISE_MPI_SHM", "require")],
