@@ -54,6 +54,7 @@ use super::steps::{fold_into_own, fold_parts};
 use crate::error::{Error, Result};
 use crate::exec::Op;
 use crate::model::OpKind;
+use crate::rules::rows;
 
 /// Bytes of each member's pack area, and of its result area: the largest run that takes this
 /// path. Pages of the window that no run touches cost no memory (the window is a mapped file).
@@ -89,12 +90,29 @@ impl Mode {
     }
 }
 
-/// Whether a run of all-reduces `ops` (one or a packed run: one kind, dtype and reduce op, see
-/// `drive::same_kind_run`) goes through a group's window, one step per [`AREA`] bytes: every
-/// all-reduce does. Every member decides alike, from the agreed run alone.
+/// Whether the run `ops` goes through a group's window: all-reduces (one, or a packed run: one
+/// kind, dtype and reduce op, see `drive::same_kind_run`), one step per [`AREA`] bytes; and a
+/// lone reduce-scatter whose blocks are contiguous (along dim 0, or dims before it of size 1)
+/// and whose input fits one area. Every member decides alike, from the agreed run alone.
 pub(super) fn takes(ops: &[Op]) -> bool {
+    match ops {
+        [o, ..] if o.desc.kind == OpKind::AllReduce => true,
+        [o] if o.desc.kind == OpKind::ReduceScatter => {
+            let d = &o.desc;
+            rows(&d.shape, d.dim).0 == 1
+                && d.numel()
+                    .checked_mul(d.dtype.size())
+                    .is_some_and(|b| b <= AREA)
+        }
+        _ => false,
+    }
+}
+
+/// Whether the run is a reduce-scatter: each member's slice is its own block of the input,
+/// folded straight into its output, and nothing is collected.
+fn scatters(ops: &[Op]) -> bool {
     ops.first()
-        .is_some_and(|o| o.desc.kind == OpKind::AllReduce)
+        .is_some_and(|o| o.desc.kind == OpKind::ReduceScatter)
 }
 
 /// The members' regions, as this member sees them, and where this member is in the sequence of
@@ -202,13 +220,18 @@ impl Regions {
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
         step.bounds.clear();
-        step.bounds.extend((0..=n).map(|s| {
-            if s == n {
-                hi
-            } else {
-                lo + (hi - lo) * s / n / LINE * LINE
-            }
-        }));
+        if scatters(ops) {
+            // Member `s`'s block (the whole input is one step: `takes`).
+            step.bounds.extend((0..=n).map(|s| total / n * s));
+        } else {
+            step.bounds.extend((0..=n).map(|s| {
+                if s == n {
+                    hi
+                } else {
+                    lo + (hi - lo) * s / n / LINE * LINE
+                }
+            }));
+        }
         (step.generation, step.lo, step.hi, step.reduced) = (generation, lo, hi, false);
         let pack = self.pack(self.me);
         for s in (0..n).filter(|&s| s != self.me) {
@@ -256,6 +279,8 @@ impl Regions {
             // second of two); otherwise into the result area and copied back, which keeps the
             // fold from setting each block of its own part aside.
             let in_place_ok = me == 0 || n == 2;
+            let scatter = scatters(ops);
+            let block = step.bounds[me];
             for_segments(
                 ops,
                 &step.ends,
@@ -277,6 +302,11 @@ impl Regions {
                                 pack[j].add(at - lo)
                             };
                         }
+                        if scatter {
+                            // This member's block of the result is its whole output.
+                            fold_parts(o, &parts, elems, o.output.ptr.add(within - block));
+                            return;
+                        }
                         let dst = o.output.ptr.add(within);
                         let res = result.add(at - lo);
                         if in_place {
@@ -295,7 +325,7 @@ impl Regions {
         if !all(REDUCED) {
             return false;
         }
-        for s in (0..n).filter(|&s| s != me) {
+        for s in (0..n).filter(|&s| s != me && !scatters(ops)) {
             let from = self.result(s);
             for_segments(
                 ops,
@@ -520,9 +550,74 @@ mod tests {
         }
     }
 
-    /// Only all-reduces take this path, of any size (in steps of one area).
+    /// A reduce-scatter between all-reduces: each member's output is the sum of every member's
+    /// block of the input for it, and the areas stay usable for the next step.
     #[test]
-    fn only_all_reduces_take_the_window() {
+    fn a_reduce_scatter_folds_each_members_block() {
+        for n in [2usize, 3, 4] {
+            let mut shared = Shared::new(n);
+            let bases = shared.bases();
+            std::thread::scope(|scope| {
+                for me in 0..n {
+                    let bases = bases.clone();
+                    scope.spawn(move || {
+                        let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
+                        // SAFETY: as in the test above.
+                        let regions = unsafe { Regions::new(ptrs, me).unwrap() };
+                        let m = 1000;
+                        for round in 0..3usize {
+                            let mut input: Vec<f32> = (0..n * m)
+                                .map(|e| (me * 100 + e % 97 + round) as f32)
+                                .collect();
+                            let mut output = vec![0f32; m];
+                            let mut op = all_reduce(
+                                DType::F32,
+                                ReduceOp::Sum,
+                                input.as_mut_ptr() as *mut u8,
+                                n * m,
+                            );
+                            op.desc.kind = OpKind::ReduceScatter;
+                            op.output = Buf::host(output.as_mut_ptr() as *mut u8, m);
+                            let ops = [op];
+                            assert!(takes(&ops));
+                            // SAFETY: the tensors live until the run is done.
+                            let mut step = unsafe { regions.start(&ops).unwrap() };
+                            // SAFETY: as above.
+                            while !unsafe { regions.poll(&mut step, &ops) } {
+                                std::thread::yield_now();
+                            }
+                            for (e, &v) in output.iter().enumerate() {
+                                let want: usize =
+                                    (0..n).map(|j| j * 100 + (me * m + e) % 97 + round).sum();
+                                assert_eq!(v, want as f32, "n {n} member {me} round {round} [{e}]");
+                            }
+                            // Then an all-reduce on the same regions.
+                            let mut t = vec![(me + round) as f32; 300];
+                            let ops = [all_reduce(
+                                DType::F32,
+                                ReduceOp::Sum,
+                                t.as_mut_ptr() as *mut u8,
+                                300,
+                            )];
+                            // SAFETY: as above.
+                            let mut step = unsafe { regions.start(&ops).unwrap() };
+                            // SAFETY: as above.
+                            while !unsafe { regions.poll(&mut step, &ops) } {
+                                std::thread::yield_now();
+                            }
+                            let want: usize = (0..n).map(|j| j + round).sum();
+                            assert!(t.iter().all(|&v| v == want as f32));
+                        }
+                    });
+                }
+            });
+        }
+    }
+
+    /// Only all-reduces take this path, of any size (in steps of one area), and reduce-scatters
+    /// whose blocks are contiguous and fit one area.
+    #[test]
+    fn what_takes_the_window() {
         let mut t = vec![0f32; 4];
         let p = t.as_mut_ptr() as *mut u8;
         assert!(takes(&[all_reduce(DType::F32, ReduceOp::Max, p, 4)]));
@@ -532,6 +627,18 @@ mod tests {
         let mut bcast = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
         bcast.desc.kind = OpKind::Broadcast;
         assert!(!takes(&[bcast]));
+        let scatter = |shape: &[usize], dim| {
+            let mut o = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
+            o.desc.kind = OpKind::ReduceScatter;
+            o.desc.shape = Shape::from_slice(shape);
+            o.desc.dim = dim;
+            o
+        };
+        assert!(takes(&[scatter(&[8, 3], 0)]));
+        assert!(takes(&[scatter(&[1, 8], 1)]));
+        assert!(!takes(&[scatter(&[3, 8], 1)]));
+        assert!(!takes(&[scatter(&[AREA / 4 + 4], 0)]));
+        assert!(!takes(&[scatter(&[8], 0), scatter(&[8], 0)]));
         assert!(!takes(&[]));
     }
 }
