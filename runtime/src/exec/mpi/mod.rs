@@ -20,7 +20,8 @@
 //!    together; one `MPI_Waitsome` loop drives all (`drive`). A batch of one small collective
 //!    is run without that machinery (`run_small`).
 //! 4. **Shared memory on one host.** An all_reduce that is not small (alone, or a packed run of
-//!    them) on a group whose members share a host is folded through the group's shared-memory
+//!    them), or a large reduce_scatter with contiguous blocks, on a group whose members share a
+//!    host is folded through the group's shared-memory
 //!    window, polled by the same loop between `MPI_Testsome`s instead of sent as messages
 //!    (`shm`).
 //!
