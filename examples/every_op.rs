@@ -272,6 +272,40 @@ fn long_buckets<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// An all_reduce larger than one shared-memory area (the MPI backend's window takes it in
+/// steps), and large all_reduces that some ranks batch and others call one by one (their records
+/// settle how many one step covers).
+fn large_runs<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
+    let r = ctx.rank();
+    if T::DTYPE == DType::F32 {
+        let mut t = data::<T>(r, 50, &[1_300_000])?;
+        ctx.all_reduce(&mut t, ReduceOp::Sum)?;
+        out.push(format!("{} all_reduce of 5 MB {}", T::DTYPE, digest(&t)));
+    }
+    let mut ts: Vec<Tensor<T>> = (0..3)
+        .map(|i| data::<T>(r, 60 + i, &[6000]))
+        .collect::<Result<_>>()?;
+    if r % 2 == 0 {
+        let mut b = ctx.batch();
+        for t in ts.iter_mut() {
+            b.all_reduce(t, ReduceOp::Max);
+        }
+        b.run()?;
+    } else {
+        for t in ts.iter_mut() {
+            ctx.all_reduce(t, ReduceOp::Max)?;
+        }
+    }
+    for (i, t) in ts.iter().enumerate() {
+        out.push(format!(
+            "{} large batched or not {i} {}",
+            T::DTYPE,
+            digest(t)
+        ));
+    }
+    Ok(())
+}
+
 fn per_dtype<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     let w = ctx.world();
     let world = ctx.world_group().clone();
@@ -293,6 +327,7 @@ fn per_dtype<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     // A group of every rank is a communicator of its own, apart from the world's.
     let all = ctx.new_group((0..w).collect::<Vec<_>>())?;
     collectives::<T>(ctx, &all, "all", out)?;
+    large_runs::<T>(ctx, out)?;
     mixed::<T>(ctx, &halves, out)
 }
 
