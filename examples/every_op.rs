@@ -285,7 +285,7 @@ fn large_runs<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     let mut ts: Vec<Tensor<T>> = (0..3)
         .map(|i| data::<T>(r, 60 + i, &[6000]))
         .collect::<Result<_>>()?;
-    if r % 2 == 0 {
+    if r.is_multiple_of(2) {
         let mut b = ctx.batch();
         for t in ts.iter_mut() {
             b.all_reduce(t, ReduceOp::Max);
