@@ -363,8 +363,26 @@ struct Slot {
     posted: u8,
     /// A run of small collectives exchanged as direct messages (see `eager`).
     eager: Option<Exchange>,
-    /// A packed all-reduce run through the group's shared memory (see `shm`), until done.
+    /// An all-reduce run through the group's shared memory (see `shm`), until done.
     shm: Option<shm::Step>,
+}
+
+impl Slot {
+    /// A slot for the collectives `ops` of chain `chain`, with nothing posted yet.
+    fn new(ops: Range<usize>, chain: usize) -> Slot {
+        Slot {
+            ops,
+            chain,
+            outstanding: 0,
+            negotiating: false,
+            task: Task::new(),
+            packed: None,
+            records: Scratch::default(),
+            posted: 0,
+            eager: None,
+            shm: None,
+        }
+    }
 }
 
 /// A communicator's collectives in this batch, in order, several in flight at once.
@@ -488,18 +506,7 @@ impl<'a> Driver<'a> {
             return self.start_eager(c, k..k + small.calls, small.long, reqs);
         }
         let s = self.slots.len();
-        let mut slot = Slot {
-            ops: k..k + 1,
-            chain: c,
-            outstanding: 0,
-            negotiating: false,
-            task: Task::new(),
-            packed: None,
-            records: Scratch::default(),
-            posted: 0,
-            eager: None,
-            shm: None,
-        };
+        let mut slot = Slot::new(k..k + 1, c);
         if self.be.check {
             let proposal = packable(self.ops, k, chain.end);
             slot.records = Scratch::with_bytes(RECORD * (members.len() + 1))?;
@@ -604,15 +611,9 @@ impl<'a> Driver<'a> {
         let all_in = ex.all_in();
         self.slots.push(Slot {
             outstanding,
-            ops: run,
-            chain: c,
             negotiating: true,
-            task: Task::new(),
-            packed: None,
-            records: Scratch::default(),
-            posted: 0,
             eager: Some(ex),
-            shm: None,
+            ..Slot::new(run, c)
         });
         self.chains[c].inflight += 1;
         self.chains[c].blocker = Some(s);
@@ -709,18 +710,7 @@ impl<'a> Driver<'a> {
         let s = self.slots.len();
         if self.through_window(self.chains[c].group, run.clone()) {
             self.chains[c].next = run.end;
-            self.slots.push(Slot {
-                ops: run,
-                chain: c,
-                outstanding: 0,
-                negotiating: false,
-                task: Task::new(),
-                packed: None,
-                records: Scratch::default(),
-                posted: 0,
-                eager: None,
-                shm: None,
-            });
+            self.slots.push(Slot::new(run, c));
             self.chains[c].inflight += 1;
             return self.start_window(s, reqs);
         }
@@ -731,16 +721,11 @@ impl<'a> Driver<'a> {
         reqs.extend(new.into_iter().map(|r| (r, Owner::Task(s))));
         self.chains[c].next = run.end;
         let slot = Slot {
-            ops: run,
-            chain: c,
             outstanding,
-            negotiating: false,
             task,
             packed: Some(packed),
-            records: Scratch::default(),
             posted: u8::from(outstanding > 0),
-            eager: None,
-            shm: None,
+            ..Slot::new(run, c)
         };
         self.open(slot, reqs)
     }

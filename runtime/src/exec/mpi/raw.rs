@@ -420,6 +420,15 @@ pub(super) struct Received {
     pub count: Option<usize>,
 }
 
+/// `MPI_Waitsome` or `MPI_Testsome`.
+type SomeCall = unsafe extern "C" fn(
+    c_int,
+    *mut Request,
+    *mut c_int,
+    *mut c_int,
+    *mut ffi::MPI_Status,
+) -> c_int;
+
 /// Waits for requests, reusing its arrays across calls (a batch of small calls waits many
 /// times, and allocating three arrays per wait showed in profiles).
 #[derive(Default)]
@@ -437,19 +446,7 @@ impl Waiter {
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<&[(usize, Received)]> {
-        let n = self.arrays(reqs.len(), false)?;
-        let mut done: c_int = 0;
-        // SAFETY: the arrays have at least `reqs.len()` entries, as MPI_Waitsome needs.
-        let code = unsafe {
-            ffi::MPI_Waitsome(
-                n,
-                reqs.as_mut_ptr(),
-                &mut done,
-                self.indices.as_mut_ptr(),
-                self.statuses.as_mut_ptr(),
-            )
-        };
-        self.collect(code, "MPI_Waitsome", done.max(0) as usize, ty_of)
+        self.some(reqs, ty_of, (ffi::MPI_Waitsome, "MPI_Waitsome"))
     }
 
     /// [`Self::wait_some`] without waiting: the requests that completed, perhaps none.
@@ -458,11 +455,22 @@ impl Waiter {
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<&[(usize, Received)]> {
+        self.some(reqs, ty_of, (ffi::MPI_Testsome, "MPI_Testsome"))
+    }
+
+    /// [`Self::wait_some`] or [`Self::test_some`], by the MPI call given (they take the same
+    /// arguments).
+    fn some(
+        &mut self,
+        reqs: &mut [Request],
+        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
+        (call, name): (SomeCall, &str),
+    ) -> Result<&[(usize, Received)]> {
         let n = self.arrays(reqs.len(), false)?;
         let mut done: c_int = 0;
-        // SAFETY: the arrays have at least `reqs.len()` entries, as MPI_Testsome needs.
+        // SAFETY: the arrays have at least `reqs.len()` entries, as both calls need.
         let code = unsafe {
-            ffi::MPI_Testsome(
+            call(
                 n,
                 reqs.as_mut_ptr(),
                 &mut done,
@@ -471,7 +479,7 @@ impl Waiter {
             )
         };
         // (MPI_UNDEFINED, negative, when no request is active.)
-        self.collect(code, "MPI_Testsome", done.max(0) as usize, ty_of)
+        self.collect(code, name, done.max(0) as usize, ty_of)
     }
 
     /// Whether every one of `reqs` has completed, without waiting; when so, returns each index

@@ -233,29 +233,45 @@ impl Regions {
             }));
         }
         (step.generation, step.lo, step.hi, step.reduced) = (generation, lo, hi, false);
-        let pack = self.pack(self.me);
-        for s in (0..n).filter(|&s| s != self.me) {
-            for_segments(
-                ops,
-                &step.ends,
-                step.bounds[s],
-                step.bounds[s + 1],
-                |o, within, at, len| {
-                    // SAFETY: the segment lies within the op's input (its description) and within
-                    // the pack area (`hi - lo <= AREA`); nobody reads this area before `arrived`
-                    // says so, and everyone finished reading it in the last step (module docs).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            o.input.ptr.add(within),
-                            pack.add(at - lo),
-                            len,
-                        )
-                    }
-                },
-            );
-        }
+        // SAFETY: the caller's contract; the pack area has room for the step (`hi - lo <=
+        // AREA`), nobody reads it before `arrived` says so, and everyone finished reading it
+        // in the last step (module docs).
+        unsafe { self.copy_slices(ops, step, |_| self.pack(self.me), true) };
         self.counter(self.me, ARRIVED)
             .store(generation, Ordering::Release);
+    }
+
+    /// Copies, for every member `s` but this one, slice `s` of the step between the tensors of
+    /// `ops` and `area(s)` (each byte at its place in the step): from the inputs into the area
+    /// (`into_area`), or from the area into the outputs.
+    ///
+    /// # Safety
+    /// The ops' buffers are valid for their descriptions; each `area(s)` holds the step's
+    /// bytes and is not written by anyone else meanwhile.
+    unsafe fn copy_slices(
+        &self,
+        ops: &[Op],
+        step: &Step,
+        area: impl Fn(usize) -> *mut u8,
+        into_area: bool,
+    ) {
+        let n = self.bases.len();
+        for s in (0..n).filter(|&s| s != self.me) {
+            let at_area = area(s);
+            let (lo, hi) = (step.bounds[s], step.bounds[s + 1]);
+            for_segments(ops, &step.ends, lo, hi, |o, within, at, len| {
+                // SAFETY: the segment lies within the op's buffers (its description) and
+                // within the area (the caller's contract).
+                unsafe {
+                    let (tensor, shared) = (within, at_area.add(at - step.lo));
+                    if into_area {
+                        std::ptr::copy_nonoverlapping(o.input.ptr.add(tensor), shared, len);
+                    } else {
+                        std::ptr::copy_nonoverlapping(shared, o.output.ptr.add(tensor), len);
+                    }
+                }
+            });
+        }
     }
 
     /// Advances `step` as far as the other members allow (steps 2 and 3, then the run's next
@@ -325,25 +341,11 @@ impl Regions {
         if !all(REDUCED) {
             return false;
         }
-        for s in (0..n).filter(|&s| s != me && !scatters(ops)) {
-            let from = self.result(s);
-            for_segments(
-                ops,
-                &step.ends,
-                step.bounds[s],
-                step.bounds[s + 1],
-                |o, within, at, len| {
-                    // SAFETY: member `s` wrote its slice's results there before saying `reduced`,
-                    // and writes the area again only after this member's next arrival.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            from.add(at - lo),
-                            o.output.ptr.add(within),
-                            len,
-                        )
-                    }
-                },
-            );
+        if !scatters(ops) {
+            // SAFETY: the caller's contract; member `s` wrote its slice's results into its
+            // result area before saying `reduced`, and writes it again only after this
+            // member's next arrival.
+            unsafe { self.copy_slices(ops, step, |s| self.result(s), false) };
         }
         if step.hi < step.ends.last().copied().unwrap_or(0) {
             // SAFETY: the caller's contract; this step is done on this member.
