@@ -80,6 +80,24 @@ fn main() -> Result<()> {
                 let mut u = ctx.zeros::<f32>([8192])?;
                 ctx.all_reduce(&mut u, op)?;
             }
+            // Large tensors every rank batches, the last rank's third with another operator:
+            // agreed call by call through their records before any data moves (on one host,
+            // the MPI backend then folds them through shared memory).
+            "large_bucket" => {
+                let mut bucket: Vec<Tensor<f32>> = (0..3)
+                    .map(|_| ctx.zeros::<f32>([8192]))
+                    .collect::<Result<_>>()?;
+                let mut b = ctx.batch();
+                for (i, u) in bucket.iter_mut().enumerate() {
+                    let op = if i == 2 && rank == world - 1 {
+                        ReduceOp::Max
+                    } else {
+                        ReduceOp::Sum
+                    };
+                    b.all_reduce(u, op);
+                }
+                b.run()?;
+            }
             // A bucket larger than one small-collective exchange, every rank batching it
             // whole, in which the last rank's call 280 (beyond the first 256, which the
             // MPI backend reduces as one packed call) has another operator.

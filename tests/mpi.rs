@@ -323,7 +323,7 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
-    let cases: [(&str, &[&str]); 16] = [
+    let cases: [(&str, &[&str]); 17] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -377,6 +377,14 @@ fn failures_end_the_job_promptly_and_say_why() {
             &[
                 "step 1: rank 0 calls all_reduce(Max, f32[8192])",
                 "rank 1 calls all_reduce(Sum, f32[8192])",
+            ],
+        ),
+        // Large calls batched: their records disagree at the third, before any data moves.
+        (
+            "large_bucket",
+            &[
+                "step 3: rank 0 calls all_reduce(Sum, f32[8192])",
+                "rank 3 calls all_reduce(Max, f32[8192])",
             ],
         ),
         // Deep inside a long bucket: found where the runs stop agreeing, not as wrong data.
