@@ -781,7 +781,7 @@ impl<'a> Driver<'a> {
                     "a shared-memory slot without its step".into(),
                 ));
             };
-            // SAFETY: as in `start_packed`, with the ops the step started with.
+            // SAFETY: as in `start_window`, with the ops the run started with.
             if unsafe { regions.poll(step, &self.ops[slot.ops.clone()]) } {
                 slot.shm = None;
                 self.shm_slots.swap_remove(i);

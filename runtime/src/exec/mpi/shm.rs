@@ -6,10 +6,10 @@
 //! (single-copy reads by the kernel, its progress engine) after rankwise packed it into a
 //! buffer: at world 2, a bucket of 1,000 × 1 KiB took four times less than its calls one by one,
 //! where the issue asks ten. A lone large all-reduce paid the same transport. Members on one
-//! host can read each other's memory directly instead,
-//! as the threads backend does, if that memory is shared: each member has a *region* in one
-//! window (`MPI_Win_allocate_shared`), created with the group's communicator, collectively, at
-//! the same point as the communicator itself.
+//! host can read each other's memory directly instead, as the threads backend does, if that
+//! memory is shared: each member has a *region* in one window (`MPI_Win_allocate_shared`),
+//! created with the group's communicator, collectively, at the same point as the communicator
+//! itself.
 //!
 //! # One step (generation `g`, the same sequence on every member)
 //!
@@ -35,10 +35,12 @@
 //! after every member arrived at `g + 1` — which each did only after its own step 3 of `g`, the
 //! last read of that area. Slices may therefore differ from one step to the next.
 //!
-//! **No new way to wait forever.** A step starts only after the run was agreed by every member
-//! (an exchange all of them receive), and a step never blocks: the driver polls it between MPI
-//! tests, as it does messages, so members that meet several communicators' steps in different
-//! orders still progress. The monitor sees the rank blocked in the run's calls, as on the MPI
+//! **No new way to wait forever.** A run starts only after every member agreed to it (through
+//! an exchange, or a large call's records, which all of them receive), and a step never blocks:
+//! the driver polls it between MPI tests, as it does messages, so members that meet several
+//! communicators' steps in different orders still progress. Without the check
+//! (`RANKWISE_MPI_CHECK=0`), members that disagree wait for each other, and the monitor names
+//! both calls, as on the MPI path. The monitor sees the rank blocked in the run's calls, as on the MPI
 //! path; a member that fails ends the job (`MPI_Abort`), which ends the others' polling too.
 //! User tensors never leave their process: only the regions are shared.
 //!
