@@ -9,6 +9,26 @@
 
 use rankwise::prelude::*;
 
+/// One batch of `calls` all_reduces of `len` zeros on every rank, the last rank's call `odd`
+/// with another operator: the members must find the difference at that call, before any data
+/// of it moves.
+fn bucket_with_an_odd_call(ctx: &mut Ctx, calls: usize, len: usize, odd: usize) -> Result<()> {
+    let last = ctx.rank() == ctx.world() - 1;
+    let mut bucket: Vec<Tensor<f32>> = (0..calls)
+        .map(|_| ctx.zeros::<f32>([len]))
+        .collect::<Result<_>>()?;
+    let mut b = ctx.batch();
+    for (i, u) in bucket.iter_mut().enumerate() {
+        let op = if i == odd && last {
+            ReduceOp::Max
+        } else {
+            ReduceOp::Sum
+        };
+        b.all_reduce(u, op);
+    }
+    b.run()
+}
+
 fn main() -> Result<()> {
     let case = std::env::args().nth(1).unwrap_or_default();
     let ranks = rankwise::launch(4, |ctx| {
@@ -83,39 +103,11 @@ fn main() -> Result<()> {
             // Large tensors every rank batches, the last rank's third with another operator:
             // agreed call by call through their records before any data moves (on one host,
             // the MPI backend then folds them through shared memory).
-            "large_bucket" => {
-                let mut bucket: Vec<Tensor<f32>> = (0..3)
-                    .map(|_| ctx.zeros::<f32>([8192]))
-                    .collect::<Result<_>>()?;
-                let mut b = ctx.batch();
-                for (i, u) in bucket.iter_mut().enumerate() {
-                    let op = if i == 2 && rank == world - 1 {
-                        ReduceOp::Max
-                    } else {
-                        ReduceOp::Sum
-                    };
-                    b.all_reduce(u, op);
-                }
-                b.run()?;
-            }
+            "large_bucket" => bucket_with_an_odd_call(ctx, 3, 8192, 2)?,
             // A bucket larger than one small-collective exchange, every rank batching it
             // whole, in which the last rank's call 280 (beyond the first 256, which the
             // MPI backend reduces as one packed call) has another operator.
-            "bucket" => {
-                let mut bucket: Vec<Tensor<f32>> = (0..300)
-                    .map(|_| ctx.zeros::<f32>([256]))
-                    .collect::<Result<_>>()?;
-                let mut b = ctx.batch();
-                for (i, u) in bucket.iter_mut().enumerate() {
-                    let op = if i == 280 && rank == world - 1 {
-                        ReduceOp::Max
-                    } else {
-                        ReduceOp::Sum
-                    };
-                    b.all_reduce(u, op);
-                }
-                b.run()?;
-            }
+            "bucket" => bucket_with_an_odd_call(ctx, 300, 256, 280)?,
             // Rank 1 disagrees about a small broadcast's root, then all broadcast from it.
             // (Under MPI with RANKWISE_MPI_CHECK=0 a small broadcast goes one way: the first
             // disagreement goes unseen, and is found when its leftover message is read.)

@@ -699,8 +699,9 @@ impl<'a> Driver<'a> {
         self.fill(c, reqs)
     }
 
-    /// Starts the collectives `run` of chain `c`, already agreed on by every member, as one
-    /// packed call on the schedule path (the rest of a long run, see `eager::Proposal`).
+    /// Starts the collectives `run` of chain `c`, already agreed on by every member (the rest of
+    /// a long run, see `eager::Proposal`): through the group's window when it takes them, else
+    /// as one packed call on the schedule path.
     fn start_packed(
         &mut self,
         c: usize,

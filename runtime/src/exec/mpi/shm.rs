@@ -58,8 +58,9 @@ use crate::exec::Op;
 use crate::model::OpKind;
 use crate::rules::rows;
 
-/// Bytes of each member's pack area, and of its result area: the largest run that takes this
-/// path. Pages of the window that no run touches cost no memory (the window is a mapped file).
+/// Bytes of each member's pack area, and of its result area: the most one step moves (a longer
+/// run takes several). Pages of the window that no run touches cost no memory (the window is a
+/// mapped file).
 pub(super) const AREA: usize = 4 << 20;
 
 /// Where a region's counters and areas start. The counters sit 128 bytes apart, so that the
@@ -288,11 +289,8 @@ impl Regions {
             if !all(ARRIVED) {
                 return false;
             }
-            let (result, pack): (*mut u8, Vec<*const u8>) = (
-                self.result(me),
-                (0..n).map(|j| self.pack(j) as *const u8).collect(),
-            );
-            let mut parts = pack.clone();
+            let result = self.result(me);
+            let mut parts: Vec<*const u8> = vec![std::ptr::null(); n];
             // Folded where it is when that costs one pass (the first member's own part, or the
             // second of two); otherwise into the result area and copied back, which keeps the
             // fold from setting each block of its own part aside.
@@ -317,7 +315,7 @@ impl Regions {
                             *p = if j == me {
                                 o.input.ptr.add(within)
                             } else {
-                                pack[j].add(at - lo)
+                                self.pack(j).add(at - lo)
                             };
                         }
                         if scatter {
