@@ -426,6 +426,9 @@ pub(super) struct Driver<'a> {
     slots: Vec<Slot>,
     /// Slots whose shared-memory step is in progress: the wait loop polls them.
     shm_slots: Vec<usize>,
+    /// Slots whose exchange has messages still to move through its group's lanes (see
+    /// `lanes`): the wait loop polls them too.
+    lane_slots: Vec<usize>,
 }
 
 impl<'a> Driver<'a> {
@@ -453,6 +456,7 @@ impl<'a> Driver<'a> {
             chains,
             slots: Vec::new(),
             shm_slots: Vec::new(),
+            lane_slots: Vec::new(),
         }
     }
 
@@ -605,10 +609,14 @@ impl<'a> Driver<'a> {
                 me,
                 self.be.rooted_check,
                 None,
+                self.be.lanes_of(group),
                 |r, from| reqs.push((r, Owner::Eager(s, from))),
             )?
         };
         let all_in = ex.all_in();
+        if ex.lanes_busy() {
+            self.lane_slots.push(s);
+        }
         self.slots.push(Slot {
             outstanding,
             negotiating: true,
@@ -648,12 +656,30 @@ impl<'a> Driver<'a> {
             Err(_) => e,
         };
         let progress = ex.received(msg, got).map_err(named)?;
+        self.eager_progress(s, progress, reqs)
+    }
+
+    /// Slot `s`'s exchange made `progress` (its outstanding count already lowered): checks a
+    /// direct exchange's headers once all are in, delivers once everything is, and finishes
+    /// the slot once nothing is outstanding.
+    fn eager_progress(
+        &mut self,
+        s: usize,
+        progress: eager::Progress,
+        reqs: &mut Vec<(Request, Owner)>,
+    ) -> Result<()> {
         if progress.heads_now && !progress.all_now {
             // A direct exchange: its headers are checked before its data is waited for, so
             // that a disagreement is reported, not waited on.
-            let (comm, members) = be.eager_of(group)?;
-            let me = be.member_index(members)?;
-            ex.verify(head, comm, members, me, step).map_err(named)?;
+            let (c, k) = (self.slots[s].chain, self.slots[s].ops.start);
+            let (comm, members) = self.be.eager_of(self.chains[c].group)?;
+            let me = self.be.member_index(members)?;
+            let (head, step) = (&self.ops[k].desc, self.waits[k].seq);
+            let Some(ex) = self.slots[s].eager.as_ref() else {
+                return Err(Error::Internal("an exchange without its buffers".into()));
+            };
+            ex.verify(head, comm, members, me, step)
+                .map_err(|e| eager::in_exchange(e, head, step, members))?;
         }
         if progress.all_now {
             self.eager_agreed(s, reqs)?;
@@ -757,17 +783,54 @@ impl<'a> Driver<'a> {
         self.chains[c].blocker = Some(s);
         self.shm_slots.push(s);
         // The other members may be there already.
-        self.poll_shm(reqs)
+        self.poll_shm(reqs).map(drop)
     }
 
-    /// Whether a shared-memory step is in progress (the wait loop must poll, not block).
-    pub(super) fn shm_waiting(&self) -> bool {
-        !self.shm_slots.is_empty()
+    /// Whether a shared-memory step or lane message is in progress (the wait loop must poll,
+    /// not block).
+    pub(super) fn polling(&self) -> bool {
+        !self.shm_slots.is_empty() || !self.lane_slots.is_empty()
     }
 
-    /// Advances every shared-memory step in progress; those done finish their slots.
-    pub(super) fn poll_shm(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
-        let mut i = 0;
+    /// Advances everything in shared memory: lane messages, then steps; says whether anything
+    /// moved.
+    pub(super) fn poll_shared(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<bool> {
+        let moved = self.poll_lanes(reqs)?;
+        Ok(self.poll_shm(reqs)? || moved)
+    }
+
+    /// Moves the lane messages of every exchange that has some.
+    fn poll_lanes(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<bool> {
+        let (mut i, mut any) = (0, false);
+        while i < self.lane_slots.len() {
+            let s = self.lane_slots[i];
+            let group = self.chains[self.slots[s].chain].group;
+            let (Some(lanes), Some(ex)) = (self.be.lanes_of(group), self.slots[s].eager.as_mut())
+            else {
+                return Err(Error::Internal(
+                    "an exchange through shared-memory lanes without its lanes".into(),
+                ));
+            };
+            // SAFETY: the lanes the exchange was posted with (its group's).
+            let (moved, progress) = unsafe { ex.poll_lanes(lanes)? };
+            if ex.lanes_busy() {
+                i += 1;
+            } else {
+                self.lane_slots.swap_remove(i);
+            }
+            if moved > 0 {
+                any = true;
+                self.slots[s].outstanding -= moved;
+                self.eager_progress(s, progress, reqs)?;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Advances every shared-memory step in progress; those done finish their slots (says
+    /// whether any did).
+    fn poll_shm(&mut self, reqs: &mut Vec<(Request, Owner)>) -> Result<bool> {
+        let (mut i, mut any) = (0, false);
         while i < self.shm_slots.len() {
             let s = self.shm_slots[i];
             let group = self.chains[self.slots[s].chain].group;
@@ -787,11 +850,12 @@ impl<'a> Driver<'a> {
                 slot.shm = None;
                 self.shm_slots.swap_remove(i);
                 self.finish(s, reqs)?;
+                any = true;
             } else {
                 i += 1;
             }
         }
-        Ok(())
+        Ok(any)
     }
 
     /// One request of slot `s` completed (`check`: its record exchange).

@@ -19,6 +19,7 @@
 //! so they never meet point-to-point traffic, whose receives take any tag.
 
 use super::drive::{MAX_PACK, PREFIXES, RECORD, Records, compare, record};
+use super::lanes::Lanes;
 use super::raw::{self, Comm, Received, Request};
 use super::steps::{Scratch, fold_parts};
 use crate::error::{Error, Result};
@@ -29,7 +30,7 @@ use crate::rules::rows;
 
 /// Groups up to this many members run small collectives here (each member sends `n - 1`
 /// messages, which beats a schedule only while `n` is small).
-const MAX_MEMBERS: usize = 8;
+pub(super) const MAX_MEMBERS: usize = 8;
 /// A collective is small when its tensor is at most this many bytes.
 const SMALL: usize = 16 * 1024;
 /// The most payload bytes one message carries: a packed run stops before it would exceed it.
@@ -111,6 +112,8 @@ fn symmetric(d: &OpDesc) -> bool {
 
 /// Bytes of one member's region in the receive buffer: a header and a full payload.
 const REGION: usize = HEAD_MAX + CAP;
+/// The longest message an exchange sends (what a shared-memory lane must hold, see `lanes`).
+pub(super) const MSG_MAX: usize = REGION;
 
 /// The header of a message: the head call's hash, the proposal `p` (in a word that also holds
 /// the low bits of the head's collective step), the hashes of the first 1, 2, 4, … calls up to
@@ -391,6 +394,16 @@ pub(super) struct Exchange {
     expected: Members,
     heads: Members,
     datas: Members,
+    /// Through the group's shared-memory lanes (see `lanes`): the headers whose messages are
+    /// still to be placed in a peer's lane, and still to be taken from one, with their numbers
+    /// in the lane; the bytes of this member's message to each member (at `j · stride` of
+    /// `send`).
+    lane_out: Members,
+    lane_in: Members,
+    out_no: [u64; MAX_MEMBERS],
+    in_no: [u64; MAX_MEMBERS],
+    out_len: [usize; MAX_MEMBERS],
+    stride: usize,
 }
 
 /// A set of member indices, one bit each.
@@ -418,8 +431,10 @@ impl Exchange {
     /// `step` of the group) and posts
     /// its messages: a receive from, and a send to, every other member (only those that carry
     /// data, one way; the data after the header, directly; the data alone, tagged by the call,
-    /// for a direct all-gather or all-to-all), each handed to `push` with what it is. Returns
-    /// the exchange and how many requests it posted.
+    /// for a direct all-gather or all-to-all), each MPI request handed to `push` with what it
+    /// is. With `lanes` (the group's window, see `lanes`), the header messages go through
+    /// them instead, and [`Exchange::poll_lanes`] moves what could not move at once. Returns
+    /// the exchange and how many requests and lane messages it left outstanding.
     ///
     /// # Safety
     /// The ops' buffers must be valid for their descriptions until the exchange is delivered;
@@ -436,6 +451,7 @@ impl Exchange {
         me: usize,
         check: bool,
         spare: Option<Buffers>,
+        lanes: Option<&Lanes>,
         mut push: impl FnMut(Request, Msg),
     ) -> Result<(Self, usize)> {
         let n = members.len();
@@ -454,19 +470,13 @@ impl Exchange {
         let stride = head + if is_direct { 0 } else { payload };
         let (recv, send) = spare.map_or((None, None), |b| (Some(b.recv), Some(b.send)));
         let mut ex = Exchange {
-            recv: Scratch::reuse(recv, n * REGION)?,
-            send: Scratch::reuse(send, n * stride)?,
-            record: [0; RECORD],
-            got: [0; MAX_MEMBERS],
             one_way: one_way(&run[0].desc, check),
             direct: is_direct,
-            tagged: false,
-            pending: 0,
-            data_pending: 0,
-            got_data: [0; MAX_MEMBERS],
-            expected: 0,
-            heads: 0,
-            datas: 0,
+            ..Exchange::unposted(
+                Scratch::reuse(recv, n * REGION)?,
+                Scratch::reuse(send, n * stride)?,
+                stride,
+            )
         };
         let header = header_of(run, long, step, &mut ex.record);
         // (Hashed only for the calls that use it: every small call comes through here.)
@@ -531,20 +541,49 @@ impl Exchange {
                 // requests complete (the caller's contract).
                 unsafe {
                     if from_j {
-                        push(
-                            raw::irecv(recv.add(j * REGION), region, u8s, peer, Some(DATA), comm)?,
-                            Msg::Head(j),
-                        );
+                        if let Some(l) = lanes {
+                            ex.in_no[j] = l.number_in(j);
+                            ex.lane_in |= 1 << j;
+                        } else {
+                            push(
+                                raw::irecv(
+                                    recv.add(j * REGION),
+                                    region,
+                                    u8s,
+                                    peer,
+                                    Some(DATA),
+                                    comm,
+                                )?,
+                                Msg::Head(j),
+                            );
+                        }
                         posted += 1;
                         ex.pending += 1;
                         ex.expected |= 1 << j;
                     }
                     if to_j {
-                        push(
-                            raw::isend(raw::SendMode::Standard, msg, len, u8s, peer, DATA, comm)?,
-                            Msg::Sent,
-                        );
-                        posted += 1;
+                        if let Some(l) = lanes {
+                            let m = l.number_out(j);
+                            if !l.send(j, m, msg, at)? {
+                                (ex.out_no[j], ex.out_len[j]) = (m, at);
+                                ex.lane_out |= 1 << j;
+                                posted += 1;
+                            }
+                        } else {
+                            push(
+                                raw::isend(
+                                    raw::SendMode::Standard,
+                                    msg,
+                                    len,
+                                    u8s,
+                                    peer,
+                                    DATA,
+                                    comm,
+                                )?,
+                                Msg::Sent,
+                            );
+                            posted += 1;
+                        }
                     }
                     if is_direct {
                         // The data follows its header on the same channel (messages between two
@@ -584,6 +623,32 @@ impl Exchange {
         Ok((ex, posted))
     }
 
+    /// An exchange on these buffers (messages to members `stride` bytes apart in `send`) with
+    /// nothing written, posted or heard yet, both ways and not direct.
+    fn unposted(recv: Scratch, send: Scratch, stride: usize) -> Exchange {
+        Exchange {
+            recv,
+            send,
+            record: [0; RECORD],
+            got: [0; MAX_MEMBERS],
+            one_way: false,
+            direct: false,
+            tagged: false,
+            pending: 0,
+            data_pending: 0,
+            got_data: [0; MAX_MEMBERS],
+            expected: 0,
+            heads: 0,
+            datas: 0,
+            lane_out: 0,
+            lane_in: 0,
+            out_no: [0; MAX_MEMBERS],
+            in_no: [0; MAX_MEMBERS],
+            out_len: [0; MAX_MEMBERS],
+            stride,
+        }
+    }
+
     /// Its buffers, for the next exchange (only once every request has completed).
     pub(super) fn into_buffers(self) -> Buffers {
         Buffers {
@@ -595,6 +660,63 @@ impl Exchange {
     /// Whether this is a direct exchange (headers first, then data in place).
     pub(super) fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// Whether messages of this exchange are still to move through the group's lanes.
+    pub(super) fn lanes_busy(&self) -> bool {
+        self.lane_out | self.lane_in != 0
+    }
+
+    /// Moves this exchange's lane messages as far as the peers allow: places those whose slots
+    /// are free, takes those that arrived (as [`Exchange::received`] counts an MPI receive).
+    /// Returns how many moved, and what the arrivals complete.
+    ///
+    /// # Safety
+    /// `lanes` are the ones the exchange was posted with.
+    pub(super) unsafe fn poll_lanes(&mut self, lanes: &Lanes) -> Result<(usize, Progress)> {
+        let mut moved = 0;
+        let mut progress = Progress {
+            heads_now: false,
+            all_now: false,
+        };
+        let mut out = self.lane_out;
+        while out != 0 {
+            let j = out.trailing_zeros() as usize;
+            out &= out - 1;
+            // SAFETY: message j was written at j · stride of `send` (`post`), `out_len[j]`
+            // bytes, and the scratch lives in the exchange.
+            let placed = unsafe {
+                let msg = self.send.ptr().add(j * self.stride);
+                lanes.send(j, self.out_no[j], msg, self.out_len[j])?
+            };
+            if placed {
+                self.lane_out &= !(1 << j);
+                moved += 1;
+            }
+        }
+        let mut from = self.lane_in;
+        while from != 0 {
+            let j = from.trailing_zeros() as usize;
+            from &= from - 1;
+            // SAFETY: region j of `recv` holds REGION bytes.
+            let got = unsafe {
+                lanes.receive(j, self.in_no[j], self.recv.ptr().add(j * REGION), REGION)?
+            };
+            if let Some(len) = got {
+                self.lane_in &= !(1 << j);
+                moved += 1;
+                let p = self.received(
+                    Msg::Head(j),
+                    Received {
+                        tag: DATA,
+                        count: Some(len),
+                    },
+                )?;
+                progress.heads_now |= p.heads_now;
+                progress.all_now |= p.all_now;
+            }
+        }
+        Ok((moved, progress))
     }
 
     /// Whether every message to receive has arrived.
@@ -1245,21 +1367,8 @@ pub(super) mod tests {
     /// (its calls, proposed long or not).
     fn heard(runs: &[(&[Op], bool)]) -> Exchange {
         let n = runs.len();
-        let mut ex = Exchange {
-            recv: Scratch::with_bytes(n * REGION).expect("scratch"),
-            send: Scratch::default(),
-            record: [0; RECORD],
-            got: [0; MAX_MEMBERS],
-            one_way: false,
-            direct: false,
-            tagged: false,
-            pending: 0,
-            data_pending: 0,
-            got_data: [0; MAX_MEMBERS],
-            expected: 0,
-            heads: 0,
-            datas: 0,
-        };
+        let recv = Scratch::with_bytes(n * REGION).expect("scratch");
+        let mut ex = Exchange::unposted(recv, Scratch::default(), 0);
         let base = ex.recv.ptr();
         for (i, &(run, long)) in runs.iter().enumerate() {
             let mut rec = [0; RECORD];

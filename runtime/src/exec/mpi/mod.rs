@@ -37,6 +37,7 @@
 
 mod drive;
 mod eager;
+mod lanes;
 pub(crate) mod launch;
 mod monitor;
 mod raw;
@@ -117,6 +118,10 @@ pub(super) struct MpiBackend {
     shm_mode: shm::Mode,
     /// The batch (`BatchMark::serial`) whose descriptions `spare_waits` holds, if a batch's.
     waits_of: Option<u64>,
+    /// Whether this host runs more of the job's ranks than it has cores: a rank polling
+    /// shared memory then gives its core up at once when nothing moved (the peer it waits for
+    /// may need it), as Open MPI's progress loop does when oversubscribed.
+    crowded: bool,
 }
 
 /// A posted send or receive: its request works on `data`, which the backend owns.
@@ -188,6 +193,22 @@ fn check_mode() -> (bool, bool) {
         Ok("all") => (true, false),
         _ => (true, true),
     }
+}
+
+/// The host's cores, whatever this process is bound to (mpirun binds each rank to one core
+/// when they do not outnumber them).
+fn cores_online() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf reads a system constant; no memory is involved.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if let Ok(n) = usize::try_from(n)
+            && n > 0
+        {
+            return n;
+        }
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Counts one more under `k`, returning the count before.
@@ -271,7 +292,9 @@ impl MpiBackend {
             spare_waits: Arc::default(),
             shm_mode,
             waits_of: None,
+            crowded: false,
         };
+        be.crowded = raw::ranks_on_host(&be.world_eager)? > cores_online();
         // Every rank builds its backend at start: the world's window is made here.
         be.groups[0].shm = shm::Window::create(&be.world_eager, size, rank, shm_mode)?;
         Ok(be)
@@ -369,6 +392,12 @@ impl MpiBackend {
     /// The communicator for small collectives' messages of group `g`, and its members.
     fn eager_of(&self, g: GroupId) -> Result<(&Comm, &[usize])> {
         self.comms_of(g).map(|(_, eager, members)| (eager, members))
+    }
+
+    /// The shared-memory lanes of group `g` for small collectives' messages, if it has a
+    /// window (see `lanes`).
+    fn lanes_of(&self, g: GroupId) -> Option<&lanes::Lanes> {
+        self.groups.get(g.0 as usize)?.shm.as_ref()?.lanes()
     }
 
     /// The shared-memory regions of group `g`, if it has a window (see `shm`).
@@ -566,6 +595,7 @@ impl MpiBackend {
         let seq = self.next_step(op.desc.group);
         let (comm, members) = self.eager_of(op.desc.group)?;
         let me = self.member_index(members)?;
+        let lanes = self.lanes_of(op.desc.group);
         // SAFETY: the op's buffers are valid until `execute` returns, which is after every
         // request completes (or never: a failure after posting ends the job, and the exchange
         // is leaked so that its memory outlives the requests).
@@ -580,6 +610,7 @@ impl MpiBackend {
                 me,
                 self.rooted_check,
                 spare,
+                lanes,
                 |r, j| {
                     reqs.push(r);
                     from.push(Owner::Eager(0, j));
@@ -594,48 +625,70 @@ impl MpiBackend {
         // (the call 30–50 ns faster without it, at world 2 on this VM).
         let mut start: Option<std::time::Instant> = None;
         let mut polls = 0u32;
+        let crowded = self.crowded;
         let result = (|| -> Result<()> {
-            while *pending > 0 {
-                let done = if !blocked {
-                    match waiter.test_all(&mut reqs, ty)? {
-                        Some(done) => done,
-                        None => {
-                            polls += 1;
-                            // The clock is read every 16 polls (a poll is far shorter).
-                            if !polls.is_multiple_of(16)
-                                || start.get_or_insert_with(std::time::Instant::now).elapsed()
-                                    < QUICK
-                            {
-                                continue;
-                            }
-                            // It has to wait: the monitor must know for what.
-                            let w = self.waiting_at(&op.desc, seq);
-                            self.board.update(|s| {
-                                s.phase = Phase::Blocked;
-                                s.waiting = Arc::new([w]);
-                                s.done.clear();
-                                s.done.push(false);
-                            });
-                            blocked = true;
-                            continue;
-                        }
+            loop {
+                let busy = ex.lanes_busy();
+                if *pending == 0 && !busy {
+                    break;
+                }
+                let mut moved = false;
+                if let (true, Some(l)) = (busy, lanes) {
+                    // SAFETY: the lanes the exchange was posted with.
+                    let (n, progress) = unsafe { ex.poll_lanes(l)? };
+                    moved = n > 0;
+                    if progress.heads_now && !progress.all_now {
+                        // Headers before data (see `drive`): report, do not wait.
+                        ex.verify(&op.desc, comm, members, me, seq)?;
                     }
-                } else if ex.is_direct() {
-                    // Headers may complete before data, and are verified first.
-                    waiter.wait_some(&mut reqs, ty)?
-                } else {
-                    waiter.wait_all(&mut reqs, ty)?
-                };
-                for &(i, got) in done {
-                    *pending = settled(*pending, &from[i])?;
-                    if let Owner::Eager(_, msg) = from[i] {
-                        let progress = ex.received(msg, got)?;
-                        if progress.heads_now && !progress.all_now {
-                            // Headers before data (see `drive`): report, do not wait.
-                            ex.verify(&op.desc, comm, members, me, seq)?;
+                }
+                if *pending > 0 {
+                    let done = if blocked && !ex.lanes_busy() {
+                        if ex.is_direct() {
+                            // Headers may complete before data, and are verified first.
+                            waiter.wait_some(&mut reqs, ty)?
+                        } else {
+                            waiter.wait_all(&mut reqs, ty)?
+                        }
+                    } else {
+                        waiter.test_all(&mut reqs, ty)?.unwrap_or(&[])
+                    };
+                    moved |= !done.is_empty();
+                    for &(i, got) in done {
+                        *pending = settled(*pending, &from[i])?;
+                        if let Owner::Eager(_, msg) = from[i] {
+                            let progress = ex.received(msg, got)?;
+                            if progress.heads_now && !progress.all_now {
+                                ex.verify(&op.desc, comm, members, me, seq)?;
+                            }
                         }
                     }
                 }
+                if moved {
+                    continue;
+                }
+                polls += 1;
+                if lanes.is_some() && (crowded || polls.is_multiple_of(64)) {
+                    // Only shared memory moves this exchange: the member it waits for may need
+                    // this core (MPI's own progress loop yields the same way).
+                    std::thread::yield_now();
+                }
+                // The clock is read every 16 polls (a poll is far shorter).
+                if blocked
+                    || !polls.is_multiple_of(16)
+                    || start.get_or_insert_with(std::time::Instant::now).elapsed() < QUICK
+                {
+                    continue;
+                }
+                // It has to wait: the monitor must know for what.
+                let w = self.waiting_at(&op.desc, seq);
+                self.board.update(|s| {
+                    s.phase = Phase::Blocked;
+                    s.waiting = Arc::new([w]);
+                    s.done.clear();
+                    s.done.push(false);
+                });
+                blocked = true;
             }
             // SAFETY: every message has arrived; the op's buffers are valid.
             unsafe { ex.deliver(std::slice::from_ref(op), comm, members, me, seq) }.map(drop)
@@ -742,6 +795,7 @@ impl MpiBackend {
         let mut driver = drive::Driver::new(self, ops, waits, chains);
         new.clear();
         let mut idle_polls = 0u32;
+        let crowded = self.crowded;
         let mut drive = || -> Result<()> {
             driver.start(&mut new)?;
             loop {
@@ -750,7 +804,7 @@ impl MpiBackend {
                     owners.push(o);
                     *pending += 1;
                 }
-                let polling = driver.shm_waiting();
+                let polling = driver.polling();
                 if *pending == 0 && !polling {
                     break;
                 }
@@ -763,14 +817,20 @@ impl MpiBackend {
                 // A shared-memory step in progress is polled between tests of the requests;
                 // otherwise the loop sleeps in MPI until one completes.
                 let finished = if polling {
-                    driver.poll_shm(&mut new)?;
+                    let moved = driver.poll_shared(&mut new)?;
                     if !new.is_empty() {
                         continue;
                     }
-                    idle_polls += 1;
-                    if idle_polls.is_multiple_of(64) {
-                        // Ranks may outnumber cores: let the members being waited for run.
-                        std::thread::yield_now();
+                    if !moved {
+                        idle_polls += 1;
+                        if crowded || idle_polls.is_multiple_of(64) {
+                            // Let the members being waited for run (at once when ranks
+                            // outnumber cores: they may need this one).
+                            std::thread::yield_now();
+                        }
+                    }
+                    if reqs.is_empty() {
+                        continue;
                     }
                     waiter.test_some(&mut reqs, ty)?
                 } else {

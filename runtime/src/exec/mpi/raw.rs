@@ -327,6 +327,12 @@ pub(super) unsafe fn ialltoallv(
 /// Whether every one of the `n` members of `comm` runs on this process's host (members that
 /// share memory, by `MPI_Comm_split_type`). Collective over `comm`.
 pub(super) fn on_one_host(comm: &Comm, n: usize) -> Result<bool> {
+    Ok(ranks_on_host(comm)? == n)
+}
+
+/// How many members of `comm` run on this process's host (this one included; by
+/// `MPI_Comm_split_type`). Collective over `comm`.
+pub(super) fn ranks_on_host(comm: &Comm) -> Result<usize> {
     // SAFETY: reading rsmpi's null handles, initialised before `main`.
     let mut local: ffi::MPI_Comm = unsafe { ffi::RSMPI_COMM_NULL };
     // SAFETY: `comm` is a valid communicator; `local` receives a new one, freed below.
@@ -348,7 +354,8 @@ pub(super) fn on_one_host(comm: &Comm, n: usize) -> Result<bool> {
     let code = unsafe { ffi::MPI_Comm_free(&mut local) };
     let freed = check(code, "MPI_Comm_free");
     sized.and(freed)?;
-    Ok(usize::try_from(size).is_ok_and(|s| s == n))
+    usize::try_from(size)
+        .map_err(|_| Error::Internal(format!("MPI_Comm_size gave {size} ranks on this host")))
 }
 
 /// `MPI_Win_allocate_shared` of `bytes` per member on `comm` (of `n` members, all on this

@@ -51,6 +51,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::eager;
+use super::lanes::{self, Lanes};
 use super::raw::{self, Comm};
 use super::steps::{fold_into_own, fold_parts};
 use crate::error::{Error, Result};
@@ -68,8 +70,10 @@ pub(super) const AREA: usize = 4 << 20;
 const ARRIVED: usize = 0;
 const REDUCED: usize = 128;
 const PACK: usize = 256;
+/// Where a region's lanes for small collectives' messages start (see `lanes`).
+const LANES: usize = PACK + 2 * AREA;
 /// Bytes of one member's region.
-pub(super) const REGION: usize = PACK + 2 * AREA;
+pub(super) const REGION: usize = LANES + lanes::BYTES;
 /// Slices start at multiples of a cache line (and so of every element size).
 const LINE: usize = 64;
 
@@ -385,6 +389,9 @@ fn for_segments(
 /// different times; `MPI_Finalize` releases it.
 pub(super) struct Window {
     regions: Regions,
+    /// The lanes of small collectives' messages, for a group small enough to exchange them
+    /// (see `eager`).
+    lanes: Option<Lanes>,
 }
 
 // SAFETY: the window's memory stays mapped until MPI_Finalize, after every rank's backend is
@@ -412,7 +419,7 @@ impl Window {
         }
         // Open MPI puts members' parts at 8-byte boundaries: each part has a line to spare, and
         // its region starts at the first 64-byte boundary within it.
-        let bases = raw::allocate_shared(comm, REGION + LINE, n)
+        let bases: Vec<*mut u8> = raw::allocate_shared(comm, REGION + LINE, n)
             .map_err(|e| Error::Backend {
                 backend: "mpi",
                 detail: format!(
@@ -423,20 +430,38 @@ impl Window {
             .into_iter()
             .map(|b| b.wrapping_add(b.align_offset(LINE)))
             .collect();
+        let lanes = (n <= eager::MAX_MEMBERS)
+            .then(|| {
+                let at = bases.iter().map(|b| b.wrapping_add(LANES)).collect();
+                // SAFETY: each member's lanes lie at LANES within its region, BYTES long (the
+                // region's end), 64-byte aligned (LANES is a multiple of 64); they are zeroed
+                // below before the barrier, and used only through `Lanes`.
+                unsafe { Lanes::new(at, me) }
+            })
+            .transpose()?;
         // SAFETY: MPI_Win_allocate_shared gave every member REGION + LINE bytes, shared and
         // mapped until MPI_Finalize (the window is never freed); the region starts less than
         // LINE bytes into it; alignment is checked by `new`.
         let regions = unsafe { Regions::new(bases, me)? };
         regions.counter(me, ARRIVED).store(0, Ordering::Relaxed);
         regions.counter(me, REDUCED).store(0, Ordering::Relaxed);
+        if let Some(l) = &lanes {
+            l.clear_own();
+        }
         // Nobody looks at a counter before every member has zeroed its own.
         raw::barrier(comm)?;
-        Ok(Some(Window { regions }))
+        Ok(Some(Window { regions, lanes }))
     }
 
     /// The regions, for steps.
     pub(super) fn regions(&self) -> &Regions {
         &self.regions
+    }
+
+    /// The lanes, for small collectives' messages (none for a group too large to exchange
+    /// them).
+    pub(super) fn lanes(&self) -> Option<&Lanes> {
+        self.lanes.as_ref()
     }
 }
 
