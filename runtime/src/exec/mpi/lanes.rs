@@ -4,8 +4,8 @@
 //! sends every other member its header and the data that member needs. Through MPI each one is
 //! a request posted, matched and tested, about a quarter of a microsecond apiece on this host —
 //! more than the bytes themselves cost. When the group has a window (see `shm`), each ordered
-//! pair of members has a *lane* in it instead: a ring of [`DEPTH`] slots in the receiver's
-//! region, written by the sender alone, read by the receiver alone.
+//! pair of members has a *lane* in it instead, in the receiver's region: written by the sender
+//! alone, read by the receiver alone.
 //!
 //! A message is the same bytes the MPI path sends, so everything `eager` decides from them —
 //! agreement, the packed run, the data — is unchanged, and so is the order in which they meet:
@@ -16,21 +16,31 @@
 //!
 //! # One lane (sender `s`, receiver `r`)
 //!
-//! * Message `m` (counted from 0 per lane) goes into slot `m % DEPTH`: its length and bytes,
-//!   then `ready = m + 1`, stored with release ordering. The numbers only grow, so a slot's old
-//!   contents are never taken for a new message.
-//! * The receiver takes message `m` once it reads `ready == m + 1` (acquire): it copies the
-//!   bytes out and then publishes `taken = m + 1` in the lane's control line (release).
-//! * The sender may write message `m` only once `taken ≥ m + 1 − DEPTH`: the receiver has
-//!   copied out the message the slot held. It reads `taken` only when its own count says the
-//!   ring may be full, so a lane that keeps up costs the sender no read of the receiver's
-//!   lines.
+//! A lane has [`ENTRIES`] fixed entries of one line each and a ring of [`RING`] bytes.
 //!
-//! Sending never blocks: a message whose slot is not free yet stays in the exchange's buffer
-//! and is placed when the driver polls again, after every earlier message of that lane (each
-//! message gets its number when it is posted). Members therefore progress in any order, as with
-//! MPI's non-blocking sends; a ring that stays full makes a sender wait the way a rendezvous
-//! send does, which the verifier's model (collectives synchronise) already allows for.
+//! * Message `m` (counted from 0 per lane) is announced in entry `m % ENTRIES`: its length,
+//!   and where its bytes are. A message of at most [`INLINE`] bytes (a small call's header and
+//!   data) sits in the entry itself, so it moves as one cache line. A longer one goes into the
+//!   ring, contiguous (it starts over at the ring's beginning rather than wrap). Then the
+//!   sender stores `ready = m + 1` in the entry, with release ordering.
+//! * The receiver takes message `m` once it reads `ready == m + 1` (acquire). It copies the
+//!   bytes out, then publishes in the lane's control line how many messages it has taken and
+//!   where in the ring its taking ended (release).
+//! * The sender writes an entry, or ring bytes, only once the receiver's counts say it is done
+//!   with what they held. It reads those counts only when its own say the lane may be full, so
+//!   a lane that keeps up costs the sender no read of the receiver's lines.
+//!
+//! Only entries carry `ready` words, and entries only ever hold announcements. So a `ready`
+//! word is never a stale byte of an earlier message's data that happens to look like one, and
+//! message numbers only grow, so an entry's old announcement is never taken for a new one.
+//!
+//! Sending never blocks: a message that does not fit yet stays in the exchange's buffer and is
+//! placed when the driver polls again, after every earlier message of that lane (each message
+//! gets its number when it is posted). Members therefore progress in any order, as with MPI's
+//! non-blocking sends. A lane holds hundreds of small messages, so a root of small one-way
+//! broadcasts runs ahead of its members as far as MPI's eager buffers let it; a lane that
+//! stays full makes the sender wait the way a rendezvous send does, which the verifier's model
+//! (collectives synchronise) already allows for.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,38 +48,61 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::eager::{MAX_MEMBERS, MSG_MAX};
 use crate::error::{Error, Result};
 
-/// Slots per lane: how many messages a sender may have placed that the receiver has not taken.
-/// A member has at most two exchanges' messages in flight to a peer on one communicator (it
-/// starts the next only once every message of the last has arrived) unless it sends one way
-/// (a small rooted collective without the check); four leave room for that.
-pub(super) const DEPTH: usize = 4;
-/// A slot: `ready` and the length in its first line, the message right after (a small call's
-/// whole message shares that line).
+/// Lines of 128 bytes: the adjacent-line prefetch of the control line never pulls in an entry.
+const LINES: usize = 128;
+/// The control line: messages taken, and where in the ring the last taken one ended (both
+/// absolute counts that only grow).
+const TAKEN: usize = 0;
+const TAKEN_BYTES: usize = 8;
+/// Entries per lane: how many messages a sender may have placed that the receiver has not
+/// taken.
+pub(super) const ENTRIES: usize = 256;
+/// An entry: `ready`, the length, where in the ring the bytes are, then the bytes themselves
+/// when they fit the rest of the line.
+const ENTRY: usize = 64;
 const READY: usize = 0;
 const LEN: usize = 8;
-const BODY: usize = 16;
-/// Lines of 128 bytes: the adjacent-line prefetch of one slot never pulls in the next.
-const LINES: usize = 128;
-const SLOT: usize = (BODY + MSG_MAX).next_multiple_of(LINES);
-/// A lane: its control line (`taken`), then its slots.
-const TAKEN: usize = 0;
-const LANE: usize = LINES + DEPTH * SLOT;
+const AT: usize = 16;
+const BODY: usize = 24;
+pub(super) const INLINE: usize = ENTRY - BODY;
+/// Ring bytes per lane: room for four of the longest messages.
+pub(super) const RING: usize = 4 * MSG_MAX.next_multiple_of(ENTRY);
+const ENTRIES_AT: usize = LINES;
+const RING_AT: usize = ENTRIES_AT + ENTRIES * ENTRY;
+const LANE: usize = RING_AT + RING;
 /// Bytes of one member's lanes: one per possible sender (its own unused).
 pub(super) const BYTES: usize = MAX_MEMBERS * LANE;
+const _: () = assert!(RING.is_multiple_of(ENTRY) && LANE.is_multiple_of(ENTRY));
+
+/// A sender's view of one lane.
+#[derive(Default)]
+struct Out {
+    /// Messages numbered (posted), placed.
+    numbered: Cell<u64>,
+    placed: Cell<u64>,
+    /// Where the next ring bytes go (absolute).
+    ring_at: Cell<u64>,
+    /// The receiver's counts when this member last read them.
+    seen_taken: Cell<u64>,
+    seen_bytes: Cell<u64>,
+}
+
+/// A receiver's view of one lane.
+#[derive(Default)]
+struct In {
+    /// Receives numbered (posted), messages taken.
+    numbered: Cell<u64>,
+    taken: Cell<u64>,
+}
 
 /// The lanes of one group, as this member sees them, and its counts of every lane it uses.
 pub(super) struct Lanes {
     /// Each member's lanes ([`BYTES`] bytes, 64-byte aligned), in member order.
     bases: Vec<*mut u8>,
     me: usize,
-    /// Per peer: messages numbered for it (posted), placed in its lane, and how many of them
-    /// it had taken when this member last looked.
-    numbered_out: [Cell<u64>; MAX_MEMBERS],
-    placed: [Cell<u64>; MAX_MEMBERS],
-    seen_taken: [Cell<u64>; MAX_MEMBERS],
-    /// Per peer: receives numbered (posted), and messages taken from its lane.
-    numbered_in: [Cell<u64>; MAX_MEMBERS],
-    taken: [Cell<u64>; MAX_MEMBERS],
+    /// Per peer: the lane this member writes in its lanes, and the one it reads in its own.
+    out: [Out; MAX_MEMBERS],
+    from: [In; MAX_MEMBERS],
 }
 
 impl Lanes {
@@ -94,26 +127,25 @@ impl Lanes {
         Ok(Lanes {
             bases,
             me,
-            numbered_out: Default::default(),
-            placed: Default::default(),
-            seen_taken: Default::default(),
-            numbered_in: Default::default(),
-            taken: Default::default(),
+            out: Default::default(),
+            from: Default::default(),
         })
     }
 
-    /// Zeroes this member's lanes' control words (every `taken` and `ready`).
+    /// Zeroes this member's lanes' control words (the counts and every `ready`).
     pub(super) fn clear_own(&self) {
         for from in 0..self.bases.len() {
             self.word(self.me, from, TAKEN).store(0, Ordering::Relaxed);
-            for k in 0..DEPTH {
-                self.word(self.me, from, LINES + k * SLOT + READY)
+            self.word(self.me, from, TAKEN_BYTES)
+                .store(0, Ordering::Relaxed);
+            for e in 0..ENTRIES {
+                self.word(self.me, from, ENTRIES_AT + e * ENTRY + READY)
                     .store(0, Ordering::Relaxed);
             }
         }
     }
 
-    /// The lane from `from` in `member`'s lanes, at byte `at`.
+    /// Byte `at` of the lane from `from` in `member`'s lanes.
     fn at(&self, member: usize, from: usize, at: usize) -> *mut u8 {
         debug_assert!(from < self.bases.len() && at < LANE);
         // SAFETY: `from` is a member index (< MAX_MEMBERS) and `at` is within a lane, so the
@@ -121,29 +153,29 @@ impl Lanes {
         unsafe { self.bases[member].add(from * LANE + at) }
     }
 
-    /// The control word at `at` of the lane from `from` in `member`'s lanes.
+    /// The word at `at` of the lane from `from` in `member`'s lanes.
     fn word(&self, member: usize, from: usize, at: usize) -> &AtomicU64 {
-        // SAFETY: in bounds (`at`), 8-byte aligned (bases are 64-byte aligned, lanes, slots and
-        // control words at multiples of 8); shared words are only ever accessed atomically.
+        // SAFETY: in bounds (`at`), 8-byte aligned (bases are 64-byte aligned, lanes, entries
+        // and their words at multiples of 8); shared words are only ever accessed atomically.
         unsafe { &*(self.at(member, from, at) as *const AtomicU64) }
     }
 
     /// The number of the next message to `peer` (a send being posted).
     pub(super) fn number_out(&self, peer: usize) -> u64 {
-        let m = self.numbered_out[peer].get();
-        self.numbered_out[peer].set(m + 1);
-        m
+        let c = &self.out[peer].numbered;
+        c.set(c.get() + 1);
+        c.get() - 1
     }
 
     /// The number of the next message from `peer` (a receive being posted).
     pub(super) fn number_in(&self, peer: usize) -> u64 {
-        let m = self.numbered_in[peer].get();
-        self.numbered_in[peer].set(m + 1);
-        m
+        let c = &self.from[peer].numbered;
+        c.set(c.get() + 1);
+        c.get() - 1
     }
 
     /// Places message `m` to `peer` (`len` bytes at `src`) if every earlier one is placed and
-    /// its slot is free; says whether it did. A message longer than a slot is an error.
+    /// the lane has room; says whether it did. A message longer than [`MSG_MAX`] is an error.
     ///
     /// # Safety
     /// `src` is valid for `len` bytes.
@@ -159,32 +191,55 @@ impl Lanes {
                 "a message of {len} bytes for a shared-memory lane, where at most {MSG_MAX} fit"
             )));
         }
-        if self.placed[peer].get() != m {
+        let (o, me) = (&self.out[peer], self.me);
+        if o.placed.get() != m {
             return Ok(false);
         }
-        if m - self.seen_taken[peer].get() >= DEPTH as u64 {
-            let taken = self.word(peer, self.me, TAKEN).load(Ordering::Acquire);
-            self.seen_taken[peer].set(taken);
-            if m - taken >= DEPTH as u64 {
+        if m - o.seen_taken.get() >= ENTRIES as u64 {
+            o.seen_taken
+                .set(self.word(peer, me, TAKEN).load(Ordering::Acquire));
+            if m - o.seen_taken.get() >= ENTRIES as u64 {
                 return Ok(false);
             }
         }
-        let slot = LINES + (m % DEPTH as u64) as usize * SLOT;
-        // SAFETY: the slot lies in the peer's lane from this member; the receiver took the
-        // message it held (`taken` above, acquire) and reads it again only after `ready` says
-        // so; `len ≤ MSG_MAX` fits its body.
+        let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
+        let (ring, size) = (RING as u64, len.next_multiple_of(ENTRY) as u64);
+        let dst = if len <= INLINE {
+            self.at(peer, me, entry + BODY)
+        } else {
+            // Contiguous: a message that would run past the ring's end starts at its beginning.
+            let mut at = o.ring_at.get();
+            if at % ring + size > ring {
+                at += ring - at % ring;
+            }
+            if at + size - o.seen_bytes.get() > ring {
+                o.seen_bytes
+                    .set(self.word(peer, me, TAKEN_BYTES).load(Ordering::Acquire));
+                if at + size - o.seen_bytes.get() > ring {
+                    return Ok(false);
+                }
+            }
+            o.ring_at.set(at + size);
+            // SAFETY: AT lies within the entry.
+            unsafe { (self.at(peer, me, entry + AT) as *mut u64).write(at + size) };
+            self.at(peer, me, RING_AT + (at % ring) as usize)
+        };
+        // SAFETY: the entry, and the ring bytes `dst..dst + len` (contiguous, within the ring),
+        // lie in the peer's lane from this member; the receiver is done with both (its counts,
+        // read with acquire ordering, say so) and reads them again only after `ready` says so.
         unsafe {
-            std::ptr::copy_nonoverlapping(src, self.at(peer, self.me, slot + BODY), len);
-            (self.at(peer, self.me, slot + LEN) as *mut u64).write(len as u64);
+            std::ptr::copy_nonoverlapping(src, dst, len);
+            (self.at(peer, me, entry + LEN) as *mut u64).write(len as u64);
         }
-        self.word(peer, self.me, slot + READY)
+        self.word(peer, me, entry + READY)
             .store(m + 1, Ordering::Release);
-        self.placed[peer].set(m + 1);
+        o.placed.set(m + 1);
         Ok(true)
     }
 
     /// Takes message `m` from `peer` into `dst` if it is there (and every earlier one was
-    /// taken): its length. A message longer than `cap` is an error (nothing is copied).
+    /// taken): its length. A message longer than `cap`, or announced outside the ring, is an
+    /// error (nothing is copied).
     ///
     /// # Safety
     /// `dst` is valid for `cap` bytes of writes.
@@ -195,35 +250,51 @@ impl Lanes {
         dst: *mut u8,
         cap: usize,
     ) -> Result<Option<usize>> {
-        if self.taken[peer].get() != m {
+        let (i, me) = (&self.from[peer], self.me);
+        if i.taken.get() != m {
             return Ok(None);
         }
-        let slot = LINES + (m % DEPTH as u64) as usize * SLOT;
-        if self
-            .word(self.me, peer, slot + READY)
-            .load(Ordering::Acquire)
-            != m + 1
-        {
+        let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
+        if self.word(me, peer, entry + READY).load(Ordering::Acquire) != m + 1 {
             return Ok(None);
         }
-        // SAFETY: `ready` (acquire) says the sender wrote the length and body before it, and it
-        // writes the slot again only after `taken` says this member is done with it.
-        let len = unsafe { (self.at(self.me, peer, slot + LEN) as *const u64).read() };
+        // SAFETY: `ready` (acquire) says the sender wrote the entry and the bytes before it,
+        // and it writes them again only after this member's counts say it is done with them.
+        let (len, end) = unsafe {
+            (
+                (self.at(me, peer, entry + LEN) as *const u64).read(),
+                (self.at(me, peer, entry + AT) as *const u64).read(),
+            )
+        };
+        let room = cap.min(MSG_MAX);
+        let bad = |what: String| {
+            Error::Internal(format!(
+                "member {peer}'s message {m} in a shared-memory lane {what}"
+            ))
+        };
         let len = usize::try_from(len)
             .ok()
-            .filter(|&l| l <= cap.min(MSG_MAX))
-            .ok_or_else(|| {
-                Error::Internal(format!(
-                    "a message of {len} bytes from member {peer} in a shared-memory lane, where \
-                     at most {} fit",
-                    cap.min(MSG_MAX)
-                ))
-            })?;
-        // SAFETY: as above; `dst` has room for `len ≤ cap` bytes (the caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(self.at(self.me, peer, slot + BODY), dst, len) };
-        self.taken[peer].set(m + 1);
-        self.word(self.me, peer, TAKEN)
-            .store(m + 1, Ordering::Release);
+            .filter(|&l| l <= room)
+            .ok_or_else(|| bad(format!("has {len} bytes, where at most {room} fit")))?;
+        let src = if len <= INLINE {
+            self.at(me, peer, entry + BODY)
+        } else {
+            let (ring, size) = (RING as u64, len.next_multiple_of(ENTRY) as u64);
+            let start = end.wrapping_sub(size);
+            if end < size || start % ring + size > ring {
+                return Err(bad(format!("ends at {end}, outside the ring")));
+            }
+            self.at(me, peer, RING_AT + (start % ring) as usize)
+        };
+        // SAFETY: as above; `src..src + len` lies in the entry or the ring (checked), `dst` has
+        // room for `len ≤ cap` bytes (the caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+        i.taken.set(m + 1);
+        if len > INLINE {
+            self.word(me, peer, TAKEN_BYTES)
+                .store(end, Ordering::Release);
+        }
+        self.word(me, peer, TAKEN).store(m + 1, Ordering::Release);
         Ok(Some(len))
     }
 }
@@ -329,11 +400,11 @@ mod tests {
         let mut shared = Shared::new(2);
         let bases = shared.bases();
         let (a, b) = (lanes(&bases, 0), lanes(&bases, 1));
-        let msg = [7u8; 100];
+        let msg = [7u8; 30]; // an entry's message: the ring starts empty below
         // SAFETY: every source holds the bytes sent; every receive buffer the room given.
         unsafe {
             assert!(
-                !a.send(1, 1, msg.as_ptr(), 100).unwrap(),
+                !a.send(1, 1, msg.as_ptr(), 30).unwrap(),
                 "message 1 before 0"
             );
             let long = vec![0u8; MSG_MAX + 1];
@@ -341,29 +412,55 @@ mod tests {
                 a.send(1, 0, long.as_ptr(), long.len()).is_err(),
                 "longer than a slot"
             );
-            assert!(a.send(1, 0, msg.as_ptr(), 100).unwrap());
-            let mut buf = [0u8; 100];
-            assert!(matches!(b.receive(0, 1, buf.as_mut_ptr(), 100), Ok(None)));
-            assert!(b.receive(0, 0, buf.as_mut_ptr(), 99).is_err());
-            assert_eq!(b.receive(0, 0, buf.as_mut_ptr(), 100).unwrap(), Some(100));
+            assert!(a.send(1, 0, msg.as_ptr(), 30).unwrap());
+            let mut buf = [0u8; 30];
+            assert!(matches!(b.receive(0, 1, buf.as_mut_ptr(), 30), Ok(None)));
+            assert!(b.receive(0, 0, buf.as_mut_ptr(), 29).is_err());
+            assert_eq!(b.receive(0, 0, buf.as_mut_ptr(), 30).unwrap(), Some(30));
             assert_eq!(buf, msg);
             // Once taken, nothing more is there.
-            assert!(matches!(b.receive(0, 1, buf.as_mut_ptr(), 100), Ok(None)));
+            assert!(matches!(b.receive(0, 1, buf.as_mut_ptr(), 30), Ok(None)));
         }
-        // A full ring refuses until the receiver takes.
-        for m in 1..=DEPTH as u64 {
+        // Entries run out: the sender waits for the receiver to take one.
+        let last = ENTRIES as u64;
+        for m in 1..=last {
             // SAFETY: as above.
             assert!(unsafe { a.send(1, m, msg.as_ptr(), 1) }.unwrap());
         }
         // SAFETY: as above.
         unsafe {
-            assert!(
-                !a.send(1, DEPTH as u64 + 1, msg.as_ptr(), 1).unwrap(),
-                "ring full"
-            );
+            assert!(!a.send(1, last + 1, msg.as_ptr(), 1).unwrap(), "no entry");
             let mut buf = [0u8; 1];
             assert_eq!(b.receive(0, 1, buf.as_mut_ptr(), 1).unwrap(), Some(1));
-            assert!(a.send(1, DEPTH as u64 + 1, msg.as_ptr(), 1).unwrap());
+            assert!(a.send(1, last + 1, msg.as_ptr(), 1).unwrap());
+            for m in 2..=last + 1 {
+                assert_eq!(b.receive(0, m, buf.as_mut_ptr(), 1).unwrap(), Some(1));
+            }
+        }
+        // The ring runs out: four of the longest messages fill it.
+        let long = vec![3u8; MSG_MAX];
+        let first = last + 2;
+        for m in first..first + 4 {
+            // SAFETY: as above.
+            assert!(unsafe { a.send(1, m, long.as_ptr(), MSG_MAX) }.unwrap());
+        }
+        let mut buf = vec![0u8; MSG_MAX];
+        // SAFETY: as above.
+        unsafe {
+            assert!(
+                !a.send(1, first + 4, long.as_ptr(), MSG_MAX).unwrap(),
+                "ring full"
+            );
+            // A short message behind it waits too, though its entry has room.
+            assert!(
+                !a.send(1, first + 5, msg.as_ptr(), 1).unwrap(),
+                "in order only"
+            );
+            let got = b.receive(0, first, buf.as_mut_ptr(), MSG_MAX).unwrap();
+            assert_eq!(got, Some(MSG_MAX));
+            assert_eq!(buf, long);
+            assert!(a.send(1, first + 4, long.as_ptr(), MSG_MAX).unwrap());
+            assert!(a.send(1, first + 5, msg.as_ptr(), 1).unwrap());
         }
     }
 }
