@@ -505,6 +505,7 @@ impl<'a> Driver<'a> {
             self.be.rooted_check,
             chain.long,
             chain.cap,
+            self.be.lanes_of(chain.group).is_some(),
         );
         if small.calls > 0 {
             return self.start_eager(c, k..k + small.calls, small.long, reqs);

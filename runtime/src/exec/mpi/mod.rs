@@ -573,7 +573,8 @@ impl MpiBackend {
             return false;
         }
         self.eager_of(op.desc.group).is_ok_and(|(_, members)| {
-            eager::proposal(ops, 0, 1, members.len(), self.rooted_check, false, 1).calls == 1
+            let lanes = self.lanes_of(op.desc.group).is_some();
+            eager::proposal(ops, 0, 1, members.len(), self.rooted_check, false, 1, lanes).calls == 1
         })
     }
 
