@@ -119,6 +119,11 @@ fn collectives<T: Fill>(ctx: &mut Ctx, g: &Group, name: &str, out: &mut Vec<Stri
     let mut t = data::<T>(r, 7, &base)?;
     ctx.group(g).broadcast(&mut t, m[n - 1])?;
     line("broadcast".into(), digest(&t));
+    // Larger than a small collective (the MPI backend exchanges it alone through a group's
+    // shared-memory lanes, or sends it on its schedule path).
+    let mut t = data::<T>(r, 9, &[1, 1100, 4])?;
+    ctx.group(g).broadcast(&mut t, m[n / 2])?;
+    line("broadcast [1, 1100, 4]".into(), digest(&t));
     ctx.group(g).barrier()?;
     // The list forms, as torch writes them: one tensor of `base` per member.
     let x = data::<T>(r, 8, &base)?;

@@ -201,18 +201,31 @@ pub(super) fn direct(d: &OpDesc, n: usize, lanes: bool) -> bool {
     // A broadcast's root would send the whole tensor to every member: only for a pair, where
     // that is all a tree would do too.
     let pair_broadcast = d.kind == OpKind::Broadcast && n <= 2;
-    let gather_above = if lanes { SMALL } else { DIRECT_GATHER };
+    let (gather_above, broadcast_above) = if lanes {
+        (CAP, CAP)
+    } else {
+        (DIRECT_GATHER, SMALL)
+    };
     n <= MAX_MEMBERS
-        && ((gathers && bound(d) > gather_above) || (pair_broadcast && bound(d) > SMALL))
+        && ((gathers && bound(d) > gather_above) || (pair_broadcast && bound(d) > broadcast_above))
 }
 
 /// Gathers and scatters whose tensor is larger go directly through MPI: above Open MPI's
 /// shared-memory eager limit (4 KiB) their data moves by rendezvous anyway, and copying it into
 /// and out of an exchange's buffers costs more than the header's separate message. Through a
 /// group's shared-memory lanes (see `lanes`) the exchange's copies cost less than MPI's
-/// rendezvous up to a small collective's size (16 KiB all_gather at world 4: 4.2–4.4 µs in
-/// the exchange against 17–18 µs for raw MPI's call).
+/// rendezvous up to one message's payload ([`CAP`]): 16 KiB all_to_all at world 4 took
+/// 4.2 µs in the exchange against 20 µs directly (raw MPI 16 µs).
 const DIRECT_GATHER: usize = 4 * 1024;
+
+/// Whether `d` moves data without folding it (a broadcast, gather, scatter or all-to-all):
+/// through lanes such a call is exchanged alone up to one message's payload.
+fn moves_only(d: &OpDesc) -> bool {
+    matches!(
+        d.kind,
+        OpKind::Broadcast | OpKind::AllGather | OpKind::Gather | OpKind::AllToAll | OpKind::Scatter
+    )
+}
 
 /// What a member proposes for the exchange at the head of its run: how many collectives the
 /// exchange agrees on, and whether they are a *long* run.
@@ -313,8 +326,17 @@ pub(super) fn proposal(
     if direct(&ops[k].desc, n, lanes) {
         return Proposal::short(1);
     }
-    if n > MAX_MEMBERS || bound(&ops[k].desc) > SMALL {
+    if n > MAX_MEMBERS {
         return Proposal::SCHEDULE;
+    }
+    if bound(&ops[k].desc) > SMALL {
+        // Through lanes, a call that moves data without folding it is exchanged alone up to one
+        // message's payload: copying it through a lane beats MPI's tree or rendezvous there.
+        return if lanes && moves_only(&ops[k].desc) && bound(&ops[k].desc) <= CAP {
+            Proposal::short(1)
+        } else {
+            Proposal::SCHEDULE
+        };
     }
     if one_way(&ops[k].desc, check) {
         return Proposal::short(1);
@@ -1644,9 +1666,9 @@ pub(super) mod tests {
         assert_eq!(seg(&d(OpKind::Barrier), 0, 1, n, root), 0);
     }
 
-    /// Gathers go directly through MPI above 4 KiB without lanes, above a small collective's
-    /// 16 KiB with them (where the exchange's copies are cheaper); a pair's broadcast above
-    /// 16 KiB either way; never a reduction.
+    /// Gathers go directly through MPI above 4 KiB without lanes, above one message's 64 KiB
+    /// with them (where the exchange's copies are cheaper); a pair's broadcast above 16 KiB
+    /// without, 64 KiB with; never a reduction.
     #[test]
     fn what_goes_directly_depends_on_the_transport() {
         let f32s = |kib: usize| kib * 1024 / 4;
@@ -1659,9 +1681,13 @@ pub(super) mod tests {
             let d = |kib| op(kind, f32s(kib)).desc;
             assert!(!direct(&d(4), 4, false), "{kind:?}");
             assert!(direct(&d(8), 4, false), "{kind:?}");
-            assert!(!direct(&d(16), 4, true), "{kind:?}");
-            assert!(direct(&d(32), 4, true), "{kind:?}");
-            assert!(!direct(&d(32), MAX_MEMBERS + 1, true), "{kind:?}");
+            assert!(!direct(&d(64), 4, true), "{kind:?}");
+            assert!(direct(&d(128), 4, true), "{kind:?}");
+            assert!(!direct(&d(128), MAX_MEMBERS + 1, true), "{kind:?}");
+            // Above a small collective, up to one message's payload: exchanged alone.
+            let big = [op(kind, f32s(64)), op(kind, f32s(1))];
+            let p = proposal(&big, 0, 2, 4, true, false, MAX_PACK, true);
+            assert_eq!(p, Proposal::short(1), "{kind:?}");
             // A 16 KiB gather is a small collective through lanes: it packs with its neighbours.
             let run = [op(kind, f32s(16)), op(kind, f32s(16))];
             let p = proposal(&run, 0, 2, 4, true, false, MAX_PACK, true);
@@ -1672,12 +1698,36 @@ pub(super) mod tests {
             );
         }
         let bcast = |kib| op(OpKind::Broadcast, f32s(kib)).desc;
+        assert!(!direct(&bcast(16), 2, false));
+        assert!(direct(&bcast(32), 2, false));
+        assert!(!direct(&bcast(64), 2, true));
+        assert!(direct(&bcast(128), 2, true));
         for lanes in [false, true] {
-            assert!(!direct(&bcast(16), 2, lanes));
-            assert!(direct(&bcast(32), 2, lanes));
-            assert!(!direct(&bcast(32), 3, lanes));
+            assert!(!direct(&bcast(128), 3, lanes));
             assert!(!direct(&op(OpKind::AllReduce, f32s(64)).desc, 2, lanes));
         }
+        // A broadcast among more than two up to one message's payload: exchanged alone through
+        // lanes, on the schedule path without; an all_reduce above 16 KiB always on the latter
+        // (or the window).
+        let wide = [op(OpKind::Broadcast, f32s(64))];
+        assert_eq!(
+            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, true),
+            Proposal::short(1)
+        );
+        assert_eq!(
+            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, false).calls,
+            0
+        );
+        let wide = [op(OpKind::Broadcast, f32s(65))];
+        assert_eq!(
+            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, true).calls,
+            0
+        );
+        let sum = [op(OpKind::AllReduce, f32s(32))];
+        assert_eq!(
+            proposal(&sum, 0, 1, 4, true, false, MAX_PACK, true).calls,
+            0
+        );
     }
 
     #[test]
