@@ -171,15 +171,16 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
     }
 }
 
-/// All-reduces (large, or packed) through the group's shared-memory window, which every group
-/// must have (all ranks are on this host): a group left without one is an error, not a quiet
-/// fallback.
+/// All-reduces (large, or packed) through the group's shared-memory window, and small
+/// collectives' messages through its lanes, which every group must have (all ranks are on this
+/// host): a group left without one is an error, not a quiet fallback.
 const SHM_REQUIRED: Opts = Opts {
     mca: &[],
     env: &[("RANKWISE_MPI_SHM", "require")],
 };
 
-/// All-reduces as MPI messages, as across hosts.
+/// Every collective through MPI's messages (no window: neither its steps nor its lanes), as
+/// across hosts.
 const NO_SHM: Opts = Opts {
     mca: &[],
     env: &[("RANKWISE_MPI_SHM", "0")],
@@ -320,9 +321,26 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
     );
 }
 
-/// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong.
+/// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong:
+/// with small collectives' messages through shared-memory lanes (every rank is on this host)
+/// and through MPI's messages (as across hosts).
 #[test]
 fn failures_end_the_job_promptly_and_say_why() {
+    failures_on("lanes", PLAIN, &[("RANKWISE_MPI_CHECK", "0")]);
+}
+
+#[test]
+fn failures_end_the_job_promptly_and_say_why_without_shared_memory() {
+    failures_on(
+        "messages",
+        NO_SHM,
+        &[("RANKWISE_MPI_CHECK", "0"), ("RANKWISE_MPI_SHM", "0")],
+    );
+}
+
+/// The failure cases under `opts`, and the unchecked ones under `unchecked` (environment
+/// variables), `how` naming the transport in messages.
+fn failures_on(how: &str, opts: Opts, unchecked: &[(&str, &str)]) {
     let cases: [(&str, &[&str]); 17] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
@@ -426,15 +444,19 @@ fn failures_end_the_job_promptly_and_say_why() {
         ),
     ];
     for (case, says) in cases {
-        let run = mpirun(4, PLAIN, "failures", &[case]);
-        assert!(!run.ok, "{case}: the job succeeded");
+        let run = mpirun(4, opts, "failures", &[case]);
+        assert!(!run.ok, "{case} ({how}): the job succeeded");
         for s in says {
-            assert!(run.err.contains(s), "{case}: no {s:?} in:\n{}", run.err);
+            assert!(
+                run.err.contains(s),
+                "{case} ({how}): no {s:?} in:\n{}",
+                run.err
+            );
         }
-        assert!(run.err.contains("MPI_Abort"), "{case}: {}", run.err);
+        assert!(run.err.contains("MPI_Abort"), "{case} ({how}): {}", run.err);
         assert!(
             run.took < Duration::from_secs(10),
-            "{case} took {:?}",
+            "{case} ({how}) took {:?}",
             run.took
         );
     }
@@ -446,7 +468,7 @@ fn failures_end_the_job_promptly_and_say_why() {
     let line = source[..recv].lines().count();
     // The call's column is its method name's (after `b.`), counted from 1.
     let column = recv - source[..recv].rfind('\n').map_or(0, |i| i + 1) + 3;
-    let run = mpirun(4, PLAIN, "failures", &["refilled"]);
+    let run = mpirun(4, opts, "failures", &["refilled"]);
     let want =
         format!("examples/failures.rs:{line}:{column}: rank 0 cannot finish: rank 1 returned");
     assert!(
@@ -458,7 +480,7 @@ fn failures_end_the_job_promptly_and_say_why() {
     // Without the check a small broadcast goes one way; its receivers still find the
     // disagreement (though not the root's call).
     let unchecked = Opts {
-        env: &[("RANKWISE_MPI_CHECK", "0")],
+        env: unchecked,
         ..PLAIN
     };
     let run = mpirun(4, unchecked, "failures", &["rooted"]);

@@ -9,6 +9,12 @@ use crate::model::{CallSite, GroupId, OpDesc, WorldId};
 use crate::tensor::{Device, DeviceMemory};
 
 pub(crate) mod copy;
+/// The MPI backend's shared-memory lanes need no MPI: built for tests without it too, so that
+/// Miri (which cannot call MPI) checks them.
+#[cfg(all(test, not(feature = "mpi")))]
+#[path = "mpi/lanes.rs"]
+#[allow(dead_code)]
+mod lanes;
 #[cfg(feature = "local")]
 pub(crate) mod local;
 #[cfg(feature = "mpi")]

@@ -30,7 +30,7 @@ use crate::rules::rows;
 
 /// Groups up to this many members run small collectives here (each member sends `n - 1`
 /// messages, which beats a schedule only while `n` is small).
-pub(super) const MAX_MEMBERS: usize = 8;
+pub(super) const MAX_MEMBERS: usize = super::lanes::MAX_MEMBERS;
 /// A collective is small when its tensor is at most this many bytes.
 const SMALL: usize = 16 * 1024;
 /// The most payload bytes one message carries: a packed run stops before it would exceed it.
@@ -112,8 +112,8 @@ fn symmetric(d: &OpDesc) -> bool {
 
 /// Bytes of one member's region in the receive buffer: a header and a full payload.
 const REGION: usize = HEAD_MAX + CAP;
-/// The longest message an exchange sends (what a shared-memory lane must hold, see `lanes`).
-pub(super) const MSG_MAX: usize = REGION;
+// Every message an exchange sends fits a shared-memory lane (see `lanes`).
+const _: () = assert!(REGION <= super::lanes::MSG_MAX);
 
 /// The header of a message: the head call's hash, the proposal `p` (in a word that also holds
 /// the low bits of the head's collective step), the hashes of the first 1, 2, 4, … calls up to

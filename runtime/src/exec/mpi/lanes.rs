@@ -45,8 +45,14 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::eager::{MAX_MEMBERS, MSG_MAX};
 use crate::error::{Error, Result};
+
+/// Members a group may have and still have lanes (the most that exchange small collectives'
+/// messages, see `eager`).
+pub(super) const MAX_MEMBERS: usize = 8;
+/// The longest message a lane carries: a header and one exchange's full payload (`eager`
+/// checks that its messages fit).
+pub(super) const MSG_MAX: usize = 64 * 1024 + 128;
 
 /// Lines of 128 bytes: the adjacent-line prefetch of the control line never pulls in an entry.
 const LINES: usize = 128;
@@ -306,18 +312,32 @@ mod tests {
     /// Lanes for `n` members in plain memory (threads stand in for processes).
     struct Shared(Vec<u64>, usize);
 
+    /// A member's lanes, handed to the thread that stands in for it.
+    #[derive(Clone, Copy)]
+    struct Base(*mut u8);
+    // SAFETY: the memory outlives the threads (scoped), and the lanes' protocol orders every
+    // access to it.
+    unsafe impl Send for Base {}
+    // SAFETY: as for `Send`: a `Base` is only an address.
+    unsafe impl Sync for Base {}
+
     impl Shared {
         fn new(n: usize) -> Shared {
             Shared(vec![0u64; (n * BYTES + 64) / 8], n)
         }
-        fn bases(&mut self) -> Vec<usize> {
-            let first = (self.0.as_mut_ptr() as usize).div_ceil(64) * 64;
-            (0..self.1).map(|j| first + j * BYTES).collect()
+        fn bases(&mut self) -> Vec<Base> {
+            let all = self.0.as_mut_ptr().cast::<u8>();
+            // SAFETY: the first 64-byte boundary is at most 63 bytes in, and n · BYTES follow.
+            let first = unsafe { all.add(all.align_offset(64)) };
+            // SAFETY: as above.
+            (0..self.1)
+                .map(|j| Base(unsafe { first.add(j * BYTES) }))
+                .collect()
         }
     }
 
-    fn lanes(bases: &[usize], me: usize) -> Lanes {
-        let bases = bases.iter().map(|&b| b as *mut u8).collect();
+    fn lanes(bases: &[Base], me: usize) -> Lanes {
+        let bases = bases.iter().map(|b| b.0).collect();
         // SAFETY: the test's shared memory outlives the lanes; each is used as the module says.
         unsafe { Lanes::new(bases, me).unwrap() }
     }
@@ -331,13 +351,16 @@ mod tests {
         for n in [2, 3, 4] {
             let mut shared = Shared::new(n);
             let bases = shared.bases();
-            const MESSAGES: u64 = 64;
+            // (Fewer under Miri, still enough to go round the ring.)
+            let messages: u64 = if cfg!(miri) { 12 } else { 64 };
+            // (Under Miri, whose byte loops are slow, the longest is shorter.)
+            let longest = if cfg!(miri) { 5000 } else { MSG_MAX };
             let body = |from: usize, to: usize, m: u64| -> Vec<u8> {
                 let len = match m % 5 {
                     0 => 1,
                     1 => 40,
                     2 => 3000,
-                    3 => MSG_MAX,
+                    3 => longest,
                     _ => 8,
                 };
                 (0..len)
@@ -351,14 +374,14 @@ mod tests {
                         let l = lanes(bases, me);
                         let peers: Vec<usize> = (0..n).filter(|&j| j != me).collect();
                         let mut out: Vec<(usize, u64, Vec<u8>)> = Vec::new();
-                        for m in 0..MESSAGES {
+                        for m in 0..messages {
                             for &j in &peers {
                                 assert_eq!(l.number_out(j), m);
                                 out.push((j, m, body(me, j, m)));
                             }
                         }
                         let mut want: Vec<(usize, u64)> = Vec::new();
-                        for _ in 0..MESSAGES {
+                        for _ in 0..messages {
                             for &j in &peers {
                                 want.push((j, l.number_in(j)));
                             }

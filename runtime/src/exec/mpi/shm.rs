@@ -51,7 +51,6 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::eager;
 use super::lanes::{self, Lanes};
 use super::raw::{self, Comm};
 use super::steps::{fold_into_own, fold_parts};
@@ -430,7 +429,7 @@ impl Window {
             .into_iter()
             .map(|b| b.wrapping_add(b.align_offset(LINE)))
             .collect();
-        let lanes = (n <= eager::MAX_MEMBERS)
+        let lanes = (n <= lanes::MAX_MEMBERS)
             .then(|| {
                 let at = bases.iter().map(|b| b.wrapping_add(LANES)).collect();
                 // SAFETY: each member's lanes lie at LANES within its region, BYTES long (the
