@@ -34,14 +34,20 @@ struct Run {
 struct Opts<'a> {
     mca: &'a [(&'a str, &'a str)],
     env: &'a [(&'a str, &'a str)],
+    /// Variables set for the last rank alone (its own application context, through `env`).
+    last_rank_env: &'a [(&'a str, &'a str)],
 }
 
-const PLAIN: Opts = Opts { mca: &[], env: &[] };
+const PLAIN: Opts = Opts {
+    mca: &[],
+    env: &[],
+    last_rank_env: &[],
+};
 
 /// Every call checked as if no `#[rankwise::program]` proof covered it.
 const CHECK_ALL: Opts = Opts {
-    mca: &[],
     env: &[("RANKWISE_MPI_CHECK", "all")],
+    ..PLAIN
 };
 
 /// No job of this suite takes a tenth of this; see `mpirun`.
@@ -65,7 +71,7 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
     // mpirun and fails its test — non-zero exit, and "took" far beyond every failure test's
     // bound — instead of hanging the suite.
     cmd.args(["--timeout", &MPIRUN_TIMEOUT_SECS.to_string()])
-        .args(["--oversubscribe", "-np", &np.to_string()])
+        .arg("--oversubscribe")
         .arg("--output-filename")
         .arg(&dir)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -88,7 +94,17 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
             }
         }
     }
-    cmd.arg(example(name)).args(args);
+    if opts.last_rank_env.is_empty() || np < 2 {
+        cmd.args(["-np", &np.to_string()]);
+        cmd.arg(example(name)).args(args);
+    } else {
+        // Two application contexts: the last rank runs under `env` with its own variables.
+        cmd.args(["-np", &(np - 1).to_string()]);
+        cmd.arg(example(name)).args(args);
+        cmd.args([":", "-np", "1", "env"]);
+        cmd.args(opts.last_rank_env.iter().map(|(k, v)| format!("{k}={v}")));
+        cmd.arg(example(name)).args(args);
+    }
     let start = Instant::now();
     let output = cmd
         .output()
@@ -175,15 +191,15 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
 /// collectives' messages through its lanes, which every group must have (all ranks are on this
 /// host): a group left without one is an error, not a quiet fallback.
 const SHM_REQUIRED: Opts = Opts {
-    mca: &[],
     env: &[("RANKWISE_MPI_SHM", "require")],
+    ..PLAIN
 };
 
 /// Every collective through MPI's messages (no window: neither its steps nor its lanes), as
 /// across hosts.
 const NO_SHM: Opts = Opts {
-    mca: &[],
     env: &[("RANKWISE_MPI_SHM", "0")],
+    ..PLAIN
 };
 
 #[test]
@@ -319,6 +335,61 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
         "a rank communicated: {:?}",
         run.out
     );
+}
+
+/// Ranks started with different settings stop at start, every one saying which settings differ
+/// on which ranks: they would otherwise disagree about collectives they make (a window one rank
+/// creates and another skips) and wait for each other.
+#[test]
+fn ranks_with_different_settings_stop_at_start() {
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[("RANKWISE_MPI_SHM", "0")],
+            "RANKWISE_MPI_SHM is on (unset) on ranks [0, 1, 2], 0 on ranks [3]",
+        ),
+        (
+            &[("RANKWISE_MPI_CHECK", "0")],
+            "RANKWISE_MPI_CHECK is on (unset) on ranks [0, 1, 2], 0 on ranks [3]",
+        ),
+        (
+            &[
+                ("RANKWISE_MPI_CHECK", "all"),
+                ("RANKWISE_MPI_SHM", "require"),
+            ],
+            "RANKWISE_MPI_CHECK is on (unset) on ranks [0, 1, 2], all on ranks [3]; \
+             RANKWISE_MPI_SHM is on (unset) on ranks [0, 1, 2], require on ranks [3]",
+        ),
+    ];
+    for (last, says) in cases {
+        let opts = Opts {
+            last_rank_env: last,
+            ..PLAIN
+        };
+        let run = mpirun(4, opts, "quickstart", &[]);
+        assert!(!run.ok, "{last:?}: the job succeeded");
+        assert!(
+            run.err.contains(says),
+            "{last:?}: no {says:?} in:\n{}",
+            run.err
+        );
+        assert!(
+            run.out.values().all(String::is_empty),
+            "{last:?}: {:?}",
+            run.out
+        );
+        assert!(
+            run.took < Duration::from_secs(10),
+            "{last:?} took {:?}",
+            run.took
+        );
+    }
+    // The same setting spelled differently (`0` and `off`) is agreement.
+    let opts = Opts {
+        env: &[("RANKWISE_MPI_SHM", "0")],
+        last_rank_env: &[("RANKWISE_MPI_SHM", "off")],
+        ..PLAIN
+    };
+    assert!(mpirun(4, opts, "quickstart", &[]).ok);
 }
 
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong:

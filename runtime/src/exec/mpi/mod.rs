@@ -183,7 +183,7 @@ const QUICK: std::time::Duration = std::time::Duration::from_micros(50);
 /// `RANKWISE_MPI_CHECK`: whether collectives are checked for agreement before data moves (on
 /// unless it is `0`, `off` or `false`), and whether calls a `#[rankwise::program]` proof covers
 /// are spared the part of it the proof makes unnecessary (unless it is `all`). Every process
-/// of a job must agree, which the environment mpirun passes on ensures.
+/// of a job must agree (mpirun passes its environment on; [`settings_agree`] checks it).
 fn check_mode() -> (bool, bool) {
     match std::env::var("RANKWISE_MPI_CHECK")
         .as_deref()
@@ -193,6 +193,69 @@ fn check_mode() -> (bool, bool) {
         Ok("all") => (true, false),
         _ => (true, true),
     }
+}
+
+/// Checks that every rank of the job runs with the same `RANKWISE_MPI_CHECK` and
+/// `RANKWISE_MPI_SHM` (this rank's reading: `check`, `proofs`, `shm`): an error naming each
+/// setting and the ranks on each side when they differ. Collective over `world`.
+fn settings_agree(
+    world: &SimpleCommunicator,
+    check: bool,
+    proofs: bool,
+    shm: shm::Mode,
+) -> Result<()> {
+    let shm_bits = match shm {
+        shm::Mode::Off => 0,
+        shm::Mode::On => 1,
+        shm::Mode::Require => 2,
+    };
+    let mine = c_int::from(check) | c_int::from(proofs) << 1 | shm_bits << 2;
+    let mut all = vec![0; world.size() as usize];
+    raw::poll_allgather_int(world, mine, &mut all)?;
+    if all.iter().all(|&w| w == mine) {
+        return Ok(());
+    }
+    let check_of = |w: c_int| match w & 3 {
+        0 => "0",
+        1 => "all",
+        _ => "on (unset)",
+    };
+    let shm_of = |w: c_int| match w >> 2 {
+        0 => "0",
+        2 => "require",
+        _ => "on (unset)",
+    };
+    let mut parts = Vec::new();
+    for (name, of) in [
+        (
+            "RANKWISE_MPI_CHECK",
+            &check_of as &dyn Fn(c_int) -> &'static str,
+        ),
+        ("RANKWISE_MPI_SHM", &shm_of),
+    ] {
+        let mut sides: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (rank, &w) in all.iter().enumerate() {
+            match sides.iter_mut().find(|(v, _)| *v == of(w)) {
+                Some((_, ranks)) => ranks.push(rank),
+                None => sides.push((of(w), vec![rank])),
+            }
+        }
+        if sides.len() > 1 {
+            let said: Vec<String> = sides
+                .iter()
+                .map(|(v, ranks)| format!("{v} on ranks {ranks:?}"))
+                .collect();
+            parts.push(format!("{name} is {}", said.join(", ")));
+        }
+    }
+    Err(Error::Backend {
+        backend: "mpi",
+        detail: format!(
+            "the ranks of this job run with different settings: {}; every process must have \
+             the same (set them before mpirun, which passes the environment on, or with `-x`)",
+            parts.join("; ")
+        ),
+    })
 }
 
 /// The host's cores, whatever this process is bound to (mpirun binds each rank to one core
@@ -265,6 +328,9 @@ impl MpiBackend {
         let (check, proofs) = check_mode();
         let members: Vec<usize> = (0..size).collect();
         let shm_mode = shm::Mode::from_env();
+        // Before anything collective depends on them: ranks that disagree would otherwise wait
+        // for each other in different calls (a window one rank creates and another skips).
+        settings_agree(world, check, proofs, shm_mode)?;
         let mut be = MpiBackend {
             rank,
             world_id: WorldId::fresh(),

@@ -85,8 +85,8 @@ pub(super) enum Mode {
 }
 
 impl Mode {
-    /// The mode of this process (every process of a job must agree, which the environment
-    /// mpirun passes on ensures).
+    /// The mode of this process (every process of a job must agree: mpirun passes its
+    /// environment on, and the backend checks it at start).
     pub(super) fn from_env() -> Mode {
         match std::env::var("RANKWISE_MPI_SHM").as_deref().map(str::trim) {
             Ok("0" | "off" | "false") => Mode::Off,
