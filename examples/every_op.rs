@@ -43,6 +43,10 @@ fn data<T: Fill>(rank: usize, salt: usize, shape: &[usize]) -> Result<Tensor<T>>
 /// An FNV-style hash of the tensor's shape and the bits of its values (bits, not printed
 /// values: equal bits on every engine is the claim, and printing large tensors is slow).
 fn digest<T: Fill>(t: &Tensor<T>) -> String {
+    format!("{:016x}", hash(t))
+}
+
+fn hash<T: Fill>(t: &Tensor<T>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |w: u64| h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
     for &d in t.shape() {
@@ -51,7 +55,7 @@ fn digest<T: Fill>(t: &Tensor<T>) -> String {
     for x in t.to_vec() {
         mix(x.bits());
     }
-    format!("{h:016x}")
+    h
 }
 
 fn with(shape: &[usize], dim: usize, f: impl Fn(usize) -> usize) -> Vec<usize> {
@@ -311,6 +315,33 @@ fn large_runs<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+/// A root that runs far ahead: the other ranks start late, and meanwhile the root makes 600
+/// broadcasts of changing sizes, up to 64 KiB (without the agreement check they go one way, so
+/// under MPI on one host the root fills its lanes to them and must wait for them to take).
+fn root_runs_ahead<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
+    let (r, w) = (ctx.rank(), ctx.world());
+    let root = w - 1;
+    if r != root {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // One line for all of them: each broadcast's hash folded in order.
+    let mut all = 0u64;
+    for i in 0..600 {
+        let len = [
+            1,
+            9,
+            1000,
+            16_000 / T::DTYPE.size(),
+            65_536 / T::DTYPE.size(),
+        ][i % 5];
+        let mut t = data::<T>(r, 80 + i, &[len])?;
+        ctx.broadcast(&mut t, root)?;
+        all = all.rotate_left(7) ^ hash(&t);
+    }
+    out.push(format!("{} root ran ahead {all:016x}", T::DTYPE));
+    Ok(())
+}
+
 fn per_dtype<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     let w = ctx.world();
     let world = ctx.world_group().clone();
@@ -333,6 +364,9 @@ fn per_dtype<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
     let all = ctx.new_group((0..w).collect::<Vec<_>>())?;
     collectives::<T>(ctx, &all, "all", out)?;
     large_runs::<T>(ctx, out)?;
+    if T::DTYPE == DType::F32 {
+        root_runs_ahead::<T>(ctx, out)?;
+    }
     mixed::<T>(ctx, &halves, out)
 }
 
