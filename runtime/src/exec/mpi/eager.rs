@@ -616,8 +616,10 @@ impl Exchange {
                         }
                     }
                     if is_direct {
-                        // The data follows its header on the same channel (messages between two
-                        // members keep their order), straight from and into the tensors.
+                        // The data follows its header, straight from and into the tensors, on
+                        // MPI's channel between the two (which keeps its order: through lanes,
+                        // where headers go their own way, it carries only direct exchanges'
+                        // data, posted in the same exchange order on both sides).
                         let o = &run[0];
                         let d = &o.desc;
                         let es = d.dtype.size();
