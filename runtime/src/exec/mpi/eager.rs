@@ -16,7 +16,10 @@
 //! [`call_tag`]).
 //!
 //! Messages go over a communicator of their own per group (a duplicate made with the group's),
-//! so they never meet point-to-point traffic, whose receives take any tag.
+//! so they never meet point-to-point traffic, whose receives take any tag. On a group whose
+//! members share a host, the header messages (with a small exchange's data) go through the
+//! group's shared-memory lanes instead (see `lanes`): the same bytes in the same order, so
+//! nothing here depends on which way they went.
 
 use super::drive::{MAX_PACK, PREFIXES, RECORD, Records, compare, record};
 use super::lanes::Lanes;

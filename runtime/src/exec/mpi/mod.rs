@@ -22,7 +22,8 @@
 //! 4. **Shared memory on one host.** An all_reduce that is not small (alone, or a packed run of
 //!    them), or a large reduce_scatter with contiguous blocks, on a group whose members share a
 //!    host is folded through the group's shared-memory window, polled by the same loop
-//!    between `MPI_Testsome`s instead of sent as messages (`shm`).
+//!    between `MPI_Testsome`s instead of sent as messages (`shm`); and small collectives'
+//!    messages go through lanes in that window instead of MPI's sends and receives (`lanes`).
 //!
 //! **Posted messages** (`isend`/`irecv`) are `MPI_Issend`/`MPI_Irecv` on buffers the backend
 //! owns, matched in posting order with the rank's other messages like any send or receive.
