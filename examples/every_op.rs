@@ -124,10 +124,13 @@ fn collectives<T: Fill>(ctx: &mut Ctx, g: &Group, name: &str, out: &mut Vec<Stri
     ctx.group(g).broadcast(&mut t, m[n - 1])?;
     line("broadcast".into(), digest(&t));
     // Larger than a small collective (the MPI backend exchanges it alone through a group's
-    // shared-memory lanes, or sends it on its schedule path).
-    let mut t = data::<T>(r, 9, &[1, 1100, 4])?;
-    ctx.group(g).broadcast(&mut t, m[n / 2])?;
-    line("broadcast [1, 1100, 4]".into(), digest(&t));
+    // shared-memory lanes, or sends it on its schedule path), and larger than one message
+    // (through the group's window, or on the schedule path).
+    for (salt, shape) in [(9, [1, 1100, 4]), (10, [1, 30_000, 4])] {
+        let mut t = data::<T>(r, salt, &shape)?;
+        ctx.group(g).broadcast(&mut t, m[n / 2])?;
+        line(format!("broadcast {shape:?}"), digest(&t));
+    }
     ctx.group(g).barrier()?;
     // The list forms, as torch writes them: one tensor of `base` per member.
     let x = data::<T>(r, 8, &base)?;
@@ -290,6 +293,9 @@ fn large_runs<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
         let mut t = data::<T>(r, 50, &[1_300_000])?;
         ctx.all_reduce(&mut t, ReduceOp::Sum)?;
         out.push(format!("{} all_reduce of 5 MB {}", T::DTYPE, digest(&t)));
+        let mut t = data::<T>(r, 51, &[1_300_000])?;
+        ctx.broadcast(&mut t, ctx.world() / 2)?;
+        out.push(format!("{} broadcast of 5 MB {}", T::DTYPE, digest(&t)));
     }
     let mut ts: Vec<Tensor<T>> = (0..3)
         .map(|i| data::<T>(r, 60 + i, &[6000]))

@@ -777,10 +777,12 @@ impl<'a> Driver<'a> {
             ));
         };
         slot.packed = None;
+        let (_, members) = be.comm_of(self.chains[c].group)?;
+        let root = eager::root_index(&self.ops[slot.ops.start].desc, members)?;
         // SAFETY: the ops' buffers are valid until `execute` returns, which is after the run
         // is done (or never: a failure ends the job); the chain's blocker keeps any other run
         // of this group from starting before this one is done.
-        slot.shm = Some(unsafe { regions.start(&self.ops[slot.ops.clone()])? });
+        slot.shm = Some(unsafe { regions.start(&self.ops[slot.ops.clone()], root)? });
         self.chains[c].blocker = Some(s);
         self.shm_slots.push(s);
         // The other members may be there already.
