@@ -100,6 +100,14 @@ fn main() -> Result<()> {
                 let mut u = ctx.zeros::<f32>([8192])?;
                 ctx.all_reduce(&mut u, op)?;
             }
+            // A large broadcast one rank makes one element longer: with the check, the records
+            // name both calls; without it (`RANKWISE_MPI_CHECK=0`), the shared-memory window
+            // finds the difference before any rank uses another's bytes.
+            "broadcast_size" => {
+                let len = if rank == 2 { 100_001 } else { 100_000 };
+                let mut u = ctx.zeros::<f32>([len])?;
+                ctx.broadcast(&mut u, 0)?;
+            }
             // Large tensors every rank batches, the last rank's third with another operator:
             // agreed call by call through their records before any data moves (on one host,
             // the MPI backend then folds them through shared memory).

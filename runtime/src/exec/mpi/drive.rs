@@ -98,6 +98,15 @@ fn encode_desc(d: &OpDesc, out: &mut [u8]) -> u64 {
     h
 }
 
+/// What tags a run through a group's window (see `shm::Regions::start`, which adds its number
+/// of calls and bytes): its first call's encoding, every field members must agree on but the
+/// site. The first alone: a packed run of a thousand calls was agreed on already.
+fn run_tag(run: &[Op]) -> u64 {
+    let mut out = [0u8; DESC];
+    run.first()
+        .map_or(FNV_START, |o| encode_desc(&o.desc, &mut out))
+}
+
 /// Whether [`encode_desc`] encodes `a` and `b` alike (every field it reads is equal; the op
 /// compares `PreMulSum` scalars by bits, as the encoding does).
 fn same_encoding(a: &OpDesc, b: &OpDesc) -> bool {
@@ -778,11 +787,12 @@ impl<'a> Driver<'a> {
         };
         slot.packed = None;
         let (_, members) = be.comm_of(self.chains[c].group)?;
-        let root = eager::root_index(&self.ops[slot.ops.start].desc, members)?;
+        let run = &self.ops[slot.ops.clone()];
+        let root = eager::root_index(&run[0].desc, members)?;
         // SAFETY: the ops' buffers are valid until `execute` returns, which is after the run
         // is done (or never: a failure ends the job); the chain's blocker keeps any other run
         // of this group from starting before this one is done.
-        slot.shm = Some(unsafe { regions.start(&self.ops[slot.ops.clone()], root)? });
+        slot.shm = Some(unsafe { regions.start(run, root, run_tag(run))? });
         self.chains[c].blocker = Some(s);
         self.shm_slots.push(s);
         // The other members may be there already.
@@ -848,8 +858,29 @@ impl<'a> Driver<'a> {
                     "a shared-memory slot without its step".into(),
                 ));
             };
+            let run = &self.ops[slot.ops.clone()];
             // SAFETY: as in `start_window`, with the ops the run started with.
-            if unsafe { regions.poll(step, &self.ops[slot.ops.clone()]) } {
+            let done = unsafe { regions.poll(step, run) }.map_err(|d| {
+                let (head, seq) = (&run[0].desc, self.waits[slot.ops.start].seq);
+                match self.be.comm_of(group) {
+                    Ok((_, members)) => Error::Backend {
+                        backend: "mpi",
+                        detail: format!(
+                            "collective mismatch on group {members:?}, step {seq}: rank {} calls \
+                             {} at {}, but rank {}'s call through the shared-memory window \
+                             differs (in kind, dtype, operator, root or size); \
+                             RANKWISE_MPI_CHECK=0 skipped the check that names both calls — \
+                             run without it to see them",
+                            self.be.rank,
+                            head.summary(),
+                            head.site,
+                            members.get(d.member).copied().unwrap_or(usize::MAX),
+                        ),
+                    },
+                    Err(e) => e,
+                }
+            })?;
+            if done {
                 slot.shm = None;
                 self.shm_slots.swap_remove(i);
                 self.finish(s, reqs)?;

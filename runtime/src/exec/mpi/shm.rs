@@ -74,6 +74,8 @@ pub(super) const AREA: usize = 4 << 20;
 /// Where a region's counters and areas start. The counters sit 128 bytes apart, so that the
 /// adjacent-line prefetch of one never pulls in the other, nor the first bytes of data.
 const ARRIVED: usize = 0;
+/// The run's call tag (see [`Regions::start`]), written before `arrived`, in its line.
+const CALL: usize = 8;
 const REDUCED: usize = 128;
 const PACK: usize = 256;
 /// Where a region's lanes for small collectives' messages start (see `lanes`).
@@ -161,6 +163,17 @@ pub(super) struct Step {
     reduced: bool,
     /// A broadcast's root (a member index; 0 for other runs).
     root: usize,
+    /// What the run is (see [`Regions::start`]): compared with the other members' before any
+    /// of their bytes is used.
+    call: u64,
+}
+
+/// A member whose run through the window is not this member's (its call tag differs): only
+/// possible without the agreement check (`RANKWISE_MPI_CHECK=0`), which would have found it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Differs {
+    /// Its member index.
+    pub(super) member: usize,
 }
 
 impl Regions {
@@ -206,12 +219,16 @@ impl Regions {
     }
 
     /// Starts the run `ops` (a broadcast from member `root`; `root` is ignored for other runs):
-    /// its first step (step 1 of the module docs).
+    /// its first step (step 1 of the module docs). `call` tags the run (its first call's kind,
+    /// dtype, operator, root and shape, the same on every member that runs the same call; the
+    /// run's number of calls and bytes are added here): each step compares the tag with the
+    /// other members' before it uses their bytes, so members that disagree unchecked get an
+    /// error, never each other's bytes cut to the wrong size.
     ///
     /// # Safety
     /// [`takes`] holds for `ops`; their buffers are valid for their descriptions until the run
     /// is done ([`Regions::poll`] returned true); no other run of these regions is in progress.
-    pub(super) unsafe fn start(&self, ops: &[Op], root: usize) -> Result<Step> {
+    pub(super) unsafe fn start(&self, ops: &[Op], root: usize, call: u64) -> Result<Step> {
         if root >= self.bases.len() {
             return Err(Error::Internal(format!(
                 "a shared-memory run from member {root} of {}",
@@ -230,6 +247,11 @@ impl Regions {
             lo: 0,
             hi: 0,
             bounds: Vec::new(),
+            call: call
+                .rotate_left(17)
+                .wrapping_add(ops.len() as u64)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ ends.last().copied().unwrap_or(0) as u64,
             ends,
             reduced: false,
             root,
@@ -282,8 +304,24 @@ impl Regions {
             // it in the last step (module docs).
             unsafe { self.copy_slices(ops, step, |_| self.pack(self.me), true) };
         }
+        self.counter(self.me, CALL)
+            .store(step.call, Ordering::Relaxed);
         self.counter(self.me, ARRIVED)
             .store(generation, Ordering::Release);
+    }
+
+    /// The first of `members` that arrived at this step with another call than this member's.
+    /// (Read after their `arrived` says `g`, acquire: their tag is this step's, and stays until
+    /// this member says `reduced`.)
+    fn differing(
+        &self,
+        step: &Step,
+        mut members: impl Iterator<Item = usize>,
+    ) -> Result<(), Differs> {
+        match members.find(|&j| self.counter(j, CALL).load(Ordering::Relaxed) != step.call) {
+            Some(member) => Err(Differs { member }),
+            None => Ok(()),
+        }
     }
 
     /// Copies, for every member `s` but this one, slice `s` of the step between the tensors of
@@ -320,19 +358,21 @@ impl Regions {
     }
 
     /// Advances `step` as far as the other members allow (steps 2 and 3, then the run's next
-    /// step); true once the run is done and every tensor of `ops` holds its result.
+    /// step); true once the run is done and every tensor of `ops` holds its result. A member
+    /// that arrived with another call is an error, found before any of its bytes is used.
     ///
     /// # Safety
     /// As for [`Regions::start`], with the `ops` the step was started with.
-    pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> bool {
+    pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> Result<bool, Differs> {
         let (n, me, g, lo) = (self.bases.len(), self.me, step.generation, step.lo);
         let all = |at| (0..n).all(|j| self.counter(j, at).load(Ordering::Acquire) >= g);
         if !step.reduced && broadcasts(ops) {
             let root = step.root;
             if me != root {
                 if self.counter(root, ARRIVED).load(Ordering::Acquire) < g {
-                    return false;
+                    return Ok(false);
                 }
+                self.differing(step, std::iter::once(root))?;
                 // SAFETY: the root copied the step's bytes into its pack area before it
                 // published `arrived` (acquire above), and rewrites it only after every member
                 // says `reduced`; the bytes lie in this member's output (its description).
@@ -349,8 +389,9 @@ impl Regions {
         }
         if !step.reduced {
             if !all(ARRIVED) {
-                return false;
+                return Ok(false);
             }
+            self.differing(step, (0..n).filter(|&j| j != me))?;
             let result = self.result(me);
             let mut parts: Vec<*const u8> = vec![std::ptr::null(); n];
             // Folded where it is when that costs one pass (the first member's own part, or the
@@ -401,7 +442,7 @@ impl Regions {
             step.reduced = true;
         }
         if !all(REDUCED) {
-            return false;
+            return Ok(false);
         }
         if !scatters(ops) && !broadcasts(ops) {
             // SAFETY: the caller's contract; member `s` wrote its slice's results into its
@@ -412,9 +453,9 @@ impl Regions {
         if step.hi < step.ends.last().copied().unwrap_or(0) {
             // SAFETY: the caller's contract; this step is done on this member.
             unsafe { self.next_step(step, ops) };
-            return false;
+            return Ok(false);
         }
-        true
+        Ok(true)
     }
 }
 
@@ -502,6 +543,7 @@ impl Window {
         // LINE bytes into it; alignment is checked by `new`.
         let regions = unsafe { Regions::new(bases, me)? };
         regions.counter(me, ARRIVED).store(0, Ordering::Relaxed);
+        regions.counter(me, CALL).store(0, Ordering::Relaxed);
         regions.counter(me, REDUCED).store(0, Ordering::Relaxed);
         if let Some(l) = &lanes {
             l.clear_own();
@@ -613,9 +655,9 @@ mod tests {
                                 .collect();
                             assert!(takes(&ops));
                             // SAFETY: the ops' tensors live until the step is done.
-                            let mut step = unsafe { regions.start(&ops, 0).unwrap() };
+                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
                             // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) } {
+                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
                                 std::thread::yield_now();
                             }
                             for (k, t) in ts.iter().enumerate() {
@@ -666,9 +708,9 @@ mod tests {
                             let ops = [op];
                             assert!(takes(&ops));
                             // SAFETY: the tensors live until the run is done.
-                            let mut step = unsafe { regions.start(&ops, 0).unwrap() };
+                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
                             // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) } {
+                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
                                 std::thread::yield_now();
                             }
                             for (e, &v) in output.iter().enumerate() {
@@ -685,9 +727,9 @@ mod tests {
                                 300,
                             )];
                             // SAFETY: as above.
-                            let mut step = unsafe { regions.start(&ops, 0).unwrap() };
+                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
                             // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) } {
+                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
                                 std::thread::yield_now();
                             }
                             let want: usize = (0..n).map(|j| j + round).sum();
@@ -732,9 +774,9 @@ mod tests {
                             let ops = [op];
                             assert!(takes(&ops));
                             // SAFETY: the tensor lives until the run is done.
-                            let mut step = unsafe { regions.start(&ops, root).unwrap() };
+                            let mut step = unsafe { regions.start(&ops, root, 8).unwrap() };
                             // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) } {
+                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
                                 std::thread::yield_now();
                             }
                             for (e, &v) in t.iter().enumerate() {
@@ -753,9 +795,9 @@ mod tests {
                                 u.len(),
                             )];
                             // SAFETY: as above.
-                            let mut step = unsafe { regions.start(&ops, 0).unwrap() };
+                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
                             // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) } {
+                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
                                 std::thread::yield_now();
                             }
                             let want = (0..n).map(|m| (m + round) as f32).sum::<f32>();
@@ -766,11 +808,95 @@ mod tests {
                         }
                         // A root that is not a member is an error, not a run.
                         // SAFETY: nothing runs.
-                        assert!(unsafe { regions.start(&[], n) }.is_err());
+                        assert!(unsafe { regions.start(&[], n, 0) }.is_err());
                     });
                 }
             });
         }
+    }
+
+    /// Members whose runs differ (another call, or another size: tags differ) each get the
+    /// other named before either uses the other's bytes; a broadcast's members find a root
+    /// with another call, and the root, which reads nobody's bytes, waits (the members' error
+    /// ends the job).
+    #[test]
+    fn members_with_different_calls_are_named_before_their_bytes_are_used() {
+        let sizes = [(256usize, 256usize), (256, 257)];
+        for (case, (a, b)) in sizes.into_iter().enumerate() {
+            // Fresh regions for each case.
+            let mut shared = Shared::new(2);
+            let bases = shared.bases();
+            std::thread::scope(|scope| {
+                for me in 0..2 {
+                    let bases = bases.clone();
+                    scope.spawn(move || {
+                        let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
+                        // SAFETY: as in the tests above.
+                        let regions = unsafe { Regions::new(ptrs, me).unwrap() };
+                        let len = if me == 0 { a } else { b };
+                        let mut t = vec![me as f32; len];
+                        let ops = [all_reduce(
+                            DType::F32,
+                            ReduceOp::Sum,
+                            t.as_mut_ptr() as *mut u8,
+                            len,
+                        )];
+                        // Case 0: another call of the same size; case 1: the same call, sizes
+                        // that differ by one element (one step each).
+                        let tag = if case == 0 { 10 + me as u64 } else { 10 };
+                        // SAFETY: as above.
+                        let mut step = unsafe { regions.start(&ops, 0, tag).unwrap() };
+                        let got = loop {
+                            // SAFETY: as above.
+                            match unsafe { regions.poll(&mut step, &ops) } {
+                                Ok(false) => std::thread::yield_now(),
+                                other => break other,
+                            }
+                        };
+                        assert_eq!(got, Err(Differs { member: 1 - me }), "case {case}");
+                        assert!(t.iter().all(|&x| x == me as f32), "its bytes were used");
+                    });
+                }
+            });
+        }
+        let mut shared = Shared::new(3);
+        let bases = shared.bases();
+        std::thread::scope(|scope| {
+            for me in 0..3 {
+                let bases = bases.clone();
+                scope.spawn(move || {
+                    let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
+                    // SAFETY: as in the tests above.
+                    let regions = unsafe { Regions::new(ptrs, me).unwrap() };
+                    let mut t = vec![me as f32 + 1.0; 1000];
+                    let mut op =
+                        all_reduce(DType::F32, ReduceOp::Sum, t.as_mut_ptr() as *mut u8, 1000);
+                    op.desc.kind = OpKind::Broadcast;
+                    let ops = [op];
+                    // SAFETY: as above.
+                    let mut step = unsafe { regions.start(&ops, 0, 20 + me as u64).unwrap() };
+                    if me == 0 {
+                        for _ in 0..1000 {
+                            // SAFETY: as above.
+                            assert_eq!(unsafe { regions.poll(&mut step, &ops) }, Ok(false));
+                        }
+                        return;
+                    }
+                    let got = loop {
+                        // SAFETY: as above.
+                        match unsafe { regions.poll(&mut step, &ops) } {
+                            Ok(false) => std::thread::yield_now(),
+                            other => break other,
+                        }
+                    };
+                    assert_eq!(got, Err(Differs { member: 0 }));
+                    assert!(
+                        t.iter().all(|&x| x == me as f32 + 1.0),
+                        "the root's bytes were used"
+                    );
+                });
+            }
+        });
     }
 
     #[test]
