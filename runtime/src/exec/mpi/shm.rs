@@ -572,20 +572,41 @@ mod tests {
     use crate::model::{CallSite, GroupId, OpDesc, Shape};
     use crate::{DType, ReduceOp};
 
-    /// Shared memory for `n` regions, 64-byte aligned (plain memory: threads stand in for
-    /// processes).
-    struct Shared(Vec<u64>, usize);
+    /// Runs `member(regions, me)` on one thread per member of `n`, over fresh shared regions
+    /// in plain memory (threads stand in for processes).
+    fn members(n: usize, member: impl Fn(&Regions, usize) + Sync) {
+        // One spare line so the first region can start on a 64-byte boundary.
+        let mut shared = vec![0u64; (n * REGION + LINE) / 8];
+        let base = shared.as_mut_ptr() as usize;
+        let first = base.div_ceil(LINE) * LINE;
+        std::thread::scope(|scope| {
+            for me in 0..n {
+                let member = &member;
+                scope.spawn(move || {
+                    let ptrs = (0..n).map(|j| (first + j * REGION) as *mut u8).collect();
+                    // SAFETY: the regions are REGION bytes each, aligned, zeroed and shared by
+                    // these threads for the scope's whole life (`shared` outlives it); members
+                    // that run different steps (one test's point) still only touch the regions.
+                    let regions = unsafe { Regions::new(ptrs, me).unwrap() };
+                    member(&regions, me);
+                });
+            }
+        });
+        drop(shared);
+    }
 
-    impl Shared {
-        fn new(n: usize) -> Shared {
-            // One spare line so the first region can start on a 64-byte boundary.
-            Shared(vec![0u64; (n * REGION + LINE) / 8], n)
+    /// Polls `ops`' run from its start until it is done (or finds a member that differs).
+    ///
+    /// # Safety
+    /// As for [`Regions::start`].
+    unsafe fn run(regions: &Regions, ops: &[Op], root: usize, call: u64) -> Result<(), Differs> {
+        // SAFETY: the caller's contract.
+        let mut step = unsafe { regions.start(ops, root, call) }.expect("a run starts");
+        // SAFETY: as above.
+        while !unsafe { regions.poll(&mut step, ops) }? {
+            std::thread::yield_now();
         }
-        fn bases(&mut self) -> Vec<usize> {
-            let base = self.0.as_mut_ptr() as usize;
-            let first = base.div_ceil(LINE) * LINE;
-            (0..self.1).map(|j| first + j * REGION).collect()
-        }
+        Ok(())
     }
 
     fn all_reduce(dtype: DType, op: ReduceOp, t: *mut u8, len: usize) -> Op {
@@ -606,72 +627,71 @@ mod tests {
         }
     }
 
+    fn sum_of(t: &mut [f32]) -> Op {
+        all_reduce(
+            DType::F32,
+            ReduceOp::Sum,
+            t.as_mut_ptr() as *mut u8,
+            t.len(),
+        )
+    }
+
+    fn broadcast(t: &mut [f32]) -> Op {
+        let mut o = sum_of(t);
+        o.desc.kind = OpKind::Broadcast;
+        o.desc.op = None;
+        o
+    }
+
+    /// An all-reduce of 300 elements right after another run: every member gets the sum, so the
+    /// areas were left usable.
+    fn then_an_all_reduce(regions: &Regions, n: usize, me: usize, round: usize) {
+        let mut u = vec![(me + round) as f32; 300];
+        // SAFETY: the tensor lives until the run is done.
+        unsafe { run(regions, &[sum_of(&mut u)], 0, 7) }.unwrap();
+        let want = (0..n).map(|m| (m + round) as f32).sum::<f32>();
+        assert!(
+            u.iter().all(|&x| x == want),
+            "n {n} member {me} round {round}"
+        );
+    }
+
     /// Members fold runs of different sizes, step after step with no pause between them, and
     /// every member's tensors end as the sums in member order (exact here: small integers in
     /// f32), including runs too small to give every member a slice and a run of several steps.
     #[test]
     fn steps_of_changing_runs_give_every_member_the_sums() {
+        let runs: Vec<Vec<usize>> = vec![
+            vec![256; 40],
+            vec![3, 1, 17],
+            vec![1],
+            vec![1000, 5, 64, 2048],
+            // Larger than one area: three steps, the first ending inside a tensor.
+            vec![AREA / 4 - 100, 300, AREA / 4 + 17, 9],
+            vec![7; 3],
+        ];
         for n in [2usize, 3, 4] {
-            let mut shared = Shared::new(n);
-            let bases = shared.bases();
-            let runs: Vec<Vec<usize>> = vec![
-                vec![256; 40],
-                vec![3, 1, 17],
-                vec![1],
-                vec![1000, 5, 64, 2048],
-                // Larger than one area: three steps, the first ending inside a tensor.
-                vec![AREA / 4 - 100, 300, AREA / 4 + 17, 9],
-                vec![7; 3],
-            ];
-            std::thread::scope(|scope| {
-                for me in 0..n {
-                    let (bases, runs) = (bases.clone(), &runs);
-                    scope.spawn(move || {
-                        let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
-                        // SAFETY: the regions are REGION bytes each, aligned, zeroed, shared
-                        // by these threads for the scope's whole life, and every thread runs
-                        // the same steps.
-                        let regions = unsafe { Regions::new(ptrs, me).unwrap() };
-                        for (r, run) in runs.iter().enumerate() {
-                            let mut ts: Vec<Vec<f32>> = run
-                                .iter()
-                                .enumerate()
-                                .map(|(k, &len)| {
-                                    (0..len)
-                                        .map(|e| (me * 1000 + k * 7 + e % 13 + r) as f32)
-                                        .collect()
-                                })
-                                .collect();
-                            let ops: Vec<Op> = ts
-                                .iter_mut()
-                                .map(|t| {
-                                    all_reduce(
-                                        DType::F32,
-                                        ReduceOp::Sum,
-                                        t.as_mut_ptr() as *mut u8,
-                                        t.len(),
-                                    )
-                                })
-                                .collect();
-                            assert!(takes(&ops));
-                            // SAFETY: the ops' tensors live until the step is done.
-                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
-                            // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
-                                std::thread::yield_now();
-                            }
-                            for (k, t) in ts.iter().enumerate() {
-                                for (e, &v) in t.iter().enumerate() {
-                                    let want: usize =
-                                        (0..n).map(|m| m * 1000 + k * 7 + e % 13 + r).sum();
-                                    assert_eq!(
-                                        v, want as f32,
-                                        "n {n} member {me} run {r} tensor {k}[{e}]"
-                                    );
-                                }
-                            }
+            members(n, |regions, me| {
+                for (r, lens) in runs.iter().enumerate() {
+                    let mut ts: Vec<Vec<f32>> = lens
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &len)| {
+                            (0..len)
+                                .map(|e| (me * 1000 + k * 7 + e % 13 + r) as f32)
+                                .collect()
+                        })
+                        .collect();
+                    let ops: Vec<Op> = ts.iter_mut().map(|t| sum_of(t)).collect();
+                    assert!(takes(&ops));
+                    // SAFETY: the ops' tensors live until the run is done.
+                    unsafe { run(regions, &ops, 0, 7) }.unwrap();
+                    for (k, t) in ts.iter().enumerate() {
+                        for (e, &v) in t.iter().enumerate() {
+                            let want: usize = (0..n).map(|m| m * 1000 + k * 7 + e % 13 + r).sum();
+                            assert_eq!(v, want as f32, "n {n} member {me} run {r} tensor {k}[{e}]");
                         }
-                    });
+                    }
                 }
             });
         }
@@ -682,135 +702,54 @@ mod tests {
     #[test]
     fn a_reduce_scatter_folds_each_members_block() {
         for n in [2usize, 3, 4] {
-            let mut shared = Shared::new(n);
-            let bases = shared.bases();
-            std::thread::scope(|scope| {
-                for me in 0..n {
-                    let bases = bases.clone();
-                    scope.spawn(move || {
-                        let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
-                        // SAFETY: as in the test above.
-                        let regions = unsafe { Regions::new(ptrs, me).unwrap() };
-                        let m = 1000;
-                        for round in 0..3usize {
-                            let mut input: Vec<f32> = (0..n * m)
-                                .map(|e| (me * 100 + e % 97 + round) as f32)
-                                .collect();
-                            let mut output = vec![0f32; m];
-                            let mut op = all_reduce(
-                                DType::F32,
-                                ReduceOp::Sum,
-                                input.as_mut_ptr() as *mut u8,
-                                n * m,
-                            );
-                            op.desc.kind = OpKind::ReduceScatter;
-                            op.output = Buf::host(output.as_mut_ptr() as *mut u8, m);
-                            let ops = [op];
-                            assert!(takes(&ops));
-                            // SAFETY: the tensors live until the run is done.
-                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
-                            // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
-                                std::thread::yield_now();
-                            }
-                            for (e, &v) in output.iter().enumerate() {
-                                let want: usize =
-                                    (0..n).map(|j| j * 100 + (me * m + e) % 97 + round).sum();
-                                assert_eq!(v, want as f32, "n {n} member {me} round {round} [{e}]");
-                            }
-                            // Then an all-reduce on the same regions.
-                            let mut t = vec![(me + round) as f32; 300];
-                            let ops = [all_reduce(
-                                DType::F32,
-                                ReduceOp::Sum,
-                                t.as_mut_ptr() as *mut u8,
-                                300,
-                            )];
-                            // SAFETY: as above.
-                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
-                            // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
-                                std::thread::yield_now();
-                            }
-                            let want: usize = (0..n).map(|j| j + round).sum();
-                            assert!(t.iter().all(|&v| v == want as f32));
-                        }
-                    });
+            members(n, |regions, me| {
+                let m = 1000;
+                for round in 0..3usize {
+                    let mut input: Vec<f32> = (0..n * m)
+                        .map(|e| (me * 100 + e % 97 + round) as f32)
+                        .collect();
+                    let mut output = vec![0f32; m];
+                    let mut op = sum_of(&mut input);
+                    op.desc.kind = OpKind::ReduceScatter;
+                    op.output = Buf::host(output.as_mut_ptr() as *mut u8, m);
+                    let ops = [op];
+                    assert!(takes(&ops));
+                    // SAFETY: the tensors live until the run is done.
+                    unsafe { run(regions, &ops, 0, 7) }.unwrap();
+                    for (e, &v) in output.iter().enumerate() {
+                        let want: usize = (0..n).map(|j| j * 100 + (me * m + e) % 97 + round).sum();
+                        assert_eq!(v, want as f32, "n {n} member {me} round {round} [{e}]");
+                    }
+                    then_an_all_reduce(regions, n, me, round);
                 }
             });
         }
     }
 
-    /// Only all-reduces take this path, of any size (in steps of one area), and reduce-scatters
-    /// whose blocks are contiguous and fit one area.
     /// Broadcasts from every root, of changing sizes (several steps among them), between
     /// all-reduces on the same regions: every member ends with the root's bytes, the root's
     /// tensor is untouched, and the areas stay usable.
     #[test]
     fn a_broadcast_gives_every_member_the_roots_bytes() {
         for n in [2usize, 3, 4] {
-            let mut shared = Shared::new(n);
-            let bases = shared.bases();
-            std::thread::scope(|scope| {
-                for me in 0..n {
-                    let bases = bases.clone();
-                    scope.spawn(move || {
-                        let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
-                        // SAFETY: as in the tests above.
-                        let regions = unsafe { Regions::new(ptrs, me).unwrap() };
-                        let sizes = [1usize, 1000, AREA / 4 + 3, 2 * AREA / 4 + 1, 17];
-                        for (round, &len) in sizes.iter().enumerate() {
-                            let root = round % n;
-                            let value = |m: usize, e: usize| (m * 10_000 + e % 4099 + round) as f32;
-                            let mut t: Vec<f32> = (0..len).map(|e| value(me, e)).collect();
-                            let mut op = all_reduce(
-                                DType::F32,
-                                ReduceOp::Sum,
-                                t.as_mut_ptr() as *mut u8,
-                                len,
-                            );
-                            op.desc.kind = OpKind::Broadcast;
-                            op.desc.op = None;
-                            let ops = [op];
-                            assert!(takes(&ops));
-                            // SAFETY: the tensor lives until the run is done.
-                            let mut step = unsafe { regions.start(&ops, root, 8).unwrap() };
-                            // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
-                                std::thread::yield_now();
-                            }
-                            for (e, &v) in t.iter().enumerate() {
-                                assert_eq!(
-                                    v,
-                                    value(root, e),
-                                    "n {n} member {me} round {round} [{e}]"
-                                );
-                            }
-                            // An all-reduce on the same regions right after.
-                            let mut u = vec![(me + round) as f32; 300];
-                            let ops = [all_reduce(
-                                DType::F32,
-                                ReduceOp::Sum,
-                                u.as_mut_ptr() as *mut u8,
-                                u.len(),
-                            )];
-                            // SAFETY: as above.
-                            let mut step = unsafe { regions.start(&ops, 0, 7).unwrap() };
-                            // SAFETY: as above.
-                            while !unsafe { regions.poll(&mut step, &ops) }.unwrap() {
-                                std::thread::yield_now();
-                            }
-                            let want = (0..n).map(|m| (m + round) as f32).sum::<f32>();
-                            assert!(
-                                u.iter().all(|&x| x == want),
-                                "n {n} member {me} round {round}"
-                            );
-                        }
-                        // A root that is not a member is an error, not a run.
-                        // SAFETY: nothing runs.
-                        assert!(unsafe { regions.start(&[], n, 0) }.is_err());
-                    });
+            members(n, |regions, me| {
+                let sizes = [1usize, 1000, AREA / 4 + 3, 2 * AREA / 4 + 1, 17];
+                for (round, &len) in sizes.iter().enumerate() {
+                    let root = round % n;
+                    let value = |m: usize, e: usize| (m * 10_000 + e % 4099 + round) as f32;
+                    let mut t: Vec<f32> = (0..len).map(|e| value(me, e)).collect();
+                    let ops = [broadcast(&mut t)];
+                    assert!(takes(&ops));
+                    // SAFETY: the tensor lives until the run is done.
+                    unsafe { run(regions, &ops, root, 8) }.unwrap();
+                    for (e, &v) in t.iter().enumerate() {
+                        assert_eq!(v, value(root, e), "n {n} member {me} round {round} [{e}]");
+                    }
+                    then_an_all_reduce(regions, n, me, round);
                 }
+                // A root that is not a member is an error, not a run.
+                // SAFETY: nothing runs.
+                assert!(unsafe { regions.start(&[], n, 0) }.is_err());
             });
         }
     }
@@ -821,84 +760,42 @@ mod tests {
     /// ends the job).
     #[test]
     fn members_with_different_calls_are_named_before_their_bytes_are_used() {
-        let sizes = [(256usize, 256usize), (256, 257)];
-        for (case, (a, b)) in sizes.into_iter().enumerate() {
-            // Fresh regions for each case.
-            let mut shared = Shared::new(2);
-            let bases = shared.bases();
-            std::thread::scope(|scope| {
-                for me in 0..2 {
-                    let bases = bases.clone();
-                    scope.spawn(move || {
-                        let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
-                        // SAFETY: as in the tests above.
-                        let regions = unsafe { Regions::new(ptrs, me).unwrap() };
-                        let len = if me == 0 { a } else { b };
-                        let mut t = vec![me as f32; len];
-                        let ops = [all_reduce(
-                            DType::F32,
-                            ReduceOp::Sum,
-                            t.as_mut_ptr() as *mut u8,
-                            len,
-                        )];
-                        // Case 0: another call of the same size; case 1: the same call, sizes
-                        // that differ by one element (one step each).
-                        let tag = if case == 0 { 10 + me as u64 } else { 10 };
-                        // SAFETY: as above.
-                        let mut step = unsafe { regions.start(&ops, 0, tag).unwrap() };
-                        let got = loop {
-                            // SAFETY: as above.
-                            match unsafe { regions.poll(&mut step, &ops) } {
-                                Ok(false) => std::thread::yield_now(),
-                                other => break other,
-                            }
-                        };
-                        assert_eq!(got, Err(Differs { member: 1 - me }), "case {case}");
-                        assert!(t.iter().all(|&x| x == me as f32), "its bytes were used");
-                    });
-                }
+        // Another call of the same size; the same call, sizes that differ by one element.
+        for (case, lens) in [[256usize, 256], [256, 257]].into_iter().enumerate() {
+            members(2, |regions, me| {
+                let mut t = vec![me as f32; lens[me]];
+                let tag = if case == 0 { 10 + me as u64 } else { 10 };
+                // SAFETY: the tensor lives until the poll returns.
+                let got = unsafe { run(regions, &[sum_of(&mut t)], 0, tag) };
+                assert_eq!(got, Err(Differs { member: 1 - me }), "case {case}");
+                assert!(t.iter().all(|&x| x == me as f32), "its bytes were used");
             });
         }
-        let mut shared = Shared::new(3);
-        let bases = shared.bases();
-        std::thread::scope(|scope| {
-            for me in 0..3 {
-                let bases = bases.clone();
-                scope.spawn(move || {
-                    let ptrs = bases.iter().map(|&b| b as *mut u8).collect();
-                    // SAFETY: as in the tests above.
-                    let regions = unsafe { Regions::new(ptrs, me).unwrap() };
-                    let mut t = vec![me as f32 + 1.0; 1000];
-                    let mut op =
-                        all_reduce(DType::F32, ReduceOp::Sum, t.as_mut_ptr() as *mut u8, 1000);
-                    op.desc.kind = OpKind::Broadcast;
-                    let ops = [op];
+        members(3, |regions, me| {
+            let mut t = vec![me as f32 + 1.0; 1000];
+            let ops = [broadcast(&mut t)];
+            if me == 0 {
+                // SAFETY: as above.
+                let mut step = unsafe { regions.start(&ops, 0, 20) }.unwrap();
+                for _ in 0..1000 {
                     // SAFETY: as above.
-                    let mut step = unsafe { regions.start(&ops, 0, 20 + me as u64).unwrap() };
-                    if me == 0 {
-                        for _ in 0..1000 {
-                            // SAFETY: as above.
-                            assert_eq!(unsafe { regions.poll(&mut step, &ops) }, Ok(false));
-                        }
-                        return;
-                    }
-                    let got = loop {
-                        // SAFETY: as above.
-                        match unsafe { regions.poll(&mut step, &ops) } {
-                            Ok(false) => std::thread::yield_now(),
-                            other => break other,
-                        }
-                    };
-                    assert_eq!(got, Err(Differs { member: 0 }));
-                    assert!(
-                        t.iter().all(|&x| x == me as f32 + 1.0),
-                        "the root's bytes were used"
-                    );
-                });
+                    assert_eq!(unsafe { regions.poll(&mut step, &ops) }, Ok(false));
+                }
+                return;
             }
+            // SAFETY: as above.
+            let got = unsafe { run(regions, &ops, 0, 20 + me as u64) };
+            assert_eq!(got, Err(Differs { member: 0 }));
+            assert!(
+                t.iter().all(|&x| x == me as f32 + 1.0),
+                "the root's bytes were used"
+            );
         });
     }
 
+    /// All-reduces take this path, of any size (in steps of one area), alone or packed; so do a
+    /// lone broadcast of any size, and reduce-scatters whose blocks are contiguous and fit one
+    /// area.
     #[test]
     fn what_takes_the_window() {
         let mut t = vec![0f32; 4];
