@@ -40,12 +40,13 @@ fn data<T: Fill>(rank: usize, salt: usize, shape: &[usize]) -> Result<Tensor<T>>
     Tensor::from_vec(shape, v)
 }
 
-/// An FNV-style hash of the tensor's shape and the bits of its values (bits, not printed
-/// values: equal bits on every engine is the claim, and printing large tensors is slow).
+/// The tensor's [`hash`], as the line prints it.
 fn digest<T: Fill>(t: &Tensor<T>) -> String {
     format!("{:016x}", hash(t))
 }
 
+/// An FNV-style hash of the tensor's shape and the bits of its values (bits, not printed
+/// values: equal bits on every engine is the claim, and printing large tensors is slow).
 fn hash<T: Fill>(t: &Tensor<T>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |w: u64| h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
