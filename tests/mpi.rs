@@ -345,19 +345,19 @@ fn ranks_with_different_settings_stop_at_start() {
     let cases: [(&[(&str, &str)], &str); 3] = [
         (
             &[("RANKWISE_MPI_SHM", "0")],
-            "RANKWISE_MPI_SHM is on (unset) on ranks [0, 1, 2], 0 on ranks [3]",
+            "RANKWISE_MPI_SHM is on (the default) on ranks [0, 1, 2], 0 on ranks [3]",
         ),
         (
             &[("RANKWISE_MPI_CHECK", "0")],
-            "RANKWISE_MPI_CHECK is on (unset) on ranks [0, 1, 2], 0 on ranks [3]",
+            "RANKWISE_MPI_CHECK is on (the default) on ranks [0, 1, 2], 0 on ranks [3]",
         ),
         (
             &[
                 ("RANKWISE_MPI_CHECK", "all"),
                 ("RANKWISE_MPI_SHM", "require"),
             ],
-            "RANKWISE_MPI_CHECK is on (unset) on ranks [0, 1, 2], all on ranks [3]; \
-             RANKWISE_MPI_SHM is on (unset) on ranks [0, 1, 2], require on ranks [3]",
+            "RANKWISE_MPI_CHECK is on (the default) on ranks [0, 1, 2], all on ranks [3]; \
+             RANKWISE_MPI_SHM is on (the default) on ranks [0, 1, 2], require on ranks [3]",
         ),
     ];
     for (last, says) in cases {

@@ -190,10 +190,12 @@ pub(super) enum Msg {
 }
 
 /// Whether `d` is exchanged *directly*: a gather or scatter of more than 4 KiB whose blocks
-/// are contiguous (along dim 0, or dims before it of size 1), or a large broadcast between two,
-/// goes as a header message and then the data, straight from the input and into the output —
-/// no copy, each byte sent once, which is what these collectives need at any size. (All-gathers
-/// and all-to-alls send no header: see [`call_tag`].)
+/// are contiguous (along dim 0, or dims before it of size 1), or a broadcast between two of
+/// more than 16 KiB, goes as a header message and then the data, straight from the input and
+/// into the output — no copy, each byte sent once, which is what these collectives need at any
+/// size. On a group with shared-memory `lanes`, both only above one message's payload
+/// ([`CAP`]): below it the exchange through the lanes is cheaper. (All-gathers and all-to-alls
+/// send no header: see [`call_tag`].)
 /// (Reductions need every member's data folded, which the schedule path does with ring
 /// bandwidth.)
 pub(super) fn direct(d: &OpDesc, n: usize, lanes: bool) -> bool {
@@ -311,8 +313,10 @@ impl Agreed {
 
 /// How many collectives from `k` go into one exchange (see [`Proposal`]; a long one only if
 /// `long` allows, a short one of at most `cap`, a power of two); none when the head is neither
-/// small nor direct (it then takes the schedule path of `steps`). Every member decides the
-/// head's path alike, from the description all members share.
+/// small nor direct (it then takes the schedule path of `steps`), except that through `lanes` a
+/// call that moves data without folding it is exchanged alone up to one message's payload.
+/// Every member decides the head's path alike, from the description all members share and
+/// whether the group has lanes, which all members know alike.
 // The run and where it stands, the group's size and transport, and this member's choices:
 // none of it belongs together in a type of its own.
 #[allow(clippy::too_many_arguments)]

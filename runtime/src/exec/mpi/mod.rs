@@ -219,12 +219,12 @@ fn settings_agree(
     let check_of = |w: c_int| match w & 3 {
         0 => "0",
         1 => "all",
-        _ => "on (unset)",
+        _ => "on (the default)",
     };
     let shm_of = |w: c_int| match w >> 2 {
         0 => "0",
         2 => "require",
-        _ => "on (unset)",
+        _ => "on (the default)",
     };
     let mut parts = Vec::new();
     for (name, of) in [
