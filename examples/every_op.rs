@@ -298,6 +298,9 @@ fn large_runs<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
         ctx.broadcast(&mut t, ctx.world() / 2)?;
         out.push(format!("{} broadcast of 5 MB {}", T::DTYPE, digest(&t)));
     }
+    if T::DTYPE == DType::F32 {
+        large_gathers(ctx, out)?;
+    }
     let mut ts: Vec<Tensor<T>> = (0..3)
         .map(|i| data::<T>(r, 60 + i, &[6000]))
         .collect::<Result<_>>()?;
@@ -318,6 +321,47 @@ fn large_runs<T: Fill>(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
             T::DTYPE,
             digest(t)
         ));
+    }
+    Ok(())
+}
+
+/// Gathers, scatters and all_to_alls of blocks larger than one message (on one host the MPI
+/// backend moves them through the group's window, among more than two ranks), along dims 0 and
+/// 1, and of blocks larger than one step of it (5.2 MB blocks for the all_gather, 1.6 MB for
+/// the rest: a slot per rank holds 1 MiB at world 4).
+fn large_gathers(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
+    let (r, n) = (ctx.rank(), ctx.world());
+    let mut line = |what: String, d: String| out.push(format!("f32 large {what} {d}"));
+    for (i, (base, dim)) in [
+        ([1usize, 20_000, 4], 0),
+        ([1, 20_000, 4], 1),
+        ([1, 400_000, 1], 1),
+        ([1_300_000, 1, 1], 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let salt = 90 + 5 * i;
+        let x = data::<f32>(r, salt, &base)?;
+        let mut y = Tensor::<f32>::zeros(with(&base, dim, |d| d * n))?;
+        ctx.all_gather(&x, &mut y, dim)?;
+        line(format!("all_gather {base:?} dim {dim}"), digest(&y));
+        if base[0] > 1 {
+            // The largest block: an all_gather's is enough.
+            continue;
+        }
+        let root = (i + 1) % n;
+        let mut y = Tensor::<f32>::zeros(with(&base, dim, |d| d * n))?;
+        ctx.gather(&x, (r == root).then_some(&mut y), root, dim)?;
+        line(format!("gather {base:?} dim {dim}"), digest(&y));
+        let big = data::<f32>(r, salt + 1, &with(&base, dim, |d| d * n))?;
+        let mut y = Tensor::<f32>::zeros(base)?;
+        ctx.scatter((r == root).then_some(&big), &mut y, root, dim)?;
+        line(format!("scatter {base:?} dim {dim}"), digest(&y));
+        let x = data::<f32>(r, salt + 2, &with(&base, dim, |d| d * n))?;
+        let mut y = Tensor::<f32>::zeros(x.shape())?;
+        ctx.all_to_all(&x, &mut y, dim)?;
+        line(format!("all_to_all {base:?} dim {dim}"), digest(&y));
     }
     Ok(())
 }

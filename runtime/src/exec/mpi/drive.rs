@@ -768,10 +768,12 @@ impl<'a> Driver<'a> {
     }
 
     /// Whether the collectives `run` (agreed, or unchecked) of `group` go through its
-    /// shared-memory window (see `shm`): all-reduces of a group that has one. Every member
-    /// decides alike.
+    /// shared-memory window (see `shm::takes`), if the group has one. Every member decides
+    /// alike.
     fn through_window(&self, group: GroupId, run: Range<usize>) -> bool {
-        self.be.shm_of(group).is_some() && shm::takes(&self.ops[run])
+        self.be
+            .shm_of(group)
+            .is_some_and(|r| shm::takes(&self.ops[run], r.members()))
     }
 
     /// Starts slot `s`'s run through its group's window. The slot blocks its chain until the

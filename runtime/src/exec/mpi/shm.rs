@@ -105,12 +105,14 @@ impl Mode {
     }
 }
 
-/// Whether the run `ops` goes through a group's window: all-reduces (one, or a packed run: one
-/// kind, dtype and reduce op, see `drive::same_kind_run`), one step per [`AREA`] bytes; a lone
-/// broadcast, likewise; and a lone reduce-scatter whose blocks are contiguous (along dim 0, or
-/// dims before it of size 1) and whose input fits one area. Every member decides alike, from
-/// the agreed run alone. (Calls the exchange or a direct transfer takes never come here.)
-pub(super) fn takes(ops: &[Op]) -> bool {
+/// Whether the run `ops` goes through the window of a group of `n` members: all-reduces (one,
+/// or a packed run: one kind, dtype and reduce op, see `drive::same_kind_run`), one step per
+/// [`AREA`] bytes; a lone broadcast, likewise; a lone reduce-scatter whose blocks are
+/// contiguous (along dim 0, or dims before it of size 1) and whose input fits one area; and a
+/// lone all-gather, gather, scatter or all-to-all whose blocks are contiguous (see [`Moves`]).
+/// Every member decides alike, from the agreed run alone. (Calls the exchange or a direct
+/// transfer takes never come here.)
+pub(super) fn takes(ops: &[Op], n: usize) -> bool {
     match ops {
         [o, ..] if o.desc.kind == OpKind::AllReduce => true,
         [o] if o.desc.kind == OpKind::Broadcast => true,
@@ -121,7 +123,115 @@ pub(super) fn takes(ops: &[Op]) -> bool {
                     .checked_mul(d.dtype.size())
                     .is_some_and(|b| b <= AREA)
         }
-        _ => false,
+        _ => Moves::of(ops, n).is_some(),
+    }
+}
+
+/// How a lone call that moves blocks without folding them (an all-gather, gather, scatter or
+/// all-to-all, its blocks contiguous) goes through the window. Each step moves bytes `lo..hi` of
+/// every block: the members that send copy them into their pack areas — one slot for a block
+/// every member takes (all-gather, gather), or one slot per receiving member (scatter,
+/// all-to-all) — and, once the senders have arrived, every receiver copies its part out. So
+/// each byte is copied in once and out once, where MPI's messages between processes copy it
+/// at least as often and add their own progress and handshakes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Moves {
+    kind: OpKind,
+    /// Bytes of one member's block.
+    block: usize,
+    /// The most bytes of a block one step moves: the area's share of one slot, a multiple of
+    /// [`LINE`] (and so of every element size).
+    chunk: usize,
+}
+
+impl Moves {
+    /// `ops` as such a call among `n` members, if it is one.
+    fn of(ops: &[Op], n: usize) -> Option<Moves> {
+        let [o] = ops else { return None };
+        let d = &o.desc;
+        if !matches!(
+            d.kind,
+            OpKind::AllGather | OpKind::Gather | OpKind::Scatter | OpKind::AllToAll
+        ) || n < 2
+            || rows(&d.shape, d.dim).0 != 1
+        {
+            return None;
+        }
+        let bytes = d.numel().checked_mul(d.dtype.size())?;
+        // An all-to-all's description is its whole input; the others' is one block.
+        let block = if d.kind == OpKind::AllToAll {
+            bytes / n
+        } else {
+            bytes
+        };
+        let mut m = Moves {
+            kind: d.kind,
+            block,
+            chunk: AREA,
+        };
+        if m.per_receiver() {
+            m.chunk = AREA / n / LINE * LINE;
+        }
+        (m.chunk > 0).then_some(m)
+    }
+
+    /// Whether a sender has a slot per receiver (scatter, all-to-all: each receives its own
+    /// block), rather than one slot every receiver copies from.
+    fn per_receiver(self) -> bool {
+        matches!(self.kind, OpKind::Scatter | OpKind::AllToAll)
+    }
+
+    /// Whether `member` copies bytes into its pack area in each step.
+    fn sends(self, member: usize, root: usize) -> bool {
+        match self.kind {
+            OpKind::Gather => member != root,
+            OpKind::Scatter => member == root,
+            _ => true,
+        }
+    }
+
+    /// Whether `member` copies other members' bytes out of their pack areas.
+    fn receives(self, member: usize, root: usize) -> bool {
+        match self.kind {
+            OpKind::Gather => member == root,
+            OpKind::Scatter => member != root,
+            _ => true,
+        }
+    }
+
+    /// Whether `member` has a block of its own to copy from its input to its output (a
+    /// gather's or scatter's root; every member of the others).
+    fn keeps(self, member: usize, root: usize) -> bool {
+        match self.kind {
+            OpKind::Gather | OpKind::Scatter => member == root,
+            _ => true,
+        }
+    }
+
+    /// Where, in a sender's pack area, the slot for `receiver` starts.
+    fn slot(self, receiver: usize) -> usize {
+        if self.per_receiver() {
+            receiver * self.chunk
+        } else {
+            0
+        }
+    }
+
+    /// Where, in a sender's input, the block for `receiver` starts.
+    fn source(self, receiver: usize) -> usize {
+        if self.per_receiver() {
+            receiver * self.block
+        } else {
+            0
+        }
+    }
+
+    /// Where, in a receiver's output, the block from `sender` starts.
+    fn target(self, sender: usize) -> usize {
+        match self.kind {
+            OpKind::AllGather | OpKind::Gather | OpKind::AllToAll => sender * self.block,
+            _ => 0,
+        }
     }
 }
 
@@ -166,6 +276,8 @@ pub(super) struct Step {
     /// What the run is (see [`Regions::start`]): compared with the other members' before any
     /// of their bytes is used.
     call: u64,
+    /// A call that moves blocks (see [`Moves`]); `lo..hi` then lie within one block.
+    moves: Option<Moves>,
 }
 
 /// A member whose run through the window is not this member's (its call tag differs): only
@@ -199,6 +311,11 @@ impl Regions {
             me,
             generation: Cell::new(0),
         })
+    }
+
+    /// How many members the regions are for.
+    pub(super) fn members(&self) -> usize {
+        self.bases.len()
     }
 
     fn counter(&self, member: usize, at: usize) -> &AtomicU64 {
@@ -235,13 +352,19 @@ impl Regions {
                 self.bases.len()
             )));
         }
-        let ends: Vec<usize> = ops
-            .iter()
-            .scan(0usize, |end, o| {
-                *end = end.saturating_add(o.desc.numel().saturating_mul(o.desc.dtype.size()));
-                Some(*end)
-            })
-            .collect();
+        let moves = Moves::of(ops, self.bases.len());
+        // A call that moves blocks goes through one block's bytes; other runs through all
+        // their tensors' bytes, one after another.
+        let ends: Vec<usize> = match moves {
+            Some(m) => vec![m.block],
+            None => ops
+                .iter()
+                .scan(0usize, |end, o| {
+                    *end = end.saturating_add(o.desc.numel().saturating_mul(o.desc.dtype.size()));
+                    Some(*end)
+                })
+                .collect(),
+        };
         let mut step = Step {
             generation: 0,
             lo: 0,
@@ -255,6 +378,7 @@ impl Regions {
             ends,
             reduced: false,
             root,
+            moves,
         };
         // SAFETY: the caller's contract.
         unsafe { self.next_step(&mut step, ops) };
@@ -269,7 +393,8 @@ impl Regions {
         let total = step.ends.last().copied().unwrap_or(0);
         let n = self.bases.len();
         let lo = step.hi;
-        let hi = total.min(lo.saturating_add(AREA));
+        let chunk = step.moves.map_or(AREA, |m| m.chunk);
+        let hi = total.min(lo.saturating_add(chunk));
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
         step.bounds.clear();
@@ -286,7 +411,28 @@ impl Regions {
             }));
         }
         (step.generation, step.lo, step.hi, step.reduced) = (generation, lo, hi, false);
-        if broadcasts(ops) {
+        if let Some(m) = step.moves {
+            if m.sends(self.me, step.root) {
+                let o = &ops[0];
+                for j in (0..n).filter(|&j| j != self.me && m.receives(j, step.root)) {
+                    // SAFETY: the caller's contract: the sender's input holds its blocks
+                    // (`source(j) + hi` is within it), and the slot lies within the area
+                    // (`slot(j) + hi - lo <= AREA`: `Moves::chunk`), which nobody reads before
+                    // `arrived` says so and everyone finished reading in the last step.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            o.input.ptr.add(m.source(j) + lo),
+                            self.pack(self.me).add(m.slot(j)),
+                            hi - lo,
+                        )
+                    };
+                    if !m.per_receiver() {
+                        // One slot serves every receiver.
+                        break;
+                    }
+                }
+            }
+        } else if broadcasts(ops) {
             if self.me == step.root {
                 // SAFETY: as below; the step's bytes lie in the root's tensor (`lo..hi` within
                 // its description: `ends`).
@@ -366,6 +512,45 @@ impl Regions {
     pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> Result<bool, Differs> {
         let (n, me, g, lo) = (self.bases.len(), self.me, step.generation, step.lo);
         let all = |at| (0..n).all(|j| self.counter(j, at).load(Ordering::Acquire) >= g);
+        if let (false, Some(m)) = (step.reduced, step.moves) {
+            let root = step.root;
+            let o = &ops[0];
+            let len = step.hi - lo;
+            if m.receives(me, root) {
+                let senders = || (0..n).filter(move |&j| j != me && m.sends(j, root));
+                if senders().any(|j| self.counter(j, ARRIVED).load(Ordering::Acquire) < g) {
+                    return Ok(false);
+                }
+                self.differing(step, senders())?;
+                for j in senders() {
+                    // SAFETY: sender `j` copied its bytes for this member into its slot before
+                    // it published `arrived` (acquire above), and rewrites them only after
+                    // every member says `reduced`; the target lies within this member's output
+                    // (its description: the blocks of every sender).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            self.pack(j).add(m.slot(me)),
+                            o.output.ptr.add(m.target(j) + lo),
+                            len,
+                        )
+                    };
+                }
+            }
+            if m.keeps(me, root) {
+                // Its own block, from its input to its output. `copy`: the two never overlap
+                // (a tensor cannot be both), but nothing here depends on it.
+                // SAFETY: both lie within this member's buffers (their descriptions).
+                unsafe {
+                    std::ptr::copy(
+                        o.input.ptr.add(m.source(me) + lo),
+                        o.output.ptr.add(m.target(me) + lo),
+                        len,
+                    )
+                };
+            }
+            self.counter(me, REDUCED).store(g, Ordering::Release);
+            step.reduced = true;
+        }
         if !step.reduced && broadcasts(ops) {
             let root = step.root;
             if me != root {
@@ -444,7 +629,7 @@ impl Regions {
         if !all(REDUCED) {
             return Ok(false);
         }
-        if !scatters(ops) && !broadcasts(ops) {
+        if !scatters(ops) && !broadcasts(ops) && step.moves.is_none() {
             // SAFETY: the caller's contract; member `s` wrote its slice's results into its
             // result area before saying `reduced`, and writes it again only after this
             // member's next arrival.
@@ -602,8 +787,14 @@ mod tests {
     unsafe fn run(regions: &Regions, ops: &[Op], root: usize, call: u64) -> Result<(), Differs> {
         // SAFETY: the caller's contract.
         let mut step = unsafe { regions.start(ops, root, call) }.expect("a run starts");
+        let start = std::time::Instant::now();
         // SAFETY: as above.
         while !unsafe { regions.poll(&mut step, ops) }? {
+            // A member that panicked (a failed assertion) never arrives: fail, do not hang.
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "a run waited a minute for the other members: see a member's panic above"
+            );
             std::thread::yield_now();
         }
         Ok(())
@@ -683,7 +874,7 @@ mod tests {
                         })
                         .collect();
                     let ops: Vec<Op> = ts.iter_mut().map(|t| sum_of(t)).collect();
-                    assert!(takes(&ops));
+                    assert!(takes(&ops, n));
                     // SAFETY: the ops' tensors live until the run is done.
                     unsafe { run(regions, &ops, 0, 7) }.unwrap();
                     for (k, t) in ts.iter().enumerate() {
@@ -713,7 +904,7 @@ mod tests {
                     op.desc.kind = OpKind::ReduceScatter;
                     op.output = Buf::host(output.as_mut_ptr() as *mut u8, m);
                     let ops = [op];
-                    assert!(takes(&ops));
+                    assert!(takes(&ops, n));
                     // SAFETY: the tensors live until the run is done.
                     unsafe { run(regions, &ops, 0, 7) }.unwrap();
                     for (e, &v) in output.iter().enumerate() {
@@ -739,7 +930,7 @@ mod tests {
                     let value = |m: usize, e: usize| (m * 10_000 + e % 4099 + round) as f32;
                     let mut t: Vec<f32> = (0..len).map(|e| value(me, e)).collect();
                     let ops = [broadcast(&mut t)];
-                    assert!(takes(&ops));
+                    assert!(takes(&ops, n));
                     // SAFETY: the tensor lives until the run is done.
                     unsafe { run(regions, &ops, root, 8) }.unwrap();
                     for (e, &v) in t.iter().enumerate() {
@@ -750,6 +941,79 @@ mod tests {
                 // A root that is not a member is an error, not a run.
                 // SAFETY: nothing runs.
                 assert!(unsafe { regions.start(&[], n, 0) }.is_err());
+            });
+        }
+    }
+
+    /// All-gathers, gathers, scatters and all-to-alls of changing sizes (one element, a few
+    /// lines, and more than one step of a slot per member and of one slot) from changing roots,
+    /// between all-reduces on the same regions: every receiver gets each sender's block at its
+    /// place and its own block copied across (every element is checked against a value that
+    /// names its sender and place), and the areas stay usable.
+    #[test]
+    fn gathers_scatters_and_all_to_alls_move_every_block() {
+        use OpKind::{AllGather, AllToAll, Gather, Scatter};
+        for n in [2usize, 3, 4] {
+            members(n, |regions, me| {
+                let sizes = [1usize, 1000, AREA / 4 / n + 5, AREA / 4 + 3];
+                let mut round = 0;
+                for kind in [AllGather, Gather, Scatter, AllToAll] {
+                    for &block in &sizes {
+                        round += 1;
+                        let root = round % n;
+                        let value = |m: usize, at: usize| (m * 10_000_000 + at + round) as u32;
+                        let has_input = kind != Scatter || me == root;
+                        let inputs = match kind {
+                            AllGather | Gather => block,
+                            _ => n * block,
+                        };
+                        let mut input: Vec<u32> = if has_input {
+                            (0..inputs).map(|at| value(me, at)).collect()
+                        } else {
+                            Vec::new()
+                        };
+                        let outputs = match kind {
+                            Gather if me != root => 0,
+                            Scatter => block,
+                            _ => n * block,
+                        };
+                        let mut output = vec![u32::MAX; outputs];
+                        let buf = |v: &mut Vec<u32>| {
+                            if v.is_empty() {
+                                Buf::NONE
+                            } else {
+                                Buf::host(v.as_mut_ptr() as *mut u8, v.len())
+                            }
+                        };
+                        let mut op = sum_of(&mut []);
+                        op.desc.kind = kind;
+                        op.desc.op = None;
+                        op.desc.dtype = DType::U32;
+                        op.desc.shape =
+                            Shape::from_slice(&[if kind == AllToAll { n * block } else { block }]);
+                        (op.input, op.output) = (buf(&mut input), buf(&mut output));
+                        let ops = [op];
+                        assert!(takes(&ops, n));
+                        // SAFETY: the tensors live until the run is done.
+                        unsafe { run(regions, &ops, root, 9) }.unwrap();
+                        let want = |at: usize| {
+                            let (from, e) = (at / block, at % block);
+                            match kind {
+                                AllGather | Gather => value(from, e),
+                                Scatter => value(root, me * block + at),
+                                _ => value(from, me * block + e),
+                            }
+                        };
+                        for (at, &v) in output.iter().enumerate() {
+                            assert_eq!(
+                                v,
+                                want(at),
+                                "{kind:?} n {n} member {me} root {root} block {block} [{at}]"
+                            );
+                        }
+                        then_an_all_reduce(regions, n, me, round);
+                    }
+                }
             });
         }
     }
@@ -800,10 +1064,10 @@ mod tests {
     fn what_takes_the_window() {
         let mut t = vec![0f32; 4];
         let p = t.as_mut_ptr() as *mut u8;
-        assert!(takes(&[all_reduce(DType::F32, ReduceOp::Max, p, 4)]));
+        assert!(takes(&[all_reduce(DType::F32, ReduceOp::Max, p, 4)], 4));
         let mut big = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
         big.desc.shape = Shape::from_slice(&[AREA / 4 + 1]);
-        assert!(takes(&[big]));
+        assert!(takes(&[big], 4));
         let bcast = || {
             let mut o = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
             o.desc.kind = OpKind::Broadcast;
@@ -811,14 +1075,41 @@ mod tests {
             o
         };
         // A lone broadcast of any size, not a run of them (their pack goes through MPI).
-        assert!(takes(&[bcast()]));
+        assert!(takes(&[bcast()], 4));
         let mut large = bcast();
         large.desc.shape = Shape::from_slice(&[3 * AREA]);
-        assert!(takes(&[large]));
-        assert!(!takes(&[bcast(), bcast()]));
-        let mut gather = bcast();
-        gather.desc.kind = OpKind::AllGather;
-        assert!(!takes(&[gather]));
+        assert!(takes(&[large], 4));
+        assert!(!takes(&[bcast(), bcast()], 4));
+        // Gathers, scatters and all-to-alls whose blocks are contiguous, alone, of any size.
+        for kind in [
+            OpKind::AllGather,
+            OpKind::Gather,
+            OpKind::Scatter,
+            OpKind::AllToAll,
+        ] {
+            let moves = |shape: &[usize], dim| {
+                let mut o = bcast();
+                o.desc.kind = kind;
+                o.desc.shape = Shape::from_slice(shape);
+                o.desc.dim = dim;
+                o
+            };
+            assert!(takes(&[moves(&[8, 3], 0)], 4), "{kind:?}");
+            assert!(takes(&[moves(&[1, 8], 1)], 4), "{kind:?}");
+            assert!(takes(&[moves(&[4 * AREA], 0)], 4), "{kind:?}");
+            assert!(
+                !takes(&[moves(&[3, 8], 1)], 4),
+                "{kind:?}: blocks not contiguous"
+            );
+            assert!(!takes(&[moves(&[8], 0), moves(&[8], 0)], 4), "{kind:?}");
+            assert!(!takes(&[moves(&[8], 0)], 1), "{kind:?}: nobody to move to");
+        }
+        // A slot per member must hold at least a line.
+        let mut many = bcast();
+        many.desc.kind = OpKind::AllToAll;
+        let crowd = AREA / LINE + 1;
+        many.desc.shape = Shape::from_slice(&[crowd]);
+        assert!(!takes(&[many], crowd));
         let scatter = |shape: &[usize], dim| {
             let mut o = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
             o.desc.kind = OpKind::ReduceScatter;
@@ -826,11 +1117,11 @@ mod tests {
             o.desc.dim = dim;
             o
         };
-        assert!(takes(&[scatter(&[8, 3], 0)]));
-        assert!(takes(&[scatter(&[1, 8], 1)]));
-        assert!(!takes(&[scatter(&[3, 8], 1)]));
-        assert!(!takes(&[scatter(&[AREA / 4 + 4], 0)]));
-        assert!(!takes(&[scatter(&[8], 0), scatter(&[8], 0)]));
-        assert!(!takes(&[]));
+        assert!(takes(&[scatter(&[8, 3], 0)], 4));
+        assert!(takes(&[scatter(&[1, 8], 1)], 4));
+        assert!(!takes(&[scatter(&[3, 8], 1)], 4));
+        assert!(!takes(&[scatter(&[AREA / 4 + 4], 0)], 4));
+        assert!(!takes(&[scatter(&[8], 0), scatter(&[8], 0)], 4));
+        assert!(!takes(&[], 4));
     }
 }
