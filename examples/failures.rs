@@ -108,6 +108,13 @@ fn main() -> Result<()> {
                 let mut u = ctx.zeros::<f32>([len])?;
                 ctx.broadcast(&mut u, 0)?;
             }
+            // The same for an all_gather larger than one message (through the window too).
+            "all_gather_size" => {
+                let len = if rank == 2 { 30_001 } else { 30_000 };
+                let x = ctx.zeros::<f32>([len])?;
+                let mut y = ctx.zeros::<f32>([len * world])?;
+                ctx.all_gather(&x, &mut y, 0)?;
+            }
             // Large tensors every rank batches, the last rank's third with another operator:
             // agreed call by call through their records before any data moves (on one host,
             // the MPI backend then folds them through shared memory).

@@ -412,7 +412,7 @@ fn failures_end_the_job_promptly_and_say_why_without_shared_memory() {
 /// The failure cases under `opts`, and the unchecked ones under `unchecked` (environment
 /// variables), `how` naming the transport in messages.
 fn failures_on(how: &str, opts: Opts, unchecked: &[(&str, &str)]) {
-    let cases: [(&str, &[&str]); 18] = [
+    let cases: [(&str, &[&str]); 19] = [
         ("panic", &["rank 2 panicked: rank 2 lost its data"]),
         ("error", &["rank 1: disk full"]),
         (
@@ -473,6 +473,13 @@ fn failures_on(how: &str, opts: Opts, unchecked: &[(&str, &str)]) {
             &[
                 "step 1: rank 0 calls broadcast(root 0, f32[100000])",
                 "rank 2 calls broadcast(root 0, f32[100001])",
+            ],
+        ),
+        (
+            "all_gather_size",
+            &[
+                "step 1: rank 0 calls all_gather(f32[30000], dim 0)",
+                "rank 2 calls all_gather(f32[30001], dim 0)",
             ],
         ),
         // Large calls batched: their records disagree at the third, before any data moves.
@@ -570,20 +577,26 @@ fn failures_on(how: &str, opts: Opts, unchecked: &[(&str, &str)]) {
         run.err
     );
     assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
-    // Without the check, a large broadcast's sizes are still compared where its bytes move
-    // through the window on one host, before any rank uses another's bytes. (Across hosts MPI's
-    // broadcast does not compare them: `RANKWISE_MPI_CHECK=0` is the user's to choose.)
+    // Without the check, a large broadcast's or all_gather's sizes are still compared where
+    // its bytes move through the window on one host, before any rank uses another's bytes.
+    // (Across hosts MPI's calls do not compare them: `RANKWISE_MPI_CHECK=0` is the user's to
+    // choose.) A broadcast's odd rank finds it (it reads the root's bytes); any rank may find
+    // an all_gather's (each reads every other's).
     if how == "lanes" {
-        let run = mpirun(4, unchecked, "failures", &["broadcast_size"]);
-        assert!(
-            !run.ok,
-            "broadcast_size without the check: the job succeeded"
-        );
-        let says = "rank 2 calls broadcast(root 0, f32[100001]) at examples/failures.rs";
-        assert!(run.err.contains(says), "no {says:?} in:\n{}", run.err);
-        let says = "call through the shared-memory window differs";
-        assert!(run.err.contains(says), "no {says:?} in:\n{}", run.err);
-        assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+        for (case, says) in [
+            (
+                "broadcast_size",
+                "rank 2 calls broadcast(root 0, f32[100001]) at examples/failures.rs",
+            ),
+            ("all_gather_size", "calls all_gather(f32[3000"),
+        ] {
+            let run = mpirun(4, unchecked, "failures", &[case]);
+            assert!(!run.ok, "{case} without the check: the job succeeded");
+            assert!(run.err.contains(says), "no {says:?} in:\n{}", run.err);
+            let says = "call through the shared-memory window differs";
+            assert!(run.err.contains(says), "no {says:?} in:\n{}", run.err);
+            assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+        }
     }
     // Ranks that disagree about a small broadcast's root do not hear from each other without
     // the check; the message left over from the disagreement is found when it is read, never

@@ -36,6 +36,12 @@
 //! member once, where MPI's tree relays them through intermediate ranks (at world 4: 1 MiB in
 //! 0.53–0.91 of raw MPI's time, against 0.85–1.26 on the schedule path).
 //!
+//! **Gathers, scatters and all-to-alls** (lone, blocks contiguous, larger than one message of
+//! `eager` among more than two; see [`Moves`]) likewise: in step 1 each member that sends copies
+//! its bytes of the step into its pack area (one slot for an all-gather's or gather's block,
+//! a slot per receiver for a scatter's or all-to-all's); in step 2 each member that receives
+//! copies its part out of every sender's area, and its own block from its input to its output.
+//!
 //! **Why areas can be reused without a third signal.** A member writes its pack area only in
 //! step 1 of the next step, after it saw every member reduced at `g` — so every reader of that
 //! area (step 2 of `g`) is done. It writes its result area only in step 2 of the next step,
