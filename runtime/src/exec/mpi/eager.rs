@@ -194,10 +194,10 @@ pub(super) enum Msg {
 /// more than 16 KiB, goes as a header message and then the data, straight from the input and
 /// into the output — no copy, each byte sent once, which is what these collectives need at any
 /// size. On a group with shared-memory `lanes`, both only above one message's payload
-/// ([`CAP`]), and only between two: below it the exchange through the lanes is cheaper, and
-/// among more members the group's window (`shm::takes`), which copies each byte into shared
-/// memory once and out once per receiver, beats every pair's MPI transfer (as it does a tree
-/// for broadcasts). (All-gathers and all-to-alls send no header: see [`call_tag`].)
+/// ([`CAP`]): below it the exchange through the lanes is cheaper. There an all-gather among
+/// more than two goes through the group's window instead (`shm::gather_block`), which copies
+/// each block into shared memory once for all its readers, where MPI moves it once per pair
+/// with a handshake each. (All-gathers and all-to-alls send no header: see [`call_tag`].)
 /// (Reductions need every member's data folded, which the schedule path does with ring
 /// bandwidth.)
 pub(super) fn direct(d: &OpDesc, n: usize, lanes: bool) -> bool {
@@ -213,7 +213,7 @@ pub(super) fn direct(d: &OpDesc, n: usize, lanes: bool) -> bool {
     } else {
         (DIRECT_GATHER, SMALL)
     };
-    let gathers = gathers && (!lanes || n <= 2);
+    let gathers = gathers && !(lanes && n > 2 && d.kind == OpKind::AllGather);
     n <= MAX_MEMBERS
         && ((gathers && bound(d) > gather_above) || (pair_broadcast && bound(d) > broadcast_above))
 }
@@ -1695,10 +1695,16 @@ pub(super) mod tests {
             assert!(direct(&d(8), 4, false), "{kind:?}");
             assert!(!direct(&d(64), 2, true), "{kind:?}");
             assert!(direct(&d(128), 2, true), "{kind:?}");
-            // Among more than two through lanes, larger ones take the window's steps.
-            assert!(!direct(&d(128), 3, true), "{kind:?}");
+            // Among more than two through lanes, a larger all-gather takes the window's steps.
+            let wide = kind == OpKind::AllGather;
+            assert_eq!(direct(&d(128), 3, true), !wide, "{kind:?}");
             let p = proposal(&[op(kind, f32s(128))], 0, 1, 3, true, false, MAX_PACK, true);
-            assert_eq!(p, Proposal::SCHEDULE, "{kind:?}");
+            let want = if wide {
+                Proposal::SCHEDULE
+            } else {
+                Proposal::short(1)
+            };
+            assert_eq!(p, want, "{kind:?}");
             assert!(!direct(&d(128), MAX_MEMBERS + 1, true), "{kind:?}");
             // Above a small collective, up to one message's payload: exchanged alone.
             let big = [op(kind, f32s(64)), op(kind, f32s(1))];

@@ -36,11 +36,12 @@
 //! member once, where MPI's tree relays them through intermediate ranks (at world 4: 1 MiB in
 //! 0.53–0.91 of raw MPI's time, against 0.85–1.26 on the schedule path).
 //!
-//! **Gathers, scatters and all-to-alls** (lone, blocks contiguous, larger than one message of
-//! `eager` among more than two; see [`Moves`]) likewise: in step 1 each member that sends copies
-//! its bytes of the step into its pack area (one slot for an all-gather's or gather's block,
-//! a slot per receiver for a scatter's or all-to-all's); in step 2 each member that receives
-//! copies its part out of every sender's area, and its own block from its input to its output.
+//! **An all-gather** (lone, its blocks contiguous, and one that `eager` neither exchanges nor
+//! sends directly: see [`gather_block`]) likewise: in step 1 each member copies its bytes of the
+//! step into its pack area; in step 2 each copies every other member's out, and its own from
+//! its input, into its output. Each block is copied into shared memory once for all of its
+//! n − 1 readers, where MPI's transfers between every pair move it once per reader and add a
+//! handshake per pair.
 //!
 //! **Why areas can be reused without a third signal.** A member writes its pack area only in
 //! step 1 of the next step, after it saw every member reduced at `g` — so every reader of that
@@ -115,7 +116,7 @@ impl Mode {
 /// or a packed run: one kind, dtype and reduce op, see `drive::same_kind_run`), one step per
 /// [`AREA`] bytes; a lone broadcast, likewise; a lone reduce-scatter whose blocks are
 /// contiguous (along dim 0, or dims before it of size 1) and whose input fits one area; and a
-/// lone all-gather, gather, scatter or all-to-all whose blocks are contiguous (see [`Moves`]).
+/// lone all-gather whose blocks are contiguous (see [`gather_block`]).
 /// Every member decides alike, from the agreed run alone. (Calls the exchange or a direct
 /// transfer takes never come here.)
 pub(super) fn takes(ops: &[Op], n: usize) -> bool {
@@ -129,116 +130,24 @@ pub(super) fn takes(ops: &[Op], n: usize) -> bool {
                     .checked_mul(d.dtype.size())
                     .is_some_and(|b| b <= AREA)
         }
-        _ => Moves::of(ops, n).is_some(),
+        _ => gather_block(ops, n).is_some(),
     }
 }
 
-/// How a lone call that moves blocks without folding them (an all-gather, gather, scatter or
-/// all-to-all, its blocks contiguous) goes through the window. Each step moves bytes `lo..hi` of
-/// every block: the members that send copy them into their pack areas — one slot for a block
-/// every member takes (all-gather, gather), or one slot per receiving member (scatter,
-/// all-to-all) — and, once the senders have arrived, every receiver copies its part out. So
-/// each byte is copied in once and out once, where MPI's messages between processes copy it
-/// at least as often and add their own progress and handshakes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Moves {
-    kind: OpKind,
-    /// Bytes of one member's block.
-    block: usize,
-    /// The most bytes of a block one step moves: the area's share of one slot, a multiple of
-    /// [`LINE`] (and so of every element size).
-    chunk: usize,
-}
-
-impl Moves {
-    /// `ops` as such a call among `n` members, if it is one.
-    fn of(ops: &[Op], n: usize) -> Option<Moves> {
-        let [o] = ops else { return None };
-        let d = &o.desc;
-        if !matches!(
-            d.kind,
-            OpKind::AllGather | OpKind::Gather | OpKind::Scatter | OpKind::AllToAll
-        ) || n < 2
-            || rows(&d.shape, d.dim).0 != 1
-        {
-            return None;
-        }
-        let bytes = d.numel().checked_mul(d.dtype.size())?;
-        // An all-to-all's description is its whole input; the others' is one block.
-        let block = if d.kind == OpKind::AllToAll {
-            bytes / n
-        } else {
-            bytes
-        };
-        let mut m = Moves {
-            kind: d.kind,
-            block,
-            chunk: AREA,
-        };
-        if m.per_receiver() {
-            m.chunk = AREA / n / LINE * LINE;
-        }
-        (m.chunk > 0).then_some(m)
-    }
-
-    /// Whether a sender has a slot per receiver (scatter, all-to-all: each receives its own
-    /// block), rather than one slot every receiver copies from.
-    fn per_receiver(self) -> bool {
-        matches!(self.kind, OpKind::Scatter | OpKind::AllToAll)
-    }
-
-    /// Whether `member` copies bytes into its pack area in each step.
-    fn sends(self, member: usize, root: usize) -> bool {
-        match self.kind {
-            OpKind::Gather => member != root,
-            OpKind::Scatter => member == root,
-            _ => true,
-        }
-    }
-
-    /// Whether `member` copies other members' bytes out of their pack areas.
-    fn receives(self, member: usize, root: usize) -> bool {
-        match self.kind {
-            OpKind::Gather => member == root,
-            OpKind::Scatter => member != root,
-            _ => true,
-        }
-    }
-
-    /// Whether `member` has a block of its own to copy from its input to its output (a
-    /// gather's or scatter's root; every member of the others).
-    fn keeps(self, member: usize, root: usize) -> bool {
-        match self.kind {
-            OpKind::Gather | OpKind::Scatter => member == root,
-            _ => true,
-        }
-    }
-
-    /// Where, in a sender's pack area, the slot for `receiver` starts.
-    fn slot(self, receiver: usize) -> usize {
-        if self.per_receiver() {
-            receiver * self.chunk
-        } else {
-            0
-        }
-    }
-
-    /// Where, in a sender's input, the block for `receiver` starts.
-    fn source(self, receiver: usize) -> usize {
-        if self.per_receiver() {
-            receiver * self.block
-        } else {
-            0
-        }
-    }
-
-    /// Where, in a receiver's output, the block from `sender` starts.
-    fn target(self, sender: usize) -> usize {
-        match self.kind {
-            OpKind::AllGather | OpKind::Gather | OpKind::AllToAll => sender * self.block,
-            _ => 0,
-        }
-    }
+/// The bytes of one member's block, if `ops` is a lone all-gather among `n` members whose
+/// blocks are contiguous (along dim 0, or dims before it of size 1). Why only all-gathers of
+/// the calls that move blocks without folding them: each of its blocks goes to every other
+/// member, so one copy into shared memory serves n − 1 readers. A gather's, scatter's or
+/// all-to-all's block goes to one member only, and MPI moves it once (a single copy by the
+/// kernel), where the window would copy it twice: an all-to-all of 16 MiB at world 4 through
+/// the window took 1.22–1.32× raw MPI's time against 1.02–1.03× directly (`BENCHMARKS.md`,
+/// session 30).
+fn gather_block(ops: &[Op], n: usize) -> Option<usize> {
+    let [o] = ops else { return None };
+    let d = &o.desc;
+    (d.kind == OpKind::AllGather && n >= 2 && rows(&d.shape, d.dim).0 == 1)
+        .then(|| d.numel().checked_mul(d.dtype.size()))
+        .flatten()
 }
 
 /// Whether the run is a reduce-scatter: each member's slice is its own block of the input,
@@ -282,8 +191,8 @@ pub(super) struct Step {
     /// What the run is (see [`Regions::start`]): compared with the other members' before any
     /// of their bytes is used.
     call: u64,
-    /// A call that moves blocks (see [`Moves`]); `lo..hi` then lie within one block.
-    moves: Option<Moves>,
+    /// An all-gather's block bytes (see [`gather_block`]); `lo..hi` then lie within one block.
+    gathers: Option<usize>,
 }
 
 /// A member whose run through the window is not this member's (its call tag differs): only
@@ -358,11 +267,11 @@ impl Regions {
                 self.bases.len()
             )));
         }
-        let moves = Moves::of(ops, self.bases.len());
-        // A call that moves blocks goes through one block's bytes; other runs through all
-        // their tensors' bytes, one after another.
-        let ends: Vec<usize> = match moves {
-            Some(m) => vec![m.block],
+        let gathers = gather_block(ops, self.bases.len());
+        // An all-gather goes through one block's bytes; other runs through all their tensors'
+        // bytes, one after another.
+        let ends: Vec<usize> = match gathers {
+            Some(block) => vec![block],
             None => ops
                 .iter()
                 .scan(0usize, |end, o| {
@@ -384,7 +293,7 @@ impl Regions {
             ends,
             reduced: false,
             root,
-            moves,
+            gathers,
         };
         // SAFETY: the caller's contract.
         unsafe { self.next_step(&mut step, ops) };
@@ -399,8 +308,7 @@ impl Regions {
         let total = step.ends.last().copied().unwrap_or(0);
         let n = self.bases.len();
         let lo = step.hi;
-        let chunk = step.moves.map_or(AREA, |m| m.chunk);
-        let hi = total.min(lo.saturating_add(chunk));
+        let hi = total.min(lo.saturating_add(AREA));
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
         step.bounds.clear();
@@ -417,27 +325,17 @@ impl Regions {
             }));
         }
         (step.generation, step.lo, step.hi, step.reduced) = (generation, lo, hi, false);
-        if let Some(m) = step.moves {
-            if m.sends(self.me, step.root) {
-                let o = &ops[0];
-                for j in (0..n).filter(|&j| j != self.me && m.receives(j, step.root)) {
-                    // SAFETY: the caller's contract: the sender's input holds its blocks
-                    // (`source(j) + hi` is within it), and the slot lies within the area
-                    // (`slot(j) + hi - lo <= AREA`: `Moves::chunk`), which nobody reads before
-                    // `arrived` says so and everyone finished reading in the last step.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            o.input.ptr.add(m.source(j) + lo),
-                            self.pack(self.me).add(m.slot(j)),
-                            hi - lo,
-                        )
-                    };
-                    if !m.per_receiver() {
-                        // One slot serves every receiver.
-                        break;
-                    }
-                }
-            }
+        if step.gathers.is_some() {
+            // SAFETY: the caller's contract: `lo..hi` lies within this member's input (one
+            // block), and the pack area has room for it (`hi - lo <= AREA`); nobody reads the
+            // area before `arrived` says so, and everyone finished reading it in the last step.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ops[0].input.ptr.add(lo),
+                    self.pack(self.me),
+                    hi - lo,
+                )
+            };
         } else if broadcasts(ops) {
             if self.me == step.root {
                 // SAFETY: as below; the step's bytes lie in the root's tensor (`lo..hi` within
@@ -518,41 +416,25 @@ impl Regions {
     pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> Result<bool, Differs> {
         let (n, me, g, lo) = (self.bases.len(), self.me, step.generation, step.lo);
         let all = |at| (0..n).all(|j| self.counter(j, at).load(Ordering::Acquire) >= g);
-        if let (false, Some(m)) = (step.reduced, step.moves) {
-            let root = step.root;
-            let o = &ops[0];
-            let len = step.hi - lo;
-            if m.receives(me, root) {
-                let senders = || (0..n).filter(move |&j| j != me && m.sends(j, root));
-                if senders().any(|j| self.counter(j, ARRIVED).load(Ordering::Acquire) < g) {
-                    return Ok(false);
-                }
-                self.differing(step, senders())?;
-                for j in senders() {
-                    // SAFETY: sender `j` copied its bytes for this member into its slot before
-                    // it published `arrived` (acquire above), and rewrites them only after
-                    // every member says `reduced`; the target lies within this member's output
-                    // (its description: the blocks of every sender).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            self.pack(j).add(m.slot(me)),
-                            o.output.ptr.add(m.target(j) + lo),
-                            len,
-                        )
-                    };
-                }
+        if let (false, Some(block)) = (step.reduced, step.gathers) {
+            if !all(ARRIVED) {
+                return Ok(false);
             }
-            if m.keeps(me, root) {
-                // Its own block, from its input to its output. `copy`: the two never overlap
-                // (a tensor cannot be both), but nothing here depends on it.
-                // SAFETY: both lie within this member's buffers (their descriptions).
-                unsafe {
-                    std::ptr::copy(
-                        o.input.ptr.add(m.source(me) + lo),
-                        o.output.ptr.add(m.target(me) + lo),
-                        len,
-                    )
+            self.differing(step, (0..n).filter(|&j| j != me))?;
+            let (o, len) = (&ops[0], step.hi - lo);
+            for j in 0..n {
+                let from = if j == me {
+                    // SAFETY: within this member's input (one block).
+                    unsafe { o.input.ptr.add(lo) as *const u8 }
+                } else {
+                    self.pack(j)
                 };
+                // SAFETY: member `j` copied its bytes of the step into its pack area before it
+                // published `arrived` (acquire above), and rewrites them only after every
+                // member says `reduced`; block `j` of the output lies within this member's
+                // output (its description: n blocks). `copy`: a tensor cannot be both input
+                // and output, but nothing here depends on it.
+                unsafe { std::ptr::copy(from, o.output.ptr.add(j * block + lo), len) };
             }
             self.counter(me, REDUCED).store(g, Ordering::Release);
             step.reduced = true;
@@ -635,7 +517,7 @@ impl Regions {
         if !all(REDUCED) {
             return Ok(false);
         }
-        if !scatters(ops) && !broadcasts(ops) && step.moves.is_none() {
+        if !scatters(ops) && !broadcasts(ops) && step.gathers.is_none() {
             // SAFETY: the caller's contract; member `s` wrote its slice's results into its
             // result area before saying `reduced`, and writes it again only after this
             // member's next arrival.
@@ -951,74 +833,34 @@ mod tests {
         }
     }
 
-    /// All-gathers, gathers, scatters and all-to-alls of changing sizes (one element, a few
-    /// lines, and more than one step of a slot per member and of one slot) from changing roots,
-    /// between all-reduces on the same regions: every receiver gets each sender's block at its
-    /// place and its own block copied across (every element is checked against a value that
-    /// names its sender and place), and the areas stay usable.
+    /// All-gathers of changing sizes (one element, a few lines, more than one step), between
+    /// all-reduces on the same regions: every member gets each member's block at its place,
+    /// its own copied across (every element is checked against a value that names its sender
+    /// and place), and the areas stay usable.
     #[test]
-    fn gathers_scatters_and_all_to_alls_move_every_block() {
-        use OpKind::{AllGather, AllToAll, Gather, Scatter};
+    fn an_all_gather_gives_every_member_every_block() {
         for n in [2usize, 3, 4] {
             members(n, |regions, me| {
-                let sizes = [1usize, 1000, AREA / 4 / n + 5, AREA / 4 + 3];
-                let mut round = 0;
-                for kind in [AllGather, Gather, Scatter, AllToAll] {
-                    for &block in &sizes {
-                        round += 1;
-                        let root = round % n;
-                        let value = |m: usize, at: usize| (m * 10_000_000 + at + round) as u32;
-                        let has_input = kind != Scatter || me == root;
-                        let inputs = match kind {
-                            AllGather | Gather => block,
-                            _ => n * block,
-                        };
-                        let mut input: Vec<u32> = if has_input {
-                            (0..inputs).map(|at| value(me, at)).collect()
-                        } else {
-                            Vec::new()
-                        };
-                        let outputs = match kind {
-                            Gather if me != root => 0,
-                            Scatter => block,
-                            _ => n * block,
-                        };
-                        let mut output = vec![u32::MAX; outputs];
-                        let buf = |v: &mut Vec<u32>| {
-                            if v.is_empty() {
-                                Buf::NONE
-                            } else {
-                                Buf::host(v.as_mut_ptr() as *mut u8, v.len())
-                            }
-                        };
-                        let mut op = sum_of(&mut []);
-                        op.desc.kind = kind;
-                        op.desc.op = None;
-                        op.desc.dtype = DType::U32;
-                        op.desc.shape =
-                            Shape::from_slice(&[if kind == AllToAll { n * block } else { block }]);
-                        (op.input, op.output) = (buf(&mut input), buf(&mut output));
-                        let ops = [op];
-                        assert!(takes(&ops, n));
-                        // SAFETY: the tensors live until the run is done.
-                        unsafe { run(regions, &ops, root, 9) }.unwrap();
-                        let want = |at: usize| {
-                            let (from, e) = (at / block, at % block);
-                            match kind {
-                                AllGather | Gather => value(from, e),
-                                Scatter => value(root, me * block + at),
-                                _ => value(from, me * block + e),
-                            }
-                        };
-                        for (at, &v) in output.iter().enumerate() {
-                            assert_eq!(
-                                v,
-                                want(at),
-                                "{kind:?} n {n} member {me} root {root} block {block} [{at}]"
-                            );
-                        }
-                        then_an_all_reduce(regions, n, me, round);
+                for (round, block) in [1usize, 1000, AREA / 4 + 3, 5].into_iter().enumerate() {
+                    let value = |m: usize, at: usize| (m * 10_000_000 + at + round) as u32;
+                    let mut input: Vec<u32> = (0..block).map(|at| value(me, at)).collect();
+                    let mut output = vec![u32::MAX; n * block];
+                    let mut op = sum_of(&mut []);
+                    op.desc.kind = OpKind::AllGather;
+                    op.desc.op = None;
+                    op.desc.dtype = DType::U32;
+                    op.desc.shape = Shape::from_slice(&[block]);
+                    op.input = Buf::host(input.as_mut_ptr() as *mut u8, block);
+                    op.output = Buf::host(output.as_mut_ptr() as *mut u8, n * block);
+                    let ops = [op];
+                    assert!(takes(&ops, n));
+                    // SAFETY: the tensors live until the run is done.
+                    unsafe { run(regions, &ops, 0, 9) }.unwrap();
+                    for (at, &v) in output.iter().enumerate() {
+                        let want = value(at / block, at % block);
+                        assert_eq!(v, want, "n {n} member {me} block {block} [{at}]");
                     }
+                    then_an_all_reduce(regions, n, me, round);
                 }
             });
         }
@@ -1086,36 +928,25 @@ mod tests {
         large.desc.shape = Shape::from_slice(&[3 * AREA]);
         assert!(takes(&[large], 4));
         assert!(!takes(&[bcast(), bcast()], 4));
-        // Gathers, scatters and all-to-alls whose blocks are contiguous, alone, of any size.
-        for kind in [
-            OpKind::AllGather,
-            OpKind::Gather,
-            OpKind::Scatter,
-            OpKind::AllToAll,
-        ] {
-            let moves = |shape: &[usize], dim| {
-                let mut o = bcast();
-                o.desc.kind = kind;
-                o.desc.shape = Shape::from_slice(shape);
-                o.desc.dim = dim;
-                o
-            };
-            assert!(takes(&[moves(&[8, 3], 0)], 4), "{kind:?}");
-            assert!(takes(&[moves(&[1, 8], 1)], 4), "{kind:?}");
-            assert!(takes(&[moves(&[4 * AREA], 0)], 4), "{kind:?}");
-            assert!(
-                !takes(&[moves(&[3, 8], 1)], 4),
-                "{kind:?}: blocks not contiguous"
-            );
-            assert!(!takes(&[moves(&[8], 0), moves(&[8], 0)], 4), "{kind:?}");
-            assert!(!takes(&[moves(&[8], 0)], 1), "{kind:?}: nobody to move to");
+        // An all-gather whose blocks are contiguous, alone, of any size; not the calls that
+        // send each member a block of its own.
+        let moves = |kind, shape: &[usize], dim| {
+            let mut o = bcast();
+            o.desc.kind = kind;
+            o.desc.shape = Shape::from_slice(shape);
+            o.desc.dim = dim;
+            o
+        };
+        let all_gather = |shape: &[usize], dim| moves(OpKind::AllGather, shape, dim);
+        assert!(takes(&[all_gather(&[8, 3], 0)], 4));
+        assert!(takes(&[all_gather(&[1, 8], 1)], 4));
+        assert!(takes(&[all_gather(&[4 * AREA], 0)], 4));
+        assert!(!takes(&[all_gather(&[3, 8], 1)], 4), "blocks not contiguous");
+        assert!(!takes(&[all_gather(&[8], 0), all_gather(&[8], 0)], 4));
+        assert!(!takes(&[all_gather(&[8], 0)], 1), "nobody to gather from");
+        for kind in [OpKind::Gather, OpKind::Scatter, OpKind::AllToAll] {
+            assert!(!takes(&[moves(kind, &[8], 0)], 4), "{kind:?}");
         }
-        // A slot per member must hold at least a line.
-        let mut many = bcast();
-        many.desc.kind = OpKind::AllToAll;
-        let crowd = AREA / LINE + 1;
-        many.desc.shape = Shape::from_slice(&[crowd]);
-        assert!(!takes(&[many], crowd));
         let scatter = |shape: &[usize], dim| {
             let mut o = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
             o.desc.kind = OpKind::ReduceScatter;
