@@ -330,11 +330,7 @@ impl Regions {
             // block), and the pack area has room for it (`hi - lo <= AREA`); nobody reads the
             // area before `arrived` says so, and everyone finished reading it in the last step.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    ops[0].input.ptr.add(lo),
-                    self.pack(self.me),
-                    hi - lo,
-                )
+                std::ptr::copy_nonoverlapping(ops[0].input.ptr.add(lo), self.pack(self.me), hi - lo)
             };
         } else if broadcasts(ops) {
             if self.me == step.root {
@@ -941,7 +937,10 @@ mod tests {
         assert!(takes(&[all_gather(&[8, 3], 0)], 4));
         assert!(takes(&[all_gather(&[1, 8], 1)], 4));
         assert!(takes(&[all_gather(&[4 * AREA], 0)], 4));
-        assert!(!takes(&[all_gather(&[3, 8], 1)], 4), "blocks not contiguous");
+        assert!(
+            !takes(&[all_gather(&[3, 8], 1)], 4),
+            "blocks not contiguous"
+        );
         assert!(!takes(&[all_gather(&[8], 0), all_gather(&[8], 0)], 4));
         assert!(!takes(&[all_gather(&[8], 0)], 1), "nobody to gather from");
         for kind in [OpKind::Gather, OpKind::Scatter, OpKind::AllToAll] {
