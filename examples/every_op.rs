@@ -362,9 +362,8 @@ fn large_gathers(ctx: &mut Ctx, out: &mut Vec<String>) -> Result<()> {
         ctx.all_to_all(&x, &mut y, dim)?;
         line(format!("all_to_all {base:?} dim {dim}"), digest(&y));
     }
-    // all_to_alls larger than one message whose blocks fit one (through a group's lanes, each
-    // pair's block is one message), the last at exactly one message's 64 KiB a pair, and one
-    // whose blocks are not contiguous.
+    // all_to_alls larger than one message whose blocks fit one (the last at exactly one
+    // message's 64 KiB a pair), and one whose blocks are not contiguous.
     for (i, (base, dim)) in [([1usize, 7_500], 1), ([2, 3_750], 1), ([16_384, 1], 0)]
         .into_iter()
         .enumerate()

@@ -167,16 +167,6 @@ fn bound(d: &OpDesc) -> usize {
     pad8(d.numel().saturating_mul(d.dtype.size()))
 }
 
-/// The most bytes of `d`'s data one member sends another among `n` (padded as in a message): an
-/// all-to-all's one block of its input ([`seg`]), every other call's whole tensor ([`bound`]).
-fn message(d: &OpDesc, n: usize) -> usize {
-    if d.kind == OpKind::AllToAll {
-        pad8((d.numel() / n.max(1)).saturating_mul(d.dtype.size()))
-    } else {
-        bound(d)
-    }
-}
-
 /// Elements member `from` sends member `to` for `d` (member indices; `root` the root's).
 fn seg(d: &OpDesc, from: usize, to: usize, n: usize, root: usize) -> usize {
     let numel = d.numel();
@@ -203,10 +193,8 @@ pub(super) enum Msg {
 /// are contiguous (along dim 0, or dims before it of size 1), or a broadcast between two of
 /// more than 16 KiB, goes as a header message and then the data, straight from the input and
 /// into the output — no copy, each byte sent once, which is what these collectives need at any
-/// size. On a group with shared-memory `lanes`, both only when a pair's [`message`] is larger
-/// than one message's payload ([`CAP`]): below it the exchange through the lanes is cheaper
-/// (an all-to-all of 128 KiB at world 4, 32 KiB a pair, took 1.10–1.22× raw MPI's time
-/// directly). There an all-gather among
+/// size. On a group with shared-memory `lanes`, both only above one message's payload
+/// ([`CAP`]): below it the exchange through the lanes is cheaper. There an all-gather among
 /// more than two goes through the group's window instead (`shm::gather_block`), which copies
 /// each block into shared memory once for all its readers, where MPI moves it once per pair
 /// with a handshake each. (All-gathers and all-to-alls send no header: see [`call_tag`].)
@@ -220,15 +208,14 @@ pub(super) fn direct(d: &OpDesc, n: usize, lanes: bool) -> bool {
     // A broadcast's root would send the whole tensor to every member: only for a pair, where
     // that is all a tree would do too.
     let pair_broadcast = d.kind == OpKind::Broadcast && n <= 2;
-    // Through lanes, what counts is the message each pair exchanges.
-    let (gather_above, broadcast_above, size) = if lanes {
-        (CAP, CAP, message(d, n))
+    let (gather_above, broadcast_above) = if lanes {
+        (CAP, CAP)
     } else {
-        (DIRECT_GATHER, SMALL, bound(d))
+        (DIRECT_GATHER, SMALL)
     };
     let gathers = gathers && !(lanes && n > 2 && d.kind == OpKind::AllGather);
     n <= MAX_MEMBERS
-        && ((gathers && size > gather_above) || (pair_broadcast && size > broadcast_above))
+        && ((gathers && bound(d) > gather_above) || (pair_broadcast && bound(d) > broadcast_above))
 }
 
 /// Gathers and scatters whose tensor is larger go directly through MPI: above Open MPI's
@@ -353,10 +340,9 @@ pub(super) fn proposal(
         return Proposal::SCHEDULE;
     }
     if bound(&ops[k].desc) > SMALL {
-        // Through lanes, a call that moves data without folding it is exchanged alone while
-        // each pair's message fits one message's payload: copying it through a lane beats
-        // MPI's tree or rendezvous there.
-        return if lanes && moves_only(&ops[k].desc) && message(&ops[k].desc, n) <= CAP {
+        // Through lanes, a call that moves data without folding it is exchanged alone up to one
+        // message's payload: copying it through a lane beats MPI's tree or rendezvous there.
+        return if lanes && moves_only(&ops[k].desc) && bound(&ops[k].desc) <= CAP {
             Proposal::short(1)
         } else {
             Proposal::SCHEDULE
@@ -1707,27 +1693,18 @@ pub(super) mod tests {
             let d = |kib| op(kind, f32s(kib)).desc;
             assert!(!direct(&d(4), 4, false), "{kind:?}");
             assert!(direct(&d(8), 4, false), "{kind:?}");
-            // Through lanes, by the message a pair exchanges: an all-to-all's is one block.
-            let pair = |kib: usize, n: usize| {
-                let blocks = if kind == OpKind::AllToAll { n } else { 1 };
-                op(kind, f32s(kib * blocks))
+            assert!(!direct(&d(64), 2, true), "{kind:?}");
+            assert!(direct(&d(128), 2, true), "{kind:?}");
+            // Among more than two through lanes, a larger all-gather takes the window's steps.
+            let wide = kind == OpKind::AllGather;
+            assert_eq!(direct(&d(128), 3, true), !wide, "{kind:?}");
+            let p = proposal(&[op(kind, f32s(128))], 0, 1, 3, true, false, MAX_PACK, true);
+            let want = if wide {
+                Proposal::SCHEDULE
+            } else {
+                Proposal::short(1)
             };
-            assert!(!direct(&pair(64, 2).desc, 2, true), "{kind:?}");
-            assert!(direct(&pair(65, 2).desc, 2, true), "{kind:?}");
-            for n in [3, 4] {
-                let p = proposal(&[pair(64, n)], 0, 1, n, true, false, MAX_PACK, true);
-                assert_eq!(p, Proposal::short(1), "{kind:?} among {n}");
-                // A larger all-gather takes the window's steps; the others go directly.
-                let wide = kind == OpKind::AllGather;
-                assert_eq!(direct(&pair(65, n).desc, n, true), !wide, "{kind:?}");
-                let p = proposal(&[pair(65, n)], 0, 1, n, true, false, MAX_PACK, true);
-                let want = if wide {
-                    Proposal::SCHEDULE
-                } else {
-                    Proposal::short(1)
-                };
-                assert_eq!(p, want, "{kind:?} among {n}");
-            }
+            assert_eq!(p, want, "{kind:?}");
             assert!(!direct(&d(128), MAX_MEMBERS + 1, true), "{kind:?}");
             // Above a small collective, up to one message's payload: exchanged alone.
             let big = [op(kind, f32s(64)), op(kind, f32s(1))];
