@@ -209,6 +209,13 @@ fn every_operation_gives_the_threads_engines_bits() {
     }
 }
 
+/// A group of more than eight ranks on one host has a window but no lanes (`lanes::MAX_MEMBERS`):
+/// its small collectives take the schedule path, its all_reduces and all_gathers the window.
+#[test]
+fn every_operation_beyond_eight_ranks() {
+    same_as_threads(9, SHM_REQUIRED, "every_op", &[], true);
+}
+
 #[test]
 fn every_operation_without_shared_memory() {
     for np in [2, 3, 4] {
