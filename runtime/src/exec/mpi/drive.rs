@@ -705,16 +705,19 @@ impl<'a> Driver<'a> {
     /// results, and lets the chain go on.
     fn eager_agreed(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
         let (c, k) = (self.slots[s].chain, self.slots[s].ops.start);
-        let (comm, members) = self.be.eager_of(self.chains[c].group)?;
-        let me = self.be.member_index(members)?;
+        let be = self.be;
+        let (comm, members) = be.eager_of(self.chains[c].group)?;
+        let me = be.member_index(members)?;
+        let lanes = be.lanes_of(self.chains[c].group);
         let slot = &mut self.slots[s];
         let Some(ex) = slot.eager.as_mut() else {
             return Err(Error::Internal("an exchange without its buffers".into()));
         };
         let step = self.waits[k].seq;
         // SAFETY: every message has arrived; the ops' buffers are valid (see `start_eager`).
-        let agreed = unsafe { ex.deliver(&self.ops[slot.ops.clone()], comm, members, me, step) }
-            .map_err(|e| eager::in_exchange(e, &self.ops[k].desc, step, members))?;
+        let agreed =
+            unsafe { ex.deliver(&self.ops[slot.ops.clone()], comm, members, me, step, lanes) }
+                .map_err(|e| eager::in_exchange(e, &self.ops[k].desc, step, members))?;
         let m = agreed.delivered;
         let (proposed, took) = (slot.ops.len(), m + agreed.packed);
         slot.ops = k..k + m;

@@ -22,7 +22,7 @@
 //! nothing here depends on which way they went.
 
 use super::drive::{MAX_PACK, PREFIXES, RECORD, Records, compare, record};
-use super::lanes::Lanes;
+use super::lanes::{Held, Lanes};
 use super::raw::{self, Comm, Received, Request};
 use super::steps::{Scratch, fold_parts};
 use crate::error::{Error, Result};
@@ -444,6 +444,9 @@ pub(super) struct Exchange {
     in_no: [u64; MAX_MEMBERS],
     out_len: [usize; MAX_MEMBERS],
     stride: usize,
+    /// Messages taken from lanes but read where they are (see `Lanes::take`): member `i`'s
+    /// bytes are there instead of in its region until `deliver` releases them.
+    held: [Option<Held>; MAX_MEMBERS],
 }
 
 /// A set of member indices, one bit each.
@@ -538,33 +541,15 @@ impl Exchange {
         let mut posted = 0;
         let mut post_all = |ex: &mut Exchange| -> Result<()> {
             for j in 0..n {
-                // Our own message goes straight into our receive region.
-                // SAFETY: region j of either scratch is in bounds (n regions each), and has
-                // room for the header.
-                let msg = unsafe {
-                    let msg = if j == me {
-                        recv.add(me * REGION)
-                    } else {
-                        send.add(j * stride)
-                    };
-                    std::ptr::copy_nonoverlapping(header.as_ptr(), msg, head);
-                    msg
-                };
-                let mut at = head;
+                // The message's length: the header, then each carried call's segment for j.
+                let mut len = head;
                 for o in carried.iter().filter(|_| !is_direct) {
                     let root = root_index(&o.desc, members).unwrap_or(0);
-                    let len = seg(&o.desc, me, j, n, root);
-                    // SAFETY: the segment is at most `bound` bytes, which the stride (and for
-                    // our own region, CAP ≥ the run's total) leaves room for; the op's buffers
-                    // are valid for its description.
-                    unsafe { write_seg(o, msg.add(at), j, n, len) };
-                    at += pad8(len * o.desc.dtype.size());
+                    len += pad8(seg(&o.desc, me, j, n, root) * o.desc.dtype.size());
                 }
-                if j == me {
-                    ex.got[me] = at;
-                    continue;
-                }
-                let (from_j, to_j) = if ex.one_way {
+                let (from_j, to_j) = if j == me {
+                    (false, false)
+                } else if ex.one_way {
                     let d = &run[0].desc;
                     (
                         seg(d, j, me, n, head_root) > 0,
@@ -573,6 +558,44 @@ impl Exchange {
                 } else {
                     // (A tagged exchange's data says it all.)
                     (!ex.tagged, !ex.tagged)
+                };
+                // Our own message goes straight into our receive region; one through a lane
+                // straight into the lane when it has room (written once, where the peer
+                // reads it), else into the send scratch until it has.
+                let m = lanes.filter(|_| to_j).map(|l| l.number_out(j));
+                let room = match (lanes, m) {
+                    (Some(l), Some(m)) => l.reserve(j, m, len)?.map(|r| (l, r)),
+                    _ => None,
+                };
+                let msg = match &room {
+                    _ if j == me => recv.wrapping_add(me * REGION),
+                    Some((_, room)) => room.dst,
+                    None => send.wrapping_add(j * stride),
+                };
+                // SAFETY: `msg` has room for `len` bytes: our region (REGION ≥ the header and
+                // the run's payload, at most CAP), the send scratch's region j (`stride`
+                // bytes, the most any member's message takes), or the lane's room (`len`).
+                unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), msg, head) };
+                let mut at = head;
+                for o in carried.iter().filter(|_| !is_direct) {
+                    let root = root_index(&o.desc, members).unwrap_or(0);
+                    let seg_len = seg(&o.desc, me, j, n, root);
+                    // SAFETY: as above; the op's buffers are valid for its description.
+                    unsafe { write_seg(o, msg.add(at), j, n, seg_len) };
+                    at += pad8(seg_len * o.desc.dtype.size());
+                }
+                if j == me {
+                    ex.got[me] = at;
+                    continue;
+                }
+                // Published at once: nothing between reserving and publishing may fail, or
+                // the lane would wait for this message forever.
+                let queued = match room {
+                    Some((l, room)) => {
+                        l.publish(room);
+                        None
+                    }
+                    None => m,
                 };
                 // Ranks of the group's communicator are member indices.
                 let (peer, len) = (raw::count(j)?, raw::count(at)?);
@@ -602,9 +625,8 @@ impl Exchange {
                         ex.expected |= 1 << j;
                     }
                     if to_j {
-                        if let Some(l) = lanes {
-                            let m = l.number_out(j);
-                            if !l.send(j, m, msg, at)? {
+                        if lanes.is_some() {
+                            if let Some(m) = queued {
                                 (ex.out_no[j], ex.out_len[j]) = (m, at);
                                 ex.lane_out |= 1 << j;
                                 posted += 1;
@@ -688,6 +710,7 @@ impl Exchange {
             in_no: [0; MAX_MEMBERS],
             out_len: [0; MAX_MEMBERS],
             stride,
+            held: [const { None }; MAX_MEMBERS],
         }
     }
 
@@ -740,11 +763,10 @@ impl Exchange {
         while from != 0 {
             let j = from.trailing_zeros() as usize;
             from &= from - 1;
-            // SAFETY: region j of `recv` holds REGION bytes.
-            let got = unsafe {
-                lanes.receive(j, self.in_no[j], self.recv.ptr().add(j * REGION), REGION)?
-            };
-            if let Some(len) = got {
+            // Read in the lane itself, where it stays until `deliver`: one copy fewer.
+            if let Some(held) = lanes.take(j, self.in_no[j], REGION)? {
+                let len = held.len;
+                self.held[j] = Some(held);
                 self.lane_in &= !(1 << j);
                 moved += 1;
                 let p = self.received(
@@ -820,9 +842,21 @@ impl Exchange {
         ))
     }
 
-    /// Member `i`'s header: its region's first bytes.
+    /// Where member `i`'s message is (`got[i]` bytes): in its lane while held there, else in
+    /// its region.
+    fn message(&self, i: usize) -> *const u8 {
+        match &self.held[i] {
+            Some(h) => h.src,
+            None => self.recv.bytes().as_ptr().wrapping_add(i * REGION),
+        }
+    }
+
+    /// Member `i`'s header: its message's first bytes.
     fn header(&self, i: usize) -> &[u8] {
-        &self.recv.bytes()[i * REGION..i * REGION + self.got[i].min(HEAD_MAX)]
+        // SAFETY: member i's message has `got[i]` bytes (at most REGION in its region, its
+        // length where it is held), and a held message stays unchanged until it is released,
+        // which takes `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.message(i), self.got[i].min(HEAD_MAX)) }
     }
 
     /// Member `i`'s proposal, if its header is well formed.
@@ -931,8 +965,7 @@ impl Exchange {
     fn unanimous(&self, n: usize, me: usize) -> Option<Agreed> {
         let p = self.proposal(me)?;
         let len = head_len(p);
-        let bytes = self.recv.bytes();
-        let at = |i: usize| bytes.get(i * REGION..i * REGION + len);
+        let at = |i: usize| self.header(i).get(..len);
         let mine = at(me)?;
         let same = (0..n)
             .filter(|&i| i != me && self.got[i] > 0)
@@ -1009,11 +1042,42 @@ impl Exchange {
     }
 
     /// Checks the headers (every message has arrived) and computes this member's results of
-    /// the calls the exchange delivers (the first ones of `run`); says what it came to.
+    /// the calls the exchange delivers (the first ones of `run`); says what it came to. Then
+    /// gives the messages it read in `lanes` (those it was posted with) back to their senders,
+    /// whatever the outcome.
     ///
     /// # Safety
     /// Every message has arrived, and the ops' buffers are valid for their descriptions.
+    #[allow(clippy::too_many_arguments)] // `results`'s arguments and the lanes
     pub(super) unsafe fn deliver(
+        &mut self,
+        run: &[Op],
+        comm: &Comm,
+        members: &[usize],
+        me: usize,
+        step: u64,
+        lanes: Option<&Lanes>,
+    ) -> Result<Agreed> {
+        // SAFETY: the caller's contract.
+        let agreed = unsafe { self.results(run, comm, members, me, step) };
+        for held in self.held.iter_mut().filter_map(Option::take) {
+            match lanes {
+                Some(l) => l.release(held),
+                None => {
+                    return Err(Error::Internal(
+                        "an exchange held messages in shared-memory lanes it was not given".into(),
+                    ));
+                }
+            }
+        }
+        agreed
+    }
+
+    /// [`Exchange::deliver`]'s work, the messages still where they arrived.
+    ///
+    /// # Safety
+    /// As for [`Exchange::deliver`].
+    unsafe fn results(
         &mut self,
         run: &[Op],
         comm: &Comm,
@@ -1052,7 +1116,6 @@ impl Exchange {
             *a = head_len(self.proposal(i).unwrap_or(Proposal::short(1)));
         }
         let mut parts = [std::ptr::null::<u8>(); MAX_MEMBERS];
-        let base = self.recv.ptr();
         for o in run.iter().take(agreed.delivered) {
             let d = &o.desc;
             let es = d.dtype.size();
@@ -1085,8 +1148,8 @@ impl Exchange {
                         )
                     }));
                 }
-                // SAFETY: within region i (checked against what arrived, ≤ REGION).
-                parts[i] = unsafe { base.add(i * REGION + at[i]) };
+                // Within member i's message (checked against what arrived).
+                parts[i] = self.message(i).wrapping_add(at[i]);
                 at[i] += pad8(bytes);
             }
             // SAFETY: the parts hold what `seg` says for this op; the op's buffers are valid.

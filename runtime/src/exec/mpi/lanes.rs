@@ -23,9 +23,14 @@
 //!   data) sits in the entry itself, so it moves as one cache line. A longer one goes into the
 //!   ring, contiguous (it starts over at the ring's beginning rather than wrap). Then the
 //!   sender stores `ready = m + 1` in the entry, with release ordering.
-//! * The receiver takes message `m` once it reads `ready == m + 1` (acquire). It copies the
-//!   bytes out, then publishes in the lane's control line how many messages it has taken and
-//!   where in the ring its taking ended (release).
+//! * The receiver takes message `m` once it reads `ready == m + 1` (acquire). It reads the
+//!   bytes where they are, and once it is done with them publishes in the lane's control line
+//!   how many messages it has taken and where in the ring its taking ended (release).
+//! * Senders write a message straight into its place when the lane has room for it, and
+//!   receivers read it there ([`Lanes::reserve`], [`Lanes::take`]): each byte crosses shared
+//!   memory once, as the lone copy of MPI's single-copy transfers does. (Copying it in from a
+//!   send buffer and out into a receive buffer, as this module first did, put a 64 KiB
+//!   broadcast at 0.6–2.2× raw MPI; see `docs/decisions.md`.)
 //! * The sender writes an entry, or ring bytes, only once the receiver's counts say it is done
 //!   with what they held. It reads those counts only when its own say the lane may be full, so
 //!   a lane that keeps up costs the sender no read of the receiver's lines.
@@ -192,6 +197,20 @@ impl Lanes {
         src: *const u8,
         len: usize,
     ) -> Result<bool> {
+        let Some(room) = self.reserve(peer, m, len)? else {
+            return Ok(false);
+        };
+        // SAFETY: the caller's contract, and `reserve`'s: `room.dst` has `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src, room.dst, len) };
+        self.publish(room);
+        Ok(true)
+    }
+
+    /// Room for message `m` to `peer`, `len` bytes, if every earlier one is placed and the
+    /// lane has it: the caller writes the message at `dst` and then [`Lanes::publish`]es it
+    /// (so a message is written once, straight where the receiver reads it). A message
+    /// longer than [`MSG_MAX`] is an error.
+    pub(super) fn reserve(&self, peer: usize, m: u64, len: usize) -> Result<Option<Room>> {
         if len > MSG_MAX {
             return Err(Error::Internal(format!(
                 "a message of {len} bytes for a shared-memory lane, where at most {MSG_MAX} fit"
@@ -199,13 +218,13 @@ impl Lanes {
         }
         let (o, me) = (&self.out[peer], self.me);
         if o.placed.get() != m {
-            return Ok(false);
+            return Ok(None);
         }
         if m - o.seen_taken.get() >= ENTRIES as u64 {
             o.seen_taken
                 .set(self.word(peer, me, TAKEN).load(Ordering::Acquire));
             if m - o.seen_taken.get() >= ENTRIES as u64 {
-                return Ok(false);
+                return Ok(None);
             }
         }
         let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
@@ -222,33 +241,42 @@ impl Lanes {
                 o.seen_bytes
                     .set(self.word(peer, me, TAKEN_BYTES).load(Ordering::Acquire));
                 if at + size - o.seen_bytes.get() > ring {
-                    return Ok(false);
+                    return Ok(None);
                 }
             }
             o.ring_at.set(at + size);
-            // SAFETY: AT lies within the entry.
+            // SAFETY: AT lies within the entry, which the receiver is done with (its counts
+            // say so) and reads again only after `ready` says so.
             unsafe { (self.at(peer, me, entry + AT) as *mut u64).write(at + size) };
             self.at(peer, me, RING_AT + (at % ring) as usize)
         };
-        // SAFETY: the entry, and the ring bytes `dst..dst + len` (contiguous, within the ring),
-        // lie in the peer's lane from this member; the receiver is done with both (its counts,
-        // read with acquire ordering, say so) and reads them again only after `ready` says so.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, dst, len);
-            (self.at(peer, me, entry + LEN) as *mut u64).write(len as u64);
-        }
-        self.word(peer, me, entry + READY)
+        // The entry, and the ring bytes `dst..dst + len` (contiguous, within the ring), lie in
+        // the peer's lane from this member; the receiver is done with both (its counts, read
+        // with acquire ordering, say so) and reads them again only after `ready` says so.
+        Ok(Some(Room { peer, m, len, dst }))
+    }
+
+    /// Announces the message written into `room` to its receiver.
+    pub(super) fn publish(&self, room: Room) {
+        let Room { peer, m, len, .. } = room;
+        let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
+        // SAFETY: LEN lies within the entry, which is this member's to write until `ready`
+        // (see `reserve`).
+        unsafe { (self.at(peer, self.me, entry + LEN) as *mut u64).write(len as u64) };
+        self.word(peer, self.me, entry + READY)
             .store(m + 1, Ordering::Release);
-        o.placed.set(m + 1);
-        Ok(true)
+        self.out[peer].placed.set(m + 1);
     }
 
     /// Takes message `m` from `peer` into `dst` if it is there (and every earlier one was
     /// taken): its length. A message longer than `cap`, or announced outside the ring, is an
     /// error (nothing is copied).
     ///
+    /// (The lanes' own tests receive this way; exchanges read in place, see [`Lanes::take`].)
+    ///
     /// # Safety
     /// `dst` is valid for `cap` bytes of writes.
+    #[cfg(test)]
     pub(super) unsafe fn receive(
         &self,
         peer: usize,
@@ -256,6 +284,25 @@ impl Lanes {
         dst: *mut u8,
         cap: usize,
     ) -> Result<Option<usize>> {
+        let Some(held) = self.take(peer, m, cap)? else {
+            return Ok(None);
+        };
+        // SAFETY: `held` is valid until released (see `take`); `dst` has room for
+        // `len ≤ cap` bytes (the caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(held.src, dst, held.len) };
+        let len = held.len;
+        self.release(held);
+        Ok(Some(len))
+    }
+
+    /// Takes message `m` from `peer` if it is there (and every earlier one was taken) but
+    /// leaves its bytes in the lane, so that the receiver reads them where they are: they stay
+    /// valid and unchanged until [`Lanes::release`]. A message longer than `cap` (or than
+    /// [`MSG_MAX`]), or announced outside the ring, is an error.
+    ///
+    /// Releases are cumulative: releasing a later message from `peer` releases every earlier
+    /// one too, so a message is held at most until the next one from its sender is released.
+    pub(super) fn take(&self, peer: usize, m: u64, cap: usize) -> Result<Option<Held>> {
         let (i, me) = (&self.from[peer], self.me);
         if i.taken.get() != m {
             return Ok(None);
@@ -282,27 +329,63 @@ impl Lanes {
             .ok()
             .filter(|&l| l <= room)
             .ok_or_else(|| bad(format!("has {len} bytes, where at most {room} fit")))?;
-        let src = if len <= INLINE {
-            self.at(me, peer, entry + BODY)
+        let (src, end) = if len <= INLINE {
+            (self.at(me, peer, entry + BODY), None)
         } else {
             let (ring, size) = (RING as u64, len.next_multiple_of(ENTRY) as u64);
             let start = end.wrapping_sub(size);
             if end < size || start % ring + size > ring {
                 return Err(bad(format!("ends at {end}, outside the ring")));
             }
-            self.at(me, peer, RING_AT + (start % ring) as usize)
+            (
+                self.at(me, peer, RING_AT + (start % ring) as usize),
+                Some(end),
+            )
         };
-        // SAFETY: as above; `src..src + len` lies in the entry or the ring (checked), `dst` has
-        // room for `len ≤ cap` bytes (the caller's contract).
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         i.taken.set(m + 1);
-        if len > INLINE {
-            self.word(me, peer, TAKEN_BYTES)
+        Ok(Some(Held {
+            src,
+            len,
+            peer,
+            m,
+            end,
+        }))
+    }
+
+    /// Gives `held`'s bytes (and its entry) back to its sender.
+    pub(super) fn release(&self, held: Held) {
+        let Held { peer, m, end, .. } = held;
+        if let Some(end) = end {
+            self.word(self.me, peer, TAKEN_BYTES)
                 .store(end, Ordering::Release);
         }
-        self.word(me, peer, TAKEN).store(m + 1, Ordering::Release);
-        Ok(Some(len))
+        self.word(self.me, peer, TAKEN)
+            .store(m + 1, Ordering::Release);
     }
+}
+
+/// Room in a lane for one message, from [`Lanes::reserve`]: `len` bytes at `dst`, this
+/// member's to write until it is published.
+#[must_use = "a reserved message must be published, or its lane stops"]
+pub(super) struct Room {
+    peer: usize,
+    m: u64,
+    len: usize,
+    /// Where the message's bytes go.
+    pub(super) dst: *mut u8,
+}
+
+/// A message taken but left in its lane ([`Lanes::take`]): `len` bytes at `src`, unchanged
+/// until [`Lanes::release`]d.
+#[must_use = "a held message must be released, or its lane stops"]
+pub(super) struct Held {
+    /// Where the message's bytes are.
+    pub(super) src: *const u8,
+    pub(super) len: usize,
+    peer: usize,
+    m: u64,
+    /// Where in the ring its bytes end (none when they sit in the entry).
+    end: Option<u64>,
 }
 
 #[cfg(test)]
@@ -485,5 +568,52 @@ mod tests {
             assert!(a.send(1, first + 4, long.as_ptr(), MSG_MAX).unwrap());
             assert!(a.send(1, first + 5, msg.as_ptr(), 1).unwrap());
         }
+    }
+
+    /// A message written in place (reserved, then published) reaches its receiver like a sent
+    /// one; a message taken but held keeps its bytes, and its room, until it is released: the
+    /// sender cannot place a message over it, and a release of a later message frees it too.
+    #[test]
+    fn held_messages_keep_their_room_until_released() {
+        let mut shared = Shared::new(2);
+        let bases = shared.bases();
+        let (a, b) = (lanes(&bases, 0), lanes(&bases, 1));
+        let long = |m: u64| vec![m as u8 + 1; MSG_MAX];
+        // Four of the longest fill the ring; two written in place, two copied.
+        for m in 0..4 {
+            if m % 2 == 0 {
+                let room = a.reserve(1, m, MSG_MAX).unwrap().expect("room");
+                assert!(
+                    a.reserve(1, m + 1, 1).unwrap().is_none(),
+                    "not before {m} is published"
+                );
+                // SAFETY: the room has MSG_MAX bytes.
+                unsafe { std::ptr::copy_nonoverlapping(long(m).as_ptr(), room.dst, MSG_MAX) };
+                a.publish(room);
+            } else {
+                // SAFETY: the source holds MSG_MAX bytes.
+                assert!(unsafe { a.send(1, m, long(m).as_ptr(), MSG_MAX) }.unwrap());
+            }
+        }
+        let bytes = |h: &Held| {
+            // SAFETY: a held message's bytes stay valid until it is released.
+            unsafe { std::slice::from_raw_parts(h.src, h.len) }.to_vec()
+        };
+        assert!(b.take(0, 1, MSG_MAX).unwrap().is_none(), "in order only");
+        assert!(b.take(0, 0, MSG_MAX - 1).is_err(), "longer than the room");
+        let first = b.take(0, 0, MSG_MAX).unwrap().expect("message 0");
+        let second = b.take(0, 1, MSG_MAX).unwrap().expect("message 1");
+        assert_eq!(bytes(&first), long(0));
+        assert_eq!(bytes(&second), long(1));
+        // Both held: the ring is still full.
+        assert!(a.reserve(1, 4, MSG_MAX).unwrap().is_none(), "ring held");
+        assert_eq!(bytes(&first), long(0));
+        // Releasing the second frees the first's room as well.
+        b.release(second);
+        assert!(
+            a.reserve(1, 4, MSG_MAX).unwrap().is_some(),
+            "room after release"
+        );
+        drop(first);
     }
 }

@@ -759,7 +759,7 @@ impl MpiBackend {
                 blocked = true;
             }
             // SAFETY: every message has arrived; the op's buffers are valid.
-            unsafe { ex.deliver(std::slice::from_ref(op), comm, members, me, seq) }.map(drop)
+            unsafe { ex.deliver(std::slice::from_ref(op), comm, members, me, seq, lanes) }.map(drop)
         })()
         .map_err(|e| eager::in_exchange(e, &op.desc, seq, members));
         if let Err(e) = result {
