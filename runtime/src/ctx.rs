@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::exec::copy::copy_bytes;
 use crate::exec::{Backend, BatchMark, Buf, Op, PostedOp, same_site};
 use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
@@ -315,7 +316,7 @@ impl Staged {
             // allocations.
             unsafe {
                 match *to {
-                    To::Host(to) => std::ptr::copy_nonoverlapping(*from, to, *bytes),
+                    To::Host(to) => copy_bytes(to, *from, *bytes),
                     To::Device(m) => {
                         (*m).write(std::slice::from_raw_parts(*from, *bytes))?;
                     }

@@ -10,6 +10,7 @@ use smallvec::SmallVec;
 use crate::element::Arith;
 use crate::element::with_dtype;
 use crate::exec::Op;
+use crate::exec::copy::copy_bytes;
 pub(crate) use crate::exec::copy::copy_rows;
 use crate::model::{OpDesc, OpKind};
 use crate::reduce::{Fold, Reducer};
@@ -635,7 +636,7 @@ unsafe fn reduce_blocks<T: Arith, const B: usize>(
             let acc_at = if in_place { out0 } else { acc_ptr };
             if !in_place {
                 // SAFETY: source 0 holds `m` elements at `at`; `block` has room for B >= m.
-                unsafe { std::ptr::copy_nonoverlapping(first, acc_ptr, m) };
+                unsafe { copy_bytes(acc_ptr.cast(), first.cast(), m * size_of::<T>()) };
             }
             // SAFETY: `m` initialised elements, written by no one else: our own slice of
             // destination 0 (which no other source aliases), or our stack block.
@@ -651,7 +652,13 @@ unsafe fn reduce_blocks<T: Arith, const B: usize>(
             for &d in &dsts[usize::from(in_place)..] {
                 // SAFETY: within destination d per the contract, written only by us; distinct
                 // from the accumulator (destinations are distinct tensors).
-                unsafe { std::ptr::copy_nonoverlapping(acc_at, (d as *mut T).add(to), m) };
+                unsafe {
+                    copy_bytes(
+                        (d as *mut T).add(to).cast(),
+                        acc_at.cast(),
+                        m * size_of::<T>(),
+                    )
+                };
             }
             start += m;
         }

@@ -31,6 +31,7 @@ use super::shm;
 use super::steps::{Scratch, Task};
 use super::{MpiBackend, Owner};
 use crate::error::{CollectiveMismatch, Error, Result};
+use crate::exec::copy::copy_bytes;
 use crate::exec::{Buf, Op};
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::{DType, ReduceOp};
@@ -326,7 +327,7 @@ impl Packed {
             let bytes = o.desc.numel() * es;
             // SAFETY: the op's input holds `numel` elements (its validated description) and
             // the scratch `total` elements; they do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(o.input.ptr, base.add(at), bytes) };
+            unsafe { copy_bytes(base.add(at), o.input.ptr, bytes) };
             at += bytes;
         }
         let mut desc = ops[0].desc.clone();
@@ -350,7 +351,7 @@ impl Packed {
         for o in ops {
             let bytes = o.desc.numel() * es;
             // SAFETY: as in `new`, the other way.
-            unsafe { std::ptr::copy_nonoverlapping(base.add(at), o.output.ptr, bytes) };
+            unsafe { copy_bytes(o.output.ptr, base.add(at), bytes) };
             at += bytes;
         }
     }

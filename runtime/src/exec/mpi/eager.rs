@@ -27,7 +27,7 @@ use super::raw::{self, Comm, Received, Request};
 use super::steps::{Scratch, fold_parts};
 use crate::error::{Error, Result};
 use crate::exec::Op;
-use crate::exec::copy::copy_rows;
+use crate::exec::copy::{copy_bytes, copy_rows};
 use crate::model::{OpDesc, OpKind};
 use crate::rules::rows;
 
@@ -1185,7 +1185,7 @@ impl Exchange {
             );
             // SAFETY: this member's block of its input and of its output, `own` bytes each,
             // in different tensors.
-            unsafe { std::ptr::copy_nonoverlapping(from, into, own) };
+            unsafe { copy_bytes(into, from, own) };
         }
         Ok(())
     }
@@ -1284,7 +1284,7 @@ unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize) {
     // description (`rows` of the validated shape).
     unsafe {
         match d.kind {
-            OpKind::Broadcast => std::ptr::copy_nonoverlapping(o.output.ptr, dst, len * es),
+            OpKind::Broadcast => copy_bytes(dst, o.output.ptr, len * es),
             // Block `to` of the root's input: the `to`-th slice along `dim` of every row.
             OpKind::Scatter | OpKind::AllToAll | OpKind::ReduceScatter => {
                 let (outer, row) = rows(&d.shape, d.dim);
@@ -1295,7 +1295,7 @@ unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize) {
                 };
                 copy_rows(dst, width, o.input.ptr.add(to * width), pitch, outer, width)
             }
-            _ => std::ptr::copy_nonoverlapping(o.input.ptr, dst, len * es),
+            _ => copy_bytes(dst, o.input.ptr, len * es),
         }
     }
 }
@@ -1317,11 +1317,9 @@ unsafe fn read_segs(o: &Op, parts: &[*const u8], me: usize, n: usize, root: usiz
             }
             OpKind::Reduce if me == root => fold_parts(o, parts, d.numel(), o.output.ptr),
             OpKind::Broadcast if me != root => {
-                std::ptr::copy_nonoverlapping(parts[root], o.output.ptr, d.numel() * es)
+                copy_bytes(o.output.ptr, parts[root], d.numel() * es)
             }
-            OpKind::Scatter => {
-                std::ptr::copy_nonoverlapping(parts[root], o.output.ptr, d.numel() * es)
-            }
+            OpKind::Scatter => copy_bytes(o.output.ptr, parts[root], d.numel() * es),
             OpKind::AllGather | OpKind::AllToAll => place(o, parts, n),
             OpKind::Gather if me == root => place(o, parts, n),
             _ => {}

@@ -70,6 +70,7 @@ use super::raw::{self, Comm};
 use super::steps::{fold_into_own, fold_parts};
 use crate::error::{Error, Result};
 use crate::exec::Op;
+use crate::exec::copy::copy_bytes;
 use crate::model::OpKind;
 use crate::rules::rows;
 
@@ -329,20 +330,12 @@ impl Regions {
             // SAFETY: the caller's contract: `lo..hi` lies within this member's input (one
             // block), and the pack area has room for it (`hi - lo <= AREA`); nobody reads the
             // area before `arrived` says so, and everyone finished reading it in the last step.
-            unsafe {
-                std::ptr::copy_nonoverlapping(ops[0].input.ptr.add(lo), self.pack(self.me), hi - lo)
-            };
+            unsafe { copy_bytes(self.pack(self.me), ops[0].input.ptr.add(lo), hi - lo) };
         } else if broadcasts(ops) {
             if self.me == step.root {
                 // SAFETY: as below; the step's bytes lie in the root's tensor (`lo..hi` within
                 // its description: `ends`).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        ops[0].output.ptr.add(lo),
-                        self.pack(self.me),
-                        hi - lo,
-                    )
-                };
+                unsafe { copy_bytes(self.pack(self.me), ops[0].output.ptr.add(lo), hi - lo) };
             }
         } else {
             // SAFETY: the caller's contract; the pack area has room for the step (`hi - lo <=
@@ -394,9 +387,9 @@ impl Regions {
                 unsafe {
                     let (tensor, shared) = (within, at_area.add(at - step.lo));
                     if into_area {
-                        std::ptr::copy_nonoverlapping(o.input.ptr.add(tensor), shared, len);
+                        copy_bytes(shared, o.input.ptr.add(tensor), len);
                     } else {
-                        std::ptr::copy_nonoverlapping(shared, o.output.ptr.add(tensor), len);
+                        copy_bytes(o.output.ptr.add(tensor), shared, len);
                     }
                 }
             });
@@ -445,13 +438,7 @@ impl Regions {
                 // SAFETY: the root copied the step's bytes into its pack area before it
                 // published `arrived` (acquire above), and rewrites it only after every member
                 // says `reduced`; the bytes lie in this member's output (its description).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.pack(root),
-                        ops[0].output.ptr.add(lo),
-                        step.hi - lo,
-                    )
-                };
+                unsafe { copy_bytes(ops[0].output.ptr.add(lo), self.pack(root), step.hi - lo) };
             }
             self.counter(me, REDUCED).store(g, Ordering::Release);
             step.reduced = true;
@@ -499,10 +486,10 @@ impl Regions {
                         let res = result.add(at - lo);
                         if in_place {
                             fold_into_own(o, &parts, me, elems, dst);
-                            std::ptr::copy_nonoverlapping(dst, res, len);
+                            copy_bytes(res, dst, len);
                         } else {
                             fold_parts(o, &parts, elems, res);
-                            std::ptr::copy_nonoverlapping(res, dst, len);
+                            copy_bytes(dst, res, len);
                         }
                     }
                 },
