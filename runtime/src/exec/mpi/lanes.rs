@@ -432,7 +432,10 @@ mod tests {
     /// (members post many messages before they receive any).
     #[test]
     fn every_message_arrives_whole_and_in_order() {
-        for n in [2, 3, 4] {
+        // (Under Miri, two and three members: lanes are per pair, and three show a member
+        // serving several.)
+        let worlds: &[usize] = if cfg!(miri) { &[2, 3] } else { &[2, 3, 4] };
+        for &n in worlds {
             let mut shared = Shared::new(n);
             let bases = shared.bases();
             // (Fewer under Miri, still enough to go round the ring.)
