@@ -1048,7 +1048,7 @@ impl Exchange {
     ///
     /// # Safety
     /// Every message has arrived, and the ops' buffers are valid for their descriptions.
-    #[allow(clippy::too_many_arguments)] // `results`'s arguments and the lanes
+    #[allow(clippy::too_many_arguments)] // the run, its group and step, and the lanes
     pub(super) unsafe fn deliver(
         &mut self,
         run: &[Op],
@@ -1058,8 +1058,80 @@ impl Exchange {
         step: u64,
         lanes: Option<&Lanes>,
     ) -> Result<Agreed> {
-        // SAFETY: the caller's contract.
-        let agreed = unsafe { self.results(run, comm, members, me, step) };
+        // The work, with the messages still where they arrived.
+        let agreed = (|| -> Result<Agreed> {
+            let n = members.len();
+            if !self.all_in() {
+                return Err(Error::Internal(format!(
+                    "a small collective was delivered with {} headers and {} data messages still \
+                     outstanding",
+                    self.pending, self.data_pending
+                )));
+            }
+            let agreed = if self.tagged {
+                // Every message matched this member's tag: the calls agree (see `call_tag`).
+                Agreed::ONE
+            } else {
+                self.verify(&run[0].desc, comm, members, me, step)?
+            };
+            if agreed.delivered + agreed.packed > run.len() {
+                return Err(Error::Internal(format!(
+                    "an exchange agreed on {} calls where this member proposed {}",
+                    agreed.delivered + agreed.packed,
+                    run.len()
+                )));
+            }
+            if self.direct {
+                // SAFETY: every message has arrived; the op's buffers are valid.
+                unsafe { self.deliver_direct(&run[0], members, me)? };
+                return Ok(Agreed::ONE);
+            }
+            let mut at = [0usize; MAX_MEMBERS];
+            for (i, a) in at.iter_mut().enumerate().take(n) {
+                *a = head_len(self.proposal(i).unwrap_or(Proposal::short(1)));
+            }
+            let mut parts = [std::ptr::null::<u8>(); MAX_MEMBERS];
+            for o in run.iter().take(agreed.delivered) {
+                let d = &o.desc;
+                let es = d.dtype.size();
+                let root = root_index(d, members)?;
+                for i in 0..n {
+                    let bytes = seg(d, i, me, n, root) * es;
+                    if bytes == 0 {
+                        parts[i] = std::ptr::null(); // nothing comes from member i: never read
+                        continue;
+                    }
+                    if at[i] + bytes > self.got[i] {
+                        return Err(Error::Internal(if self.heads & 1 << i == 0 {
+                            format!(
+                                "the agreed small collectives need data from member {i}, but no \
+                                 message from it was {} (receives posted from members {:#010b}, \
+                                 headers heard {:#010b})",
+                                if self.expected & 1 << i == 0 {
+                                    "awaited"
+                                } else {
+                                    "received"
+                                },
+                                self.expected,
+                                self.heads
+                            )
+                        } else {
+                            format!(
+                                "the small-collective message from member {i} is shorter ({} bytes) \
+                                 than the agreed calls need",
+                                self.got[i]
+                            )
+                        }));
+                    }
+                    // Within member i's message (checked against what arrived).
+                    parts[i] = self.message(i).wrapping_add(at[i]);
+                    at[i] += pad8(bytes);
+                }
+                // SAFETY: the parts hold what `seg` says for this op; the op's buffers are valid.
+                unsafe { read_segs(o, &parts[..n], me, n, root) };
+            }
+            Ok(agreed)
+        })();
         for held in self.held.iter_mut().filter_map(Option::take) {
             match lanes {
                 Some(l) => l.release(held),
@@ -1071,91 +1143,6 @@ impl Exchange {
             }
         }
         agreed
-    }
-
-    /// [`Exchange::deliver`]'s work, the messages still where they arrived.
-    ///
-    /// # Safety
-    /// As for [`Exchange::deliver`].
-    unsafe fn results(
-        &mut self,
-        run: &[Op],
-        comm: &Comm,
-        members: &[usize],
-        me: usize,
-        step: u64,
-    ) -> Result<Agreed> {
-        let n = members.len();
-        if !self.all_in() {
-            return Err(Error::Internal(format!(
-                "a small collective was delivered with {} headers and {} data messages still \
-                 outstanding",
-                self.pending, self.data_pending
-            )));
-        }
-        let agreed = if self.tagged {
-            // Every message matched this member's tag: the calls agree (see `call_tag`).
-            Agreed::ONE
-        } else {
-            self.verify(&run[0].desc, comm, members, me, step)?
-        };
-        if agreed.delivered + agreed.packed > run.len() {
-            return Err(Error::Internal(format!(
-                "an exchange agreed on {} calls where this member proposed {}",
-                agreed.delivered + agreed.packed,
-                run.len()
-            )));
-        }
-        if self.direct {
-            // SAFETY: every message has arrived; the op's buffers are valid.
-            unsafe { self.deliver_direct(&run[0], members, me)? };
-            return Ok(Agreed::ONE);
-        }
-        let mut at = [0usize; MAX_MEMBERS];
-        for (i, a) in at.iter_mut().enumerate().take(n) {
-            *a = head_len(self.proposal(i).unwrap_or(Proposal::short(1)));
-        }
-        let mut parts = [std::ptr::null::<u8>(); MAX_MEMBERS];
-        for o in run.iter().take(agreed.delivered) {
-            let d = &o.desc;
-            let es = d.dtype.size();
-            let root = root_index(d, members)?;
-            for i in 0..n {
-                let bytes = seg(d, i, me, n, root) * es;
-                if bytes == 0 {
-                    parts[i] = std::ptr::null(); // nothing comes from member i: never read
-                    continue;
-                }
-                if at[i] + bytes > self.got[i] {
-                    return Err(Error::Internal(if self.heads & 1 << i == 0 {
-                        format!(
-                            "the agreed small collectives need data from member {i}, but no \
-                             message from it was {} (receives posted from members {:#010b}, \
-                             headers heard {:#010b})",
-                            if self.expected & 1 << i == 0 {
-                                "awaited"
-                            } else {
-                                "received"
-                            },
-                            self.expected,
-                            self.heads
-                        )
-                    } else {
-                        format!(
-                            "the small-collective message from member {i} is shorter ({} bytes) \
-                             than the agreed calls need",
-                            self.got[i]
-                        )
-                    }));
-                }
-                // Within member i's message (checked against what arrived).
-                parts[i] = self.message(i).wrapping_add(at[i]);
-                at[i] += pad8(bytes);
-            }
-            // SAFETY: the parts hold what `seg` says for this op; the op's buffers are valid.
-            unsafe { read_segs(o, &parts[..n], me, n, root) };
-        }
-        Ok(agreed)
     }
 
     /// A direct exchange's data is in place: checks its sizes and copies this member's own
