@@ -1,5 +1,12 @@
 //! Strided copies every host backend needs: packing and unpacking rows around a
-//! dimension that is not the leading one.
+//! dimension that is not the leading one; and (with MPI) writes into memory another process
+//! reads ([`shared`]).
+
+// (Also built for the lanes' tests without MPI: see `exec`.)
+#[cfg(any(feature = "mpi", test))]
+pub(crate) mod shared;
+#[cfg(any(feature = "mpi", test))]
+pub(crate) use shared::copy_to_shared;
 
 /// Copies `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows
 /// `dst_pitch` apart) — the host counterpart of `cuMemcpy2D`.
@@ -14,17 +21,37 @@ pub(crate) unsafe fn copy_rows(
     rows: usize,
     width: usize,
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_rows_by(copy_bytes, dst, dst_pitch, src, src_pitch, rows, width) }
+}
+
+/// A contiguous copy: [`copy_bytes`], or [`copy_to_shared`] into memory another process reads.
+pub(crate) type CopyFn = unsafe fn(*mut u8, *const u8, usize);
+
+/// [`copy_rows`], each contiguous stretch copied by `copy`.
+///
+/// # Safety
+/// As for [`copy_rows`].
+pub(crate) unsafe fn copy_rows_by(
+    copy: CopyFn,
+    dst: *mut u8,
+    dst_pitch: usize,
+    src: *const u8,
+    src_pitch: usize,
+    rows: usize,
+    width: usize,
+) {
     if width == 0 || rows == 0 {
         return;
     }
     if rows == 1 || (dst_pitch == width && src_pitch == width) {
         // SAFETY: contiguous case of the caller's contract.
-        unsafe { copy_bytes(dst, src, rows * width) };
+        unsafe { copy(dst, src, rows * width) };
         return;
     }
     for r in 0..rows {
         // SAFETY: row r of each region, per the caller's contract.
-        unsafe { copy_bytes(dst.add(r * dst_pitch), src.add(r * src_pitch), width) };
+        unsafe { copy(dst.add(r * dst_pitch), src.add(r * src_pitch), width) };
     }
 }
 

@@ -27,7 +27,7 @@ use super::raw::{self, Comm, Received, Request};
 use super::steps::{Scratch, fold_parts};
 use crate::error::{Error, Result};
 use crate::exec::Op;
-use crate::exec::copy::{copy_bytes, copy_rows};
+use crate::exec::copy::{CopyFn, copy_bytes, copy_rows, copy_rows_by, copy_to_shared};
 use crate::model::{OpDesc, OpKind};
 use crate::rules::rows;
 
@@ -577,11 +577,17 @@ impl Exchange {
                 // bytes, the most any member's message takes), or the lane's room (`len`).
                 unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), msg, head) };
                 let mut at = head;
+                // (A lane's room is read next by the peer's core.)
+                let copy: CopyFn = if room.is_some() {
+                    copy_to_shared
+                } else {
+                    copy_bytes
+                };
                 for o in carried.iter().filter(|_| !is_direct) {
                     let root = root_index(&o.desc, members).unwrap_or(0);
                     let seg_len = seg(&o.desc, me, j, n, root);
                     // SAFETY: as above; the op's buffers are valid for its description.
-                    unsafe { write_seg(o, msg.add(at), j, n, seg_len) };
+                    unsafe { write_seg(o, msg.add(at), j, n, seg_len, copy) };
                     at += pad8(seg_len * o.desc.dtype.size());
                 }
                 if j == me {
@@ -1261,7 +1267,7 @@ fn block(o: &Op, from: usize, to: usize, n: usize, root: usize, side: Side) -> *
 ///
 /// # Safety
 /// `dst` has room for `len` elements; `o`'s buffers are valid for its description.
-unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize) {
+unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize, copy: CopyFn) {
     if len == 0 {
         return;
     }
@@ -1271,7 +1277,7 @@ unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize) {
     // description (`rows` of the validated shape).
     unsafe {
         match d.kind {
-            OpKind::Broadcast => copy_bytes(dst, o.output.ptr, len * es),
+            OpKind::Broadcast => copy(dst, o.output.ptr, len * es),
             // Block `to` of the root's input: the `to`-th slice along `dim` of every row.
             OpKind::Scatter | OpKind::AllToAll | OpKind::ReduceScatter => {
                 let (outer, row) = rows(&d.shape, d.dim);
@@ -1280,9 +1286,17 @@ unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize) {
                 } else {
                     (row / n * es, row * es)
                 };
-                copy_rows(dst, width, o.input.ptr.add(to * width), pitch, outer, width)
+                copy_rows_by(
+                    copy,
+                    dst,
+                    width,
+                    o.input.ptr.add(to * width),
+                    pitch,
+                    outer,
+                    width,
+                )
             }
-            _ => copy_bytes(dst, o.input.ptr, len * es),
+            _ => copy(dst, o.input.ptr, len * es),
         }
     }
 }

@@ -51,7 +51,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
-use crate::exec::copy::copy_bytes;
+use crate::exec::copy::copy_to_shared;
 
 /// Members a group may have and still have lanes (the most that exchange small collectives'
 /// messages, see `eager`).
@@ -202,7 +202,7 @@ impl Lanes {
             return Ok(false);
         };
         // SAFETY: the caller's contract, and `reserve`'s: `room.dst` has `len` bytes.
-        unsafe { copy_bytes(room.dst, src, len) };
+        unsafe { copy_to_shared(room.dst, src, len) };
         self.publish(room);
         Ok(true)
     }
