@@ -223,6 +223,21 @@ fn every_operation_without_shared_memory() {
     }
 }
 
+/// Lane messages of 32 KiB and more written with streaming stores whatever the copies measure
+/// (`exec::copy::shared`; by default only while plain copies into lanes are slow): the
+/// all_to_alls of 30 and 64 KiB blocks per pair among them.
+#[test]
+fn every_operation_with_streamed_lane_messages() {
+    let streamed = Opts {
+        env: &[
+            ("RANKWISE_MPI_SHM", "require"),
+            ("RANKWISE_SHARED_STORES", "stream"),
+        ],
+        ..PLAIN
+    };
+    same_as_threads(2, streamed, "every_op", &[], true);
+}
+
 #[test]
 fn every_operation_without_the_check() {
     // Small rooted collectives go one way then (see `eager::one_way`).
