@@ -86,6 +86,11 @@ const LANE: usize = RING_AT + RING;
 pub(super) const BYTES: usize = MAX_MEMBERS * LANE;
 const _: () = assert!(RING.is_multiple_of(ENTRY) && LANE.is_multiple_of(ENTRY));
 
+/// Where, within a lane, message `m`'s entry lies.
+fn entry_at(m: u64) -> usize {
+    ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY
+}
+
 /// A sender's view of one lane.
 #[derive(Default)]
 struct Out {
@@ -151,7 +156,7 @@ impl Lanes {
             self.word(self.me, from, TAKEN_BYTES)
                 .store(0, Ordering::Relaxed);
             for e in 0..ENTRIES {
-                self.word(self.me, from, ENTRIES_AT + e * ENTRY + READY)
+                self.word(self.me, from, entry_at(e as u64) + READY)
                     .store(0, Ordering::Relaxed);
             }
         }
@@ -228,7 +233,7 @@ impl Lanes {
                 return Ok(None);
             }
         }
-        let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
+        let entry = entry_at(m);
         let (ring, size) = (RING as u64, len.next_multiple_of(ENTRY) as u64);
         let dst = if len <= INLINE {
             self.at(peer, me, entry + BODY)
@@ -260,7 +265,7 @@ impl Lanes {
     /// Announces the message written into `room` to its receiver.
     pub(super) fn publish(&self, room: Room) {
         let Room { peer, m, len, .. } = room;
-        let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
+        let entry = entry_at(m);
         // SAFETY: LEN lies within the entry, which is this member's to write until `ready`
         // (see `reserve`).
         unsafe { (self.at(peer, self.me, entry + LEN) as *mut u64).write(len as u64) };
@@ -308,7 +313,7 @@ impl Lanes {
         if i.taken.get() != m {
             return Ok(None);
         }
-        let entry = ENTRIES_AT + (m % ENTRIES as u64) as usize * ENTRY;
+        let entry = entry_at(m);
         if self.word(me, peer, entry + READY).load(Ordering::Acquire) != m + 1 {
             return Ok(None);
         }
