@@ -224,8 +224,9 @@ fn every_operation_without_shared_memory() {
 }
 
 /// Lane messages of 32 KiB and more written with streaming stores whatever the copies measure
-/// (`exec::copy::shared`; by default only while plain copies into lanes are slow): the
-/// all_to_alls of 30 and 64 KiB blocks per pair among them.
+/// (`exec::copy::shared`; by default only while plain copies into lanes are slow): every_op's
+/// all_to_all of 64 KiB blocks per pair among them (its 30,000-byte blocks fall under the
+/// 32 KiB threshold and stay plain).
 #[test]
 fn every_operation_with_streamed_lane_messages() {
     let streamed = Opts {
@@ -412,6 +413,57 @@ fn ranks_with_different_settings_stop_at_start() {
         ..PLAIN
     };
     assert!(mpirun(4, opts, "quickstart", &[]).ok);
+}
+
+/// A setting mistyped on every rank (or on one) ends the job at start, before any
+/// communication, naming the variable, its value and the values it takes: it never silently
+/// runs with the default.
+#[test]
+fn a_mistyped_setting_stops_the_job_at_start() {
+    let cases: [(&str, &str, &str); 3] = [
+        (
+            "RANKWISE_MPI_SHM",
+            "requre",
+            "`require` (a window for every group, or an error)",
+        ),
+        (
+            "RANKWISE_MPI_CHECK",
+            "al",
+            "`all` (check every call as if no proof covered it)",
+        ),
+        (
+            "RANKWISE_SHARED_STORES",
+            "strem",
+            "`stream` (streaming stores)",
+        ),
+    ];
+    for (name, value, names) in cases {
+        for on_every_rank in [true, false] {
+            let set = [(name, value)];
+            let opts = if on_every_rank {
+                Opts { env: &set, ..PLAIN }
+            } else {
+                Opts {
+                    last_rank_env: &set,
+                    ..PLAIN
+                }
+            };
+            let run = mpirun(3, opts, "quickstart", &[]);
+            let says = format!("environment variable {name}={value:?} is not a setting");
+            assert!(!run.ok, "{name}={value}: the job succeeded");
+            assert!(
+                run.err.contains(&says) && run.err.contains(names),
+                "{name}={value}: no {says:?} or {names:?} in:\n{}",
+                run.err
+            );
+            assert!(run.out.values().all(String::is_empty), "{:?}", run.out);
+            assert!(
+                run.took < Duration::from_secs(10),
+                "{name} took {:?}",
+                run.took
+            );
+        }
+    }
 }
 
 /// Each wrong program ends the job with a non-zero status, quickly, saying what went wrong:

@@ -403,7 +403,7 @@ mod tests {
             }
         }
         files.sort();
-        let mut programs = 0;
+        let (mut programs, mut over_budget) = (0, 0);
         for file in &files {
             let text = std::fs::read_to_string(file).expect("a readable file");
             let Ok(parsed) = syn::parse_file(&text) else {
@@ -432,19 +432,29 @@ mod tests {
                 };
                 let tokens = quote!(#item);
                 let with = pipeline(args.clone(), tokens.clone()).to_string();
+                programs += 1;
+                // Summaries save work: a program over the work budget with them is over it
+                // without them too, which only spending the whole budget again, a step at a
+                // time, would show (`huge_world_list`: 48 of this test's 84 seconds in a debug
+                // build). Its error is the ui suite's to compare.
+                let over = |s: &str| s.contains("needs more work than the macro allows");
+                if over(&with) {
+                    over_budget += 1;
+                    continue;
+                }
                 let without =
                     crate::eval::summary::without(|| pipeline(args.clone(), tokens.clone()))
                         .to_string();
-                // Summaries save work: a program over the work budget runs out of it later.
-                let over = |s: &str| s.contains("needs more work than the macro allows");
-                assert!(
-                    with == without || (over(&with) && over(&without)),
-                    "{file}: expansions differ"
-                );
-                programs += 1;
+                assert!(with == without, "{file}: expansions differ");
             }
         }
         assert!(programs > 100, "only {programs} programs found");
+        // The ui suite's one program over the budget; more would mean summaries stopped
+        // saving work.
+        assert_eq!(
+            over_budget, 1,
+            "programs over the work budget with summaries"
+        );
     }
 
     fn is_program(a: &syn::Attribute) -> bool {

@@ -230,6 +230,21 @@ pub enum Error {
         detail: String,
     },
 
+    /// An environment variable rankwise reads holds a value that is none of its settings (a
+    /// typo must not silently mean the default).
+    #[error(
+        "environment variable {name}={value:?} is not a setting rankwise knows; use {accepted}, \
+         or unset it for the default"
+    )]
+    Setting {
+        /// The variable.
+        name: &'static str,
+        /// Its value, as read.
+        value: String,
+        /// The values it takes, and what each means.
+        accepted: String,
+    },
+
     /// A program description (`verify::Program`) does not fit how it is used: described for
     /// another world size, or lacking what a call needs.
     #[error("invalid program description: {detail}")]
@@ -442,6 +457,7 @@ impl Error {
                 | Error::BadProgram { .. }
                 | Error::InvalidWorld { .. }
                 | Error::Trace { .. }
+                | Error::Setting { .. }
         )
     }
 }

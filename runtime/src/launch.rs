@@ -176,7 +176,7 @@ fn nccl_host() -> Result<crate::Options> {
             ),
         })?,
     };
-    let pack = std::env::var("RANKWISE_NCCL_PACK").is_ok_and(|v| v.trim() == "1");
+    let pack = crate::vars::flag("RANKWISE_NCCL_PACK", false)?;
     Ok(crate::Options::default().emulate(crate::Emulation::Nccl { version, pack }))
 }
 

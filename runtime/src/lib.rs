@@ -48,6 +48,7 @@ mod request;
 mod spawn;
 mod tensor;
 mod trace;
+mod vars;
 mod world_id;
 
 /// The backend-free core under the names the runtime's modules use.

@@ -104,9 +104,9 @@ impl Options {
     }
 }
 
-/// Whether `RANKWISE_PIN` asks for pinned rank threads.
-fn pin_from_env() -> bool {
-    std::env::var("RANKWISE_PIN").is_ok_and(|v| v == "1")
+/// Whether `RANKWISE_PIN` asks for pinned rank threads (a yes/no variable, off by default).
+fn pin_from_env() -> Result<bool> {
+    crate::vars::flag("RANKWISE_PIN", false)
 }
 
 /// Checks the program attached to `options`, if any, for a world of `world` ranks.
@@ -188,7 +188,7 @@ where
             }
         })
         .collect();
-    let cpus = if options.pin || pin_from_env() {
+    let cpus = if options.pin || pin_from_env()? {
         crate::pin::allowed_cpus()
     } else {
         Vec::new()

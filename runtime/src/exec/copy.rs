@@ -7,6 +7,8 @@
 pub(crate) mod shared;
 #[cfg(any(feature = "mpi", test))]
 pub(crate) use shared::copy_to_shared;
+#[cfg(feature = "mpi")]
+pub(crate) use shared::read_store_mode;
 
 /// Copies `rows` rows of `width` bytes from `src` (rows `src_pitch` bytes apart) to `dst` (rows
 /// `dst_pitch` apart) — the host counterpart of `cuMemcpy2D`.

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::Instant;
 
 use super::copy_bytes;
+use crate::error::Result;
+use crate::vars::{self, Choice};
 
 /// Copies into shared memory at least this long are timed or streamed by [`copy_to_shared`]:
 /// a 64 KiB broadcast's message, or a pair's 64 KiB all_to_all. A world-4 all_to_all of
@@ -28,7 +30,7 @@ static STREAMING: AtomicBool = AtomicBool::new(false);
 /// Copies into shared memory since the last timed one.
 static SINCE_PROBE: AtomicU32 = AtomicU32::new(0);
 
-/// What `RANKWISE_SHARED_STORES` asks for: `plain`, `stream`, or (unset, or anything else) a
+/// What `RANKWISE_SHARED_STORES` asks for: `plain`, `stream`, or (unset, or `measured`) a
 /// choice by measurement.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum StoreMode {
@@ -37,18 +39,41 @@ enum StoreMode {
     Measured,
 }
 
+/// `RANKWISE_SHARED_STORES`'s settings.
+const STORE_MODES: [Choice<StoreMode>; 3] = [
+    Choice {
+        values: &["plain"],
+        means: "plain stores",
+        value: StoreMode::Plain,
+    },
+    Choice {
+        values: &["stream"],
+        means: "streaming stores",
+        value: StoreMode::Stream,
+    },
+    Choice {
+        values: &["measured"],
+        means: "whichever this process measures cheaper: the default",
+        value: StoreMode::Measured,
+    },
+];
+
+/// This process's mode, once [`read_store_mode`] has read it.
+static MODE: OnceLock<StoreMode> = OnceLock::new();
+
+/// Reads `RANKWISE_SHARED_STORES` (the MPI backend does, at start, so that a value it does not
+/// know is an error before anything runs).
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))] // the lanes' tests build this without MPI
+pub(crate) fn read_store_mode() -> Result<()> {
+    let mode = vars::read("RANKWISE_SHARED_STORES", &STORE_MODES)?.unwrap_or(StoreMode::Measured);
+    // A second start in one process reads the same environment.
+    let _ = MODE.set(mode);
+    Ok(())
+}
+
+/// This process's mode: measured until [`read_store_mode`] says otherwise.
 fn store_mode() -> StoreMode {
-    static MODE: OnceLock<StoreMode> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        match std::env::var("RANKWISE_SHARED_STORES")
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("plain") => StoreMode::Plain,
-            Ok("stream") => StoreMode::Stream,
-            _ => StoreMode::Measured,
-        }
-    })
+    MODE.get().copied().unwrap_or(StoreMode::Measured)
 }
 
 /// Copies `len` bytes from `src` to `dst`, a shared-memory lane's message that a process on
@@ -74,22 +99,26 @@ fn store_mode() -> StoreMode {
 /// # Safety
 /// As for [`std::ptr::copy_nonoverlapping`].
 pub(crate) unsafe fn copy_to_shared(dst: *mut u8, src: *const u8, len: usize) {
+    if len < SHARED_FROM {
+        // SAFETY: the caller's contract.
+        unsafe { copy_bytes(dst, src, len) };
+        return;
+    }
     let mode = store_mode();
-    let stream = len >= SHARED_FROM
-        && match mode {
-            StoreMode::Plain => false,
-            StoreMode::Stream => true,
-            StoreMode::Measured => {
-                STREAMING.load(Relaxed) && SINCE_PROBE.fetch_add(1, Relaxed) + 1 < PROBE_EVERY
-            }
-        };
+    let stream = match mode {
+        StoreMode::Plain => false,
+        StoreMode::Stream => true,
+        StoreMode::Measured => {
+            STREAMING.load(Relaxed) && SINCE_PROBE.fetch_add(1, Relaxed) + 1 < PROBE_EVERY
+        }
+    };
     if stream {
         // SAFETY: the caller's contract.
         unsafe { copy_streaming(dst, src, len) };
         store_fence();
         return;
     }
-    let timed = (len >= SHARED_FROM && mode == StoreMode::Measured).then(Instant::now);
+    let timed = (mode == StoreMode::Measured).then(Instant::now);
     // SAFETY: the caller's contract.
     unsafe { copy_bytes(dst, src, len) };
     if let Some(start) = timed {
@@ -158,6 +187,21 @@ unsafe fn copy_streaming(dst: *mut u8, src: *const u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_modes_are_plain_stream_and_measured_and_nothing_else() {
+        let read = |v| vars::parse("RANKWISE_SHARED_STORES", v, &STORE_MODES);
+        assert!(matches!(read("plain"), Ok(Some(StoreMode::Plain))));
+        assert!(matches!(read(" Stream "), Ok(Some(StoreMode::Stream))));
+        assert!(matches!(read("measured"), Ok(Some(StoreMode::Measured))));
+        assert!(matches!(read(""), Ok(None)));
+        let e = read("strem").expect_err("a typo");
+        assert!(
+            e.to_string()
+                .contains("RANKWISE_SHARED_STORES=\"strem\" is not a setting"),
+            "{e}"
+        );
+    }
 
     /// The measured 64 KiB copies of the two states of this VM fall on either side; a copy
     /// that lost its core decides nothing.

@@ -56,6 +56,7 @@ use crate::error::{Error, P2pMismatch, Result};
 use crate::exec::{Backend, BatchMark, Op, PostedOp, Ticket};
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, WorldId};
 use crate::plan::Target;
+use crate::vars::{self, Choice};
 
 use launch::abort_job_with;
 pub(crate) use launch::{abort_job, run};
@@ -182,19 +183,31 @@ enum Owner {
 const QUICK: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// `RANKWISE_MPI_CHECK`: whether collectives are checked for agreement before data moves (on
-/// unless it is `0`, `off` or `false`), and whether calls a `#[rankwise::program]` proof covers
-/// are spared the part of it the proof makes unnecessary (unless it is `all`). Every process
-/// of a job must agree (mpirun passes its environment on; [`settings_agree`] checks it).
-fn check_mode() -> (bool, bool) {
-    match std::env::var("RANKWISE_MPI_CHECK")
-        .as_deref()
-        .map(str::trim)
-    {
-        Ok("0" | "off" | "false") => (false, false),
-        Ok("all") => (true, false),
-        _ => (true, true),
-    }
+/// unless it is off), and whether calls a `#[rankwise::program]` proof covers are spared the
+/// part of it the proof makes unnecessary (unless it is `all`). Every process of a job must
+/// agree (mpirun passes its environment on; [`settings_agree`] checks it).
+fn check_mode() -> Result<(bool, bool)> {
+    Ok(crate::vars::read("RANKWISE_MPI_CHECK", &CHECK_SETTINGS)?.unwrap_or((true, true)))
 }
+
+/// `RANKWISE_MPI_CHECK`'s settings: (check, trust proofs).
+const CHECK_SETTINGS: [Choice<(bool, bool)>; 3] = [
+    Choice {
+        values: vars::ON,
+        means: "check, sparing what a proof covers: the default",
+        value: (true, true),
+    },
+    Choice {
+        values: &["all"],
+        means: "check every call as if no proof covered it",
+        value: (true, false),
+    },
+    Choice {
+        values: vars::OFF,
+        means: "no agreement check before large collectives",
+        value: (false, false),
+    },
+];
 
 /// Checks that every rank of the job runs with the same `RANKWISE_MPI_CHECK` and
 /// `RANKWISE_MPI_SHM` (this rank's reading: `check`, `proofs`, `shm`): an error naming each
@@ -326,9 +339,11 @@ impl MpiBackend {
         let size = world.size() as usize;
         let tag_ub = raw::tag_ub(world);
         eager::set_tag_ub(tag_ub);
-        let (check, proofs) = check_mode();
+        let (check, proofs) = check_mode()?;
         let members: Vec<usize> = (0..size).collect();
-        let shm_mode = shm::Mode::from_env();
+        let shm_mode = shm::Mode::from_env()?;
+        // Read once, here, so that a value it does not know stops the job at start.
+        crate::exec::copy::read_store_mode()?;
         // Before anything collective depends on them: ranks that disagree would otherwise wait
         // for each other in different calls (a window one rank creates and another skips).
         settings_agree(world, check, proofs, shm_mode)?;

@@ -73,6 +73,7 @@ use crate::exec::Op;
 use crate::exec::copy::copy_bytes;
 use crate::model::OpKind;
 use crate::rules::rows;
+use crate::vars::{self, Choice};
 
 /// Bytes of each member's pack area, and of its result area: the most one step moves (a longer
 /// run takes several). Pages of the window that no run touches cost no memory (the window is a
@@ -104,14 +105,31 @@ pub(super) enum Mode {
 impl Mode {
     /// The mode of this process (every process of a job must agree: mpirun passes its
     /// environment on, and the backend checks it at start).
-    pub(super) fn from_env() -> Mode {
-        match std::env::var("RANKWISE_MPI_SHM").as_deref().map(str::trim) {
-            Ok("0" | "off" | "false") => Mode::Off,
-            Ok("require") => Mode::Require,
-            _ => Mode::On,
-        }
+    pub(super) fn from_env() -> Result<Mode> {
+        Ok(crate::vars::read("RANKWISE_MPI_SHM", &MODES)?.unwrap_or(Mode::On))
     }
 }
+
+/// `RANKWISE_MPI_SHM`'s settings.
+pub(super) const MODES: [Choice<Mode>; 3] = [
+    Choice {
+        values: vars::ON,
+        means: "a window for every group whose ranks share a host: the default",
+        value: Mode::On,
+    },
+    Choice {
+        values: &["require"],
+        means: "a window for every group, or an error",
+        value: Mode::Require,
+    },
+    Choice {
+        values: vars::OFF,
+        means: "MPI's messages only",
+        value: Mode::Off,
+    },
+];
+
+impl Mode {}
 
 /// Whether the run `ops` goes through the window of a group of `n` members: all-reduces (one,
 /// or a packed run: one kind, dtype and reduce op, see `drive::same_kind_run`), one step per
@@ -627,6 +645,44 @@ mod tests {
     use crate::exec::Buf;
     use crate::model::{CallSite, GroupId, OpDesc, Shape};
     use crate::{DType, ReduceOp};
+
+    /// `RANKWISE_MPI_SHM` and `RANKWISE_MPI_CHECK` take their documented values, and a value
+    /// that is none of them is an error, not the default.
+    #[test]
+    fn the_window_and_check_settings_take_their_values_and_refuse_others() {
+        let shm = |v| vars::parse("RANKWISE_MPI_SHM", v, &MODES);
+        for (v, want) in [
+            ("0", Mode::Off),
+            ("off", Mode::Off),
+            ("false", Mode::Off),
+            ("1", Mode::On),
+            ("on", Mode::On),
+            ("require", Mode::Require),
+            (" REQUIRE ", Mode::Require),
+        ] {
+            assert!(matches!(shm(v), Ok(Some(m)) if m == want), "{v}");
+        }
+        let check = |v| vars::parse("RANKWISE_MPI_CHECK", v, &super::super::CHECK_SETTINGS);
+        for (v, want) in [
+            ("0", (false, false)),
+            ("off", (false, false)),
+            ("all", (true, false)),
+            ("1", (true, true)),
+            ("true", (true, true)),
+        ] {
+            assert!(matches!(check(v), Ok(Some(m)) if m == want), "{v}");
+        }
+        for (e, name) in [
+            (shm("requre").map(|_| ()), "RANKWISE_MPI_SHM"),
+            (check("al").map(|_| ()), "RANKWISE_MPI_CHECK"),
+        ] {
+            let e = e.expect_err("a typo");
+            assert!(
+                matches!(e, Error::Setting { name: n, .. } if n == name),
+                "{e}"
+            );
+        }
+    }
 
     /// Runs `member(regions, me)` on one thread per member of `n`, over fresh shared regions
     /// in plain memory (threads stand in for processes).

@@ -1119,7 +1119,7 @@ fn settings() -> Result<Settings> {
                 ))
             })?,
     };
-    let pack = std::env::var("RANKWISE_NCCL_PACK").is_ok_and(|v| v.trim() == "1");
+    let pack = crate::vars::flag("RANKWISE_NCCL_PACK", false)?;
     Ok(Settings { timeout, pack })
 }
 
