@@ -136,20 +136,23 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
     }
 }
 
-/// The same program on the threads engine at `world` ranks.
+/// The same program on the threads engine at `world` ranks (run once per test binary: several
+/// settings of the MPI backend are compared with it).
 fn threads(world: usize, name: &str, args: &[&str]) -> String {
-    let output = Command::new(example(name))
-        .args(args)
-        .env("RANKWISE_BACKEND", "threads")
-        .env("RANKWISE_WORLD", world.to_string())
-        .output()
-        .expect("example runs");
-    assert!(
-        output.status.success(),
-        "{name} under threads: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    examples::once(format!("{world} {name} {args:?}"), || {
+        let output = Command::new(example(name))
+            .args(args)
+            .env("RANKWISE_BACKEND", "threads")
+            .env("RANKWISE_WORLD", world.to_string())
+            .output()
+            .expect("example runs");
+        assert!(
+            output.status.success(),
+            "{name} under threads: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    })
 }
 
 fn sorted_lines(text: &str) -> Vec<String> {

@@ -44,20 +44,8 @@ fn stdout(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
 /// What `name args…` prints on the threads engine: run once per test binary, since every
 /// setting of the emulation is compared with the same output.
 fn threads(name: &str, args: &[&str]) -> String {
-    type Seen = std::sync::Mutex<Vec<(String, String)>>;
-    static SEEN: Seen = std::sync::Mutex::new(Vec::new());
-    let key = format!("{name} {args:?}");
-    let cached = {
-        let seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-        seen.iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, out)| out.clone())
-    };
-    cached.unwrap_or_else(|| {
-        let out = stdout(name, args, &[("RANKWISE_BACKEND", "threads")]);
-        let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-        seen.push((key, out.clone()));
-        out
+    examples::once(format!("{name} {args:?}"), || {
+        stdout(name, args, &[("RANKWISE_BACKEND", "threads")])
     })
 }
 

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 /// Example `name`, built (once per test binary) with `features` — the features the test itself
 /// was built with, so that what runs is the code under test and a test does not rebuild an
@@ -9,7 +10,7 @@ use std::process::Command;
 /// with the `nccl` feature: those tests run one example, and linking all of them against
 /// cudarc costs minutes of CI.
 pub fn example(name: &str, features: &[&str]) -> PathBuf {
-    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     {
         let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
         let all = !features.contains(&"nccl");
@@ -44,6 +45,27 @@ pub fn example(name: &str, features: &[&str]) -> PathBuf {
     let path = dir.join("examples").join(name);
     assert!(path.exists(), "{} is not built", path.display());
     path
+}
+
+/// `run()`'s output, computed once per test binary for each `key`: the threads engine's output
+/// of an example, which a suite compares with several backends and settings.
+#[allow(dead_code)]
+pub fn once(key: String, run: impl FnOnce() -> String) -> String {
+    static SEEN: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+    let cached = {
+        let seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, out)| out.clone())
+    };
+    cached.unwrap_or_else(|| {
+        // Run unlocked: tests in parallel run their references in parallel (a key run twice
+        // at once is stored twice, harmlessly).
+        let out = run();
+        let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+        seen.push((key, out.clone()));
+        out
+    })
 }
 
 /// The features this test binary was built with, among those that change the examples.
