@@ -188,7 +188,9 @@ where
             }
         })
         .collect();
-    let cpus = if options.pin || pin_from_env()? {
+    // Read even when `options` pins: a mistyped value is reported either way.
+    let pin_env = pin_from_env()?;
+    let cpus = if options.pin || pin_env {
         crate::pin::allowed_cpus()
     } else {
         Vec::new()

@@ -187,7 +187,7 @@ const QUICK: std::time::Duration = std::time::Duration::from_micros(50);
 /// part of it the proof makes unnecessary (unless it is `all`). Every process of a job must
 /// agree (mpirun passes its environment on; [`settings_agree`] checks it).
 fn check_mode() -> Result<(bool, bool)> {
-    Ok(crate::vars::read("RANKWISE_MPI_CHECK", &CHECK_SETTINGS)?.unwrap_or((true, true)))
+    Ok(vars::read("RANKWISE_MPI_CHECK", &CHECK_SETTINGS)?.unwrap_or((true, true)))
 }
 
 /// `RANKWISE_MPI_CHECK`'s settings: (check, trust proofs).

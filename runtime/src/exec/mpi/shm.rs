@@ -106,7 +106,7 @@ impl Mode {
     /// The mode of this process (every process of a job must agree: mpirun passes its
     /// environment on, and the backend checks it at start).
     pub(super) fn from_env() -> Result<Mode> {
-        Ok(crate::vars::read("RANKWISE_MPI_SHM", &MODES)?.unwrap_or(Mode::On))
+        Ok(vars::read("RANKWISE_MPI_SHM", &MODES)?.unwrap_or(Mode::On))
     }
 }
 
@@ -128,8 +128,6 @@ pub(super) const MODES: [Choice<Mode>; 3] = [
         value: Mode::Off,
     },
 ];
-
-impl Mode {}
 
 /// Whether the run `ops` goes through the window of a group of `n` members: all-reduces (one,
 /// or a packed run: one kind, dtype and reduce op, see `drive::same_kind_run`), one step per
