@@ -58,9 +58,10 @@
 //! path; a member that fails ends the job (`MPI_Abort`), which ends the others' polling too.
 //! User tensors never leave their process: only the regions are shared.
 //!
-//! `RANKWISE_MPI_SHM` decides: `0`/`off`/`false` never (every run goes through MPI, as it must
-//! across hosts), `require` for tests (a group that cannot have a window is an error), anything
-//! else when every member of the group is on one host (`MPI_Comm_split_type` says so).
+//! `RANKWISE_MPI_SHM` decides ([`MODES`]): `0`/`off`/`false`/`no` never (every run goes through
+//! MPI, as it must across hosts); `require`, for tests, always (a group that cannot have a window
+//! is an error); unset or `1`/`on`/`true`/`yes` when every member of the group is on one host
+//! (`MPI_Comm_split_type` says so). Any other value stops the job at start (`vars::read`).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
