@@ -38,6 +38,7 @@ mod error;
 mod exec;
 mod group;
 mod guard;
+mod heap;
 mod launch;
 mod pin;
 mod plan;

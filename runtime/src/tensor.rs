@@ -9,6 +9,7 @@ use std::fmt;
 use crate::DType;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::heap::HostMem;
 use crate::model::{Shape, ShapeFmt};
 
 /// Where a tensor's data lives.
@@ -48,8 +49,8 @@ pub(crate) trait DeviceMemory: Send + Sync {
     fn duplicate(&self) -> Result<Box<dyn DeviceMemory>>;
 }
 
-enum Storage<T> {
-    Host(Vec<T>),
+enum Storage<T: Element> {
+    Host(HostMem<T>),
     Device(Box<dyn DeviceMemory>),
 }
 
@@ -85,7 +86,7 @@ impl<T: Element> PartialEq for Tensor<T> {
             return false;
         }
         match (&self.storage, &other.storage) {
-            (Storage::Host(a), Storage::Host(b)) => a == b,
+            (Storage::Host(a), Storage::Host(b)) => **a == **b,
             _ => match (self.try_to_vec(), other.try_to_vec()) {
                 (Ok(a), Ok(b)) => a == b,
                 _ => false,
@@ -114,14 +115,22 @@ pub(crate) fn checked_numel<T>(shape: &[usize]) -> Result<usize> {
 /// abort of the whole process.
 fn allocate<T>(shape: &[usize], numel: usize) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(numel).map_err(|e| {
-        Error::Tensor(format!(
-            "cannot allocate a tensor of shape {} ({} bytes): {e}",
-            ShapeFmt(shape),
-            numel.saturating_mul(std::mem::size_of::<T>())
-        ))
-    })?;
+    v.try_reserve_exact(numel)
+        .map_err(|_| cannot_allocate::<T>(shape, numel))?;
     Ok(v)
+}
+
+fn cannot_allocate<T>(shape: &[usize], numel: usize) -> Error {
+    Error::Tensor(format!(
+        "cannot allocate a tensor of shape {} ({} bytes): out of memory",
+        ShapeFmt(shape),
+        numel.saturating_mul(std::mem::size_of::<T>())
+    ))
+}
+
+/// `numel` elements, each `f(i)`, where new host tensors live (see `heap`).
+fn build<T: Element>(shape: &[usize], numel: usize, f: impl FnMut(usize) -> T) -> Result<HostMem<T>> {
+    HostMem::build(numel, f).map_err(|_| cannot_allocate::<T>(shape, numel))
 }
 
 impl<T: Element> Tensor<T> {
@@ -138,7 +147,7 @@ impl<T: Element> Tensor<T> {
         }
         Ok(Tensor {
             shape: Shape::from_slice(shape),
-            storage: Storage::Host(data),
+            storage: Storage::Host(HostMem::Heap(data)),
         })
     }
 
@@ -146,9 +155,10 @@ impl<T: Element> Tensor<T> {
     pub fn full(shape: impl AsRef<[usize]>, value: T) -> Result<Self> {
         let shape = shape.as_ref();
         let numel = checked_numel::<T>(shape)?;
-        let mut data = allocate(shape, numel)?;
-        data.resize(numel, value);
-        Tensor::from_vec(shape, data)
+        Ok(Tensor {
+            shape: Shape::from_slice(shape),
+            storage: Storage::Host(build(shape, numel, |_| value)?),
+        })
     }
 
     /// A tensor of `shape` filled with zeros.
@@ -165,10 +175,9 @@ impl<T: Element> Tensor<T> {
     pub fn from_fn(shape: impl AsRef<[usize]>, mut f: impl FnMut(&[usize]) -> T) -> Result<Self> {
         let shape = shape.as_ref();
         let numel = checked_numel::<T>(shape)?;
-        let mut data = allocate(shape, numel)?;
         let mut idx = vec![0usize; shape.len()];
-        for _ in 0..numel {
-            data.push(f(&idx));
+        let data = build(shape, numel, |_| {
+            let x = f(&idx);
             for d in (0..shape.len()).rev() {
                 idx[d] += 1;
                 if idx[d] < shape[d] {
@@ -176,8 +185,12 @@ impl<T: Element> Tensor<T> {
                 }
                 idx[d] = 0;
             }
-        }
-        Tensor::from_vec(shape, data)
+            x
+        })?;
+        Ok(Tensor {
+            shape: Shape::from_slice(shape),
+            storage: Storage::Host(data),
+        })
     }
 
     /// The extent of each dimension.
@@ -257,7 +270,7 @@ impl<T: Element> Tensor<T> {
     /// while copying is an `Err`.
     pub fn try_to_vec(&self) -> Result<Vec<T>> {
         match &self.storage {
-            Storage::Host(v) => Ok(v.clone()),
+            Storage::Host(v) => Ok(v.to_vec()),
             Storage::Device(m) => {
                 let mut v = allocate(&self.shape, self.numel())?;
                 v.resize(self.numel(), T::default());
@@ -274,7 +287,7 @@ impl<T: Element> Tensor<T> {
     /// As [`Tensor::to_vec`].
     pub fn into_vec(self) -> Vec<T> {
         match self.storage {
-            Storage::Host(v) => v,
+            Storage::Host(v) => v.into_vec(),
             Storage::Device(_) => self.to_vec(),
         }
     }
@@ -283,7 +296,10 @@ impl<T: Element> Tensor<T> {
     pub fn to_host(&self) -> Result<Tensor<T>> {
         Ok(Tensor {
             shape: self.shape.clone(),
-            storage: Storage::Host(self.try_to_vec()?),
+            storage: Storage::Host(match &self.storage {
+                Storage::Host(v) => v.duplicate().map_err(|_| cannot_allocate::<T>(&self.shape, self.numel()))?,
+                Storage::Device(_) => HostMem::Heap(self.try_to_vec()?),
+            }),
         })
     }
 
@@ -292,7 +308,10 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor {
             shape: self.shape.clone(),
             storage: match &self.storage {
-                Storage::Host(v) => Storage::Host(v.clone()),
+                Storage::Host(v) => Storage::Host(
+                    v.duplicate()
+                        .map_err(|_| cannot_allocate::<T>(&self.shape, self.numel()))?,
+                ),
                 Storage::Device(m) => Storage::Device(m.duplicate()?),
             },
         })
@@ -421,7 +440,7 @@ impl<T: Element> From<Vec<T>> for Tensor<T> {
     fn from(v: Vec<T>) -> Self {
         Tensor {
             shape: Shape::from_slice(&[v.len()]),
-            storage: Storage::Host(v),
+            storage: Storage::Host(HostMem::Heap(v)),
         }
     }
 }
@@ -442,7 +461,7 @@ mod nd {
         fn from(a: &ArrayBase<S, D>) -> Self {
             Tensor {
                 shape: Shape::from_slice(a.shape()),
-                storage: Storage::Host(a.iter().copied().collect()),
+                storage: Storage::Host(HostMem::Heap(a.iter().copied().collect())),
             }
         }
     }

@@ -36,6 +36,7 @@
 //! the job with `MPI_Abort` after printing the error: the same outcome the launcher gives any
 //! rank that fails.
 
+mod arena;
 mod drive;
 mod eager;
 mod lanes;
@@ -124,6 +125,8 @@ pub(super) struct MpiBackend {
     /// shared memory then gives its core up at once when nothing moved (the peer it waits for
     /// may need it), as Open MPI's progress loop does when oversubscribed.
     crowded: bool,
+    /// Where the shared heaps of this host's ranks are mapped (see `arena`), if they are.
+    heaps: Option<arena::Peers>,
 }
 
 /// A posted send or receive: its request works on `data`, which the backend owns.
@@ -375,11 +378,27 @@ impl MpiBackend {
             shm_mode,
             waits_of: None,
             crowded: false,
+            heaps: None,
         };
         be.crowded = raw::ranks_on_host(&be.world_eager)? > cores_online();
+        // The shared heap, before the rank program makes its first tensor (see `arena`).
+        if shm_mode != shm::Mode::Off {
+            if let Some((heap, peers)) = arena::create(world)? {
+                crate::heap::install(heap);
+                be.heaps = Some(peers);
+            }
+        }
         // Every rank builds its backend at start: the world's window is made here.
-        be.groups[0].shm = shm::Window::create(&be.world_eager, size, rank, shm_mode)?;
+        let heaps = be.heaps_of(&be.groups[0].members);
+        be.groups[0].shm = shm::Window::create(&be.world_eager, size, rank, shm_mode, heaps)?;
         Ok(be)
+    }
+
+    /// Where each of `members`' shared heaps is mapped here (in their order), if every one of
+    /// them has one mapped here.
+    fn heaps_of(&self, members: &[usize]) -> Option<Vec<*mut u8>> {
+        let peers = self.heaps.as_ref()?;
+        members.iter().map(|&m| peers.base_of(m)).collect()
     }
 
     /// What a call described by `d` waits for, with its sequence number (counted here).
@@ -538,7 +557,8 @@ impl MpiBackend {
             // Its window too, collective over the same members, right after.
             let me = self.member_index(&self.groups[i].members)?;
             let n = self.groups[i].members.len();
-            self.groups[i].shm = shm::Window::create(&eager, n, me, self.shm_mode)?;
+            let heaps = self.heaps_of(&self.groups[i].members);
+            self.groups[i].shm = shm::Window::create(&eager, n, me, self.shm_mode, heaps)?;
             self.groups[i].comm = Some((Comm::new(comm)?, eager));
         }
         Ok(())

@@ -90,10 +90,18 @@ pub(super) const AREA: usize = 4 << 20;
 const ARRIVED: usize = 0;
 /// The run's call tag (see [`Regions::start`]), written before `arrived`, in its line.
 const CALL: usize = 8;
+/// Whether this member's tensors of the step are in its shared heap (1) or copied into its pack
+/// area (0): written before `arrived`, in its line.
+const DIRECT: usize = 16;
 const REDUCED: usize = 128;
 const PACK: usize = 256;
+/// Where a direct member publishes its tensors' offsets in its shared heap (input, then
+/// output, 8 bytes each, per call of the run).
+const TABLE: usize = PACK + 2 * AREA;
+/// The most calls of a run whose members can go direct.
+const TABLE_CALLS: usize = 2048;
 /// Where a region's lanes for small collectives' messages start (see `lanes`).
-const LANES: usize = PACK + 2 * AREA;
+const LANES: usize = TABLE + 16 * TABLE_CALLS;
 /// Bytes of one member's region.
 pub(super) const REGION: usize = LANES + lanes::BYTES;
 /// Slices start at multiples of a cache line (and so of every element size).
@@ -193,6 +201,10 @@ pub(super) struct Regions {
     me: usize,
     /// The generation of this member's last step.
     generation: Cell<u64>,
+    /// Where each member's shared heap is mapped here (member order), when every member has
+    /// one (see `arena`); `heap_span` is how many bytes each maps.
+    heaps: Option<Vec<*mut u8>>,
+    heap_span: usize,
 }
 
 /// A run in progress: one step per [`AREA`] bytes of it, one after another (see the module
@@ -215,6 +227,9 @@ pub(super) struct Step {
     call: u64,
     /// An all-gather's block bytes (see [`gather_block`]); `lo..hi` then lie within one block.
     gathers: Option<usize>,
+    /// This member's tensors are all in its shared heap: it copies nothing into the window,
+    /// and the others read and write them where they are.
+    direct: bool,
 }
 
 /// A member whose run through the window is not this member's (its call tag differs): only
@@ -247,7 +262,76 @@ impl Regions {
             bases,
             me,
             generation: Cell::new(0),
+            heaps: None,
+            heap_span: 0,
         })
+    }
+
+    /// Lets members read and write each other's tensors that lie in their shared heaps:
+    /// `heaps[j]` is where member `j`'s heap is mapped here, `span` bytes of it.
+    ///
+    /// # Safety
+    /// Every `heaps[j]` points to `span` bytes mapped here, the same memory member `j` maps
+    /// at its own `heaps[j]`, for as long as these regions live; every member's regions are
+    /// given heaps alike (all or none).
+    pub(super) unsafe fn with_heaps(mut self, heaps: Vec<*mut u8>, span: usize) -> Regions {
+        if heaps.len() == self.bases.len() {
+            self.heaps = Some(heaps);
+            self.heap_span = span;
+        }
+        self
+    }
+
+    /// The offset of `bytes` bytes at `ptr` in this member's heap, if they lie within it.
+    fn in_heap(&self, ptr: *const u8, bytes: usize) -> Option<usize> {
+        let own = *self.heaps.as_ref()?.get(self.me)? as usize;
+        let at = (ptr as usize).checked_sub(own)?;
+        (at.checked_add(bytes)? <= self.heap_span).then_some(at)
+    }
+
+    /// Publishes `ops`' offsets in this member's heap in its table, if every call's input and
+    /// output lie there (and the run is an all-reduce with room in the table): whether it did.
+    fn publish_table(&self, ops: &[Op]) -> bool {
+        if ops.len() > TABLE_CALLS || !ops.iter().all(|o| o.desc.kind == OpKind::AllReduce) {
+            return false;
+        }
+        let table = self.table(self.me);
+        for (k, o) in ops.iter().enumerate() {
+            let bytes = o.desc.numel().saturating_mul(o.desc.dtype.size());
+            let (Some(i), Some(out)) = (
+                self.in_heap(o.input.ptr, bytes),
+                self.in_heap(o.output.ptr, bytes),
+            ) else {
+                return false;
+            };
+            // SAFETY: the table has TABLE_CALLS entries of two u64s (k < TABLE_CALLS), 8-byte
+            // aligned; only this member writes it, and nobody reads it before `arrived` says
+            // so (and everyone finished reading it before this member's arrival: module docs).
+            unsafe {
+                table.add(2 * k).write(i as u64);
+                table.add(2 * k + 1).write(out as u64);
+            }
+        }
+        true
+    }
+
+    fn table(&self, member: usize) -> *mut u64 {
+        // SAFETY: TABLE + 16 * TABLE_CALLS <= REGION; regions are 64-byte aligned.
+        unsafe { self.bases[member].add(TABLE) as *mut u64 }
+    }
+
+    /// Where call `k`'s input (`output`: its output) lies in member `j`'s memory, as mapped
+    /// here, for a member that went direct.
+    ///
+    /// # Safety
+    /// Member `j` published its table for this step (it arrived, direct).
+    unsafe fn in_member(&self, j: usize, k: usize, output: bool) -> *mut u8 {
+        // SAFETY: the caller's contract: entry k is within the table and was written.
+        let at = unsafe { self.table(j).add(2 * k + usize::from(output)).read() } as usize;
+        match &self.heaps {
+            Some(h) => h[j].wrapping_add(at),
+            None => std::ptr::null_mut(),
+        }
     }
 
     /// How many members the regions are for.
@@ -329,6 +413,7 @@ impl Regions {
             reduced: false,
             root,
             gathers,
+            direct: false,
         };
         // SAFETY: the caller's contract.
         unsafe { self.next_step(&mut step, ops) };
@@ -371,12 +456,18 @@ impl Regions {
                 // its description: `ends`).
                 unsafe { copy_bytes(self.pack(self.me), ops[0].output.ptr.add(lo), hi - lo) };
             }
+        } else if !scatters(ops) && self.publish_table(ops) {
+            // Direct: the others read this member's tensors where they are.
+            step.direct = true;
         } else {
+            step.direct = false;
             // SAFETY: the caller's contract; the pack area has room for the step (`hi - lo <=
             // AREA`), nobody reads it before `arrived` says so, and everyone finished reading
             // it in the last step (module docs).
             unsafe { self.copy_slices(ops, step, |_| self.pack(self.me), true) };
         }
+        self.counter(self.me, DIRECT)
+            .store(u64::from(step.direct), Ordering::Relaxed);
         self.counter(self.me, CALL)
             .store(step.call, Ordering::Relaxed);
         self.counter(self.me, ARRIVED)
@@ -415,7 +506,7 @@ impl Regions {
         for s in (0..n).filter(|&s| s != self.me) {
             let at_area = area(s);
             let (lo, hi) = (step.bounds[s], step.bounds[s + 1]);
-            for_segments(ops, &step.ends, lo, hi, |o, within, at, len| {
+            for_segments(ops, &step.ends, lo, hi, |_, o, within, at, len| {
                 // SAFETY: the segment lies within the op's buffers (its description) and
                 // within the area (the caller's contract).
                 unsafe {
@@ -482,14 +573,24 @@ impl Regions {
                 return Ok(false);
             }
             self.differing(step, (0..n).filter(|&j| j != me))?;
+            // Which members went direct: their `direct` words are this step's (written before
+            // their `arrived`, read after it, acquire above).
+            let direct: Vec<bool> = (0..n)
+                .map(|j| j == me && step.direct || j != me && self.counter(j, DIRECT).load(Ordering::Relaxed) != 0)
+                .collect();
+            // Results go straight into the direct members' outputs, and into the window for
+            // the others to collect (if there are any).
+            let direct_others = (0..n).any(|j| j != me && direct[j]);
+            let collectors = (0..n).any(|j| j != me && !direct[j]);
             let result = self.results_of(me);
             let mut parts: Vec<*const u8> = vec![std::ptr::null(); n];
             // Folded where it is when that costs one pass (the first member's own part, or the
             // second of two); otherwise into the result area and copied back, which keeps the
             // fold from setting each block of its own part aside. Of two members, the results
             // go where the other's part was read (`results_of`): into the output first, since
-            // the fold must not write a part it reads.
-            let in_place_ok = me == 0 || n == 2;
+            // the fold must not write a part it reads. With direct members, always into the
+            // output first, from where they are copied to each.
+            let in_place_ok = me == 0 || n == 2 || direct_others;
             let scatter = scatters(ops);
             let block = step.bounds[me];
             for_segments(
@@ -497,18 +598,23 @@ impl Regions {
                 &step.ends,
                 step.bounds[me],
                 step.bounds[me + 1],
-                |o, within, at, len| {
+                |k, o, within, at, len| {
                     let elems = len / o.desc.dtype.size();
                     let in_place = in_place_ok && o.input.ptr == o.output.ptr;
                     // SAFETY: the segment lies within the op's buffers and within every area; the
                     // others' pack areas hold their data of this slice (they arrived) and nobody
-                    // writes them before this member says `reduced`; the fold's parts are aligned
-                    // for the dtype (slices start at multiples of 64 bytes, tensors at multiples of
+                    // writes them before this member says `reduced`; a direct member's table
+                    // entry `k` says where its call `k` lies in its heap, mapped here (it
+                    // arrived, direct), and it waits for this member's `reduced` before it
+                    // touches that call's tensors again; the fold's parts are aligned for the
+                    // dtype (slices start at multiples of 64 bytes, tensors at multiples of
                     // their element size, regions 64-byte aligned).
                     unsafe {
                         for (j, p) in parts.iter_mut().enumerate() {
                             *p = if j == me {
                                 o.input.ptr.add(within)
+                            } else if direct[j] {
+                                self.in_member(j, k, false).add(within)
                             } else {
                                 self.pack(j).add(at - lo)
                             };
@@ -520,7 +626,19 @@ impl Regions {
                         }
                         let dst = o.output.ptr.add(within);
                         let res = result.add(at - lo);
-                        if in_place {
+                        if direct_others {
+                            if in_place {
+                                fold_into_own(o, &parts, me, elems, dst);
+                            } else {
+                                fold_parts(o, &parts, elems, dst);
+                            }
+                            for j in (0..n).filter(|&j| j != me && direct[j]) {
+                                copy_bytes(self.in_member(j, k, true).add(within), dst, len);
+                            }
+                            if collectors {
+                                copy_bytes(res, dst, len);
+                            }
+                        } else if in_place {
                             fold_into_own(o, &parts, me, elems, dst);
                             copy_bytes(res, dst, len);
                         } else if n == 2 {
@@ -539,7 +657,8 @@ impl Regions {
         if !all(REDUCED) {
             return Ok(false);
         }
-        if !scatters(ops) && !broadcasts(ops) && step.gathers.is_none() {
+        if !step.direct && !scatters(ops) && !broadcasts(ops) && step.gathers.is_none() {
+            // (A direct member's outputs already hold every slice: each member wrote its own.)
             // SAFETY: the caller's contract; member `s` wrote its slice's results where
             // `results_of(s)` says before saying `reduced`; that place is written again only
             // after this member's next arrival (module docs).
@@ -554,15 +673,15 @@ impl Regions {
     }
 }
 
-/// Calls `f(op, byte offset within the op, byte offset within the run, bytes)` for every piece
-/// of the run's bytes `lo..hi` (the run being `ops`' tensors one after another, op `k` ending
-/// at `ends[k]`).
+/// Calls `f(k, op k, byte offset within the op, byte offset within the run, bytes)` for every
+/// piece of the run's bytes `lo..hi` (the run being `ops`' tensors one after another, op `k`
+/// ending at `ends[k]`).
 fn for_segments(
     ops: &[Op],
     ends: &[usize],
     lo: usize,
     hi: usize,
-    mut f: impl FnMut(&Op, usize, usize, usize),
+    mut f: impl FnMut(usize, &Op, usize, usize, usize),
 ) {
     let first = ends.partition_point(|&e| e <= lo);
     for k in first..ops.len().min(ends.len()) {
@@ -572,7 +691,7 @@ fn for_segments(
         }
         let (a, b) = (lo.max(start), hi.min(ends[k]));
         if a < b {
-            f(&ops[k], a - start, a, b - a);
+            f(k, &ops[k], a - start, a, b - a);
         }
     }
 }
@@ -596,7 +715,16 @@ impl Window {
     /// The window of the group whose communicator is `comm` (this member being `me` of `n`),
     /// if `mode` allows and its members share one host. Collective over the group: every
     /// member calls it at the same point (right after the communicator is created).
-    pub(super) fn create(comm: &Comm, n: usize, me: usize, mode: Mode) -> Result<Option<Window>> {
+    ///
+    /// `heaps`, if given, is where each member's shared heap is mapped here (member order): a
+    /// run whose tensors lie in them goes direct (see `arena`).
+    pub(super) fn create(
+        comm: &Comm,
+        n: usize,
+        me: usize,
+        mode: Mode,
+        heaps: Option<Vec<*mut u8>>,
+    ) -> Result<Option<Window>> {
         if mode == Mode::Off || n < 2 {
             return Ok(None);
         }
@@ -636,7 +764,13 @@ impl Window {
         // SAFETY: MPI_Win_allocate_shared gave every member REGION + LINE bytes, shared and
         // mapped until MPI_Finalize (the window is never freed); the region starts less than
         // LINE bytes into it; alignment is checked by `new`.
-        let regions = unsafe { Regions::new(bases, me)? };
+        let mut regions = unsafe { Regions::new(bases, me)? };
+        if let Some(heaps) = heaps {
+            // SAFETY: `arena` mapped every member's heap here, SPAN bytes, for the process's
+            // life; every member of the group has all of them mapped (all or none per host,
+            // and the group is on one host), so all members' regions get heaps alike.
+            regions = unsafe { regions.with_heaps(heaps, super::arena::SPAN) };
+        }
         regions.counter(me, ARRIVED).store(0, Ordering::Relaxed);
         regions.counter(me, CALL).store(0, Ordering::Relaxed);
         regions.counter(me, REDUCED).store(0, Ordering::Relaxed);
@@ -732,7 +866,8 @@ mod tests {
     ///
     /// # Safety
     /// As for [`Regions::start`].
-    unsafe fn run(regions: &Regions, ops: &[Op], root: usize, call: u64) -> Result<(), Differs> {
+    /// Says whether this member went direct (in the run's last step).
+    unsafe fn run(regions: &Regions, ops: &[Op], root: usize, call: u64) -> Result<bool, Differs> {
         // SAFETY: the caller's contract.
         let mut step = unsafe { regions.start(ops, root, call) }.expect("a run starts");
         let start = std::time::Instant::now();
@@ -745,7 +880,7 @@ mod tests {
             );
             std::thread::yield_now();
         }
-        Ok(())
+        Ok(step.direct)
     }
 
     fn all_reduce(dtype: DType, op: ReduceOp, t: *mut u8, len: usize) -> Op {
@@ -833,6 +968,114 @@ mod tests {
                     }
                 }
             });
+        }
+    }
+
+    /// [`members`], each member also given a shared heap of `heap` bytes (plain memory every
+    /// thread sees, as `arena` maps files): `member(regions, me, heap)` carves its tensors from
+    /// its own heap (or not: then it copies through the window).
+    fn members_with_heaps(n: usize, heap: usize, member: impl Fn(&Regions, usize, *mut u8) + Sync) {
+        let mut heaps = vec![0u64; (n * heap + LINE) / 8];
+        let first = (heaps.as_mut_ptr() as usize).div_ceil(LINE) * LINE;
+        members(n, |regions, me| {
+            let bases: Vec<*mut u8> = (0..n).map(|j| (first + j * heap) as *mut u8).collect();
+            // SAFETY: `with_heaps`'s contract: each base points to `heap` bytes of `heaps`,
+            // which outlives every member (the scope ends first), seen alike by all threads;
+            // every member gets the same bases.
+            let regions = unsafe { Regions::new(regions.bases.clone(), me).unwrap().with_heaps(bases, heap) };
+            member(&regions, me, (first + me * heap) as *mut u8);
+        });
+        drop(heaps);
+    }
+
+    /// Tensors of `lens` elements carved one after another (64-byte aligned) from `heap`, or
+    /// owned `Vec`s when `heap` is null; each element `value(k, e)`.
+    struct Tensors {
+        owned: Vec<Vec<f32>>,
+        at: Vec<(*mut f32, usize)>,
+    }
+
+    impl Tensors {
+        fn new(heap: *mut u8, lens: &[usize], value: impl Fn(usize, usize) -> f32) -> Tensors {
+            let mut t = Tensors { owned: Vec::new(), at: Vec::new() };
+            let mut next = 0usize;
+            for (k, &len) in lens.iter().enumerate() {
+                let p = if heap.is_null() {
+                    t.owned.push(vec![0.0; len]);
+                    t.owned.last_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr())
+                } else {
+                    let p = heap.wrapping_add(next) as *mut f32;
+                    next = (next + 4 * len).next_multiple_of(LINE);
+                    p
+                };
+                t.at.push((p, len));
+                for e in 0..len {
+                    // SAFETY: `p` holds `len` elements: an owned `Vec`'s, or the test heap's,
+                    // which is large enough and outlives `t` (tensors do not overlap).
+                    unsafe { p.add(e).write(value(k, e)) };
+                }
+            }
+            t
+        }
+
+        fn get(&self, k: usize) -> &[f32] {
+            let (p, len) = self.at[k];
+            // SAFETY: as in `new`; read only between runs.
+            unsafe { std::slice::from_raw_parts(p, len) }
+        }
+    }
+
+    /// Members whose tensors lie in their shared heaps read and write each other's where they
+    /// are, mixed with members that copy through the window (every mix of two, three and four
+    /// members, in place and not, runs of several steps): every output gets the sums in member
+    /// order, inputs of out-of-place calls stay, and the areas stay usable for copying runs,
+    /// broadcasts and all-gathers after them.
+    #[test]
+    fn direct_members_and_copying_members_meet_in_one_run() {
+        let lens = [300usize, AREA / 4 + 33, 64, 5, 1000];
+        let heap = 2 * 4 * (lens.iter().sum::<usize>() + 64 * lens.len()) + 4096;
+        for n in [2usize, 3, 4] {
+            for copying in 0..(1u32 << n) {
+                members_with_heaps(n, heap, |regions, me, base| {
+                    let direct = copying & (1 << me) == 0;
+                    let value = |m: usize, k: usize, e: usize| (m * 100 + k * 3 + e % 7) as f32;
+                    let at = if direct { base } else { std::ptr::null_mut() };
+                    let inputs = Tensors::new(at, &lens, |k, e| value(me, k, e));
+                    let outputs = Tensors::new(
+                        if direct { base.wrapping_add(heap / 2) } else { std::ptr::null_mut() },
+                        &lens,
+                        |_, _| -1.0,
+                    );
+                    let ops: Vec<Op> = (0..lens.len())
+                        .map(|k| {
+                            let (i, len) = inputs.at[k];
+                            let mut op = all_reduce(DType::F32, ReduceOp::Sum, i as *mut u8, len);
+                            if k % 2 == 0 {
+                                op.output = Buf::host(outputs.at[k].0 as *mut u8, len);
+                            }
+                            op
+                        })
+                        .collect();
+                    // SAFETY: the ops' tensors live until the run is done.
+                    let went = unsafe { run(regions, &ops, 0, 11) }.unwrap();
+                    assert_eq!(went, direct, "n {n} copying {copying:b} member {me}");
+                    for (k, &len) in lens.iter().enumerate() {
+                        let got = if k % 2 == 0 { outputs.get(k) } else { inputs.get(k) };
+                        for e in 0..len {
+                            let want: f32 = (0..n).map(|m| value(m, k, e)).sum();
+                            assert_eq!(got[e], want, "n {n} copying {copying:b} member {me} tensor {k}[{e}]");
+                            if k % 2 == 0 {
+                                assert_eq!(inputs.get(k)[e], value(me, k, e), "input {k}[{e}] changed");
+                            }
+                        }
+                    }
+                    then_an_all_reduce(regions, n, me, 1);
+                    let mut b = vec![me as f32; 100];
+                    // SAFETY: as above.
+                    unsafe { run(regions, &[broadcast(&mut b)], 1, 5) }.unwrap();
+                    assert!(b.iter().all(|&x| x == 1.0));
+                });
+            }
         }
     }
 
