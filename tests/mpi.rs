@@ -162,7 +162,7 @@ fn sorted_lines(text: &str) -> Vec<String> {
 }
 
 /// Every line the MPI ranks printed, against the threads engine's lines for the same world.
-fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool) {
+fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool) -> Run {
     let run = mpirun(np, opts, name, args);
     assert!(run.ok, "{name} -np {np} failed:\n{}", run.err);
     assert_eq!(
@@ -188,6 +188,33 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
             want.len()
         );
     }
+    run
+}
+
+/// How many ranks said their window's collectives ran on tensors where they are, in the shared
+/// heap (every_op's stderr line).
+fn ranks_direct(run: &Run) -> usize {
+    run.err
+        .lines()
+        .filter(|l| l.starts_with("shared-heap steps: "))
+        .count()
+}
+
+/// Shared-heap files in `/dev/shm` whose process is gone: what a job left behind.
+fn heap_files_left() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| {
+            // rankwise-heap-<pid>-<rank>-<stamp>
+            let pid = name
+                .strip_prefix("rankwise-heap-")
+                .and_then(|r| r.split('-').next());
+            pid.is_some_and(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        })
+        .collect()
 }
 
 /// All-reduces (large, or packed) through the group's shared-memory window, and small
@@ -205,11 +232,17 @@ const NO_SHM: Opts = Opts {
     ..PLAIN
 };
 
+/// And with tensors in the ranks' shared heap (every_op puts some there and leaves others in
+/// the ranks' own memory): every rank ran steps on tensors where they are, and no job left a
+/// file in `/dev/shm`.
 #[test]
 fn every_operation_gives_the_threads_engines_bits() {
     for np in [1, 2, 3, 4] {
-        same_as_threads(np, SHM_REQUIRED, "every_op", &[], true);
+        let run = same_as_threads(np, SHM_REQUIRED, "every_op", &[], true);
+        let want = if np == 1 { 0 } else { np };
+        assert_eq!(ranks_direct(&run), want, "every_op -np {np}:\n{}", run.err);
     }
+    assert_eq!(heap_files_left(), Vec::<String>::new());
 }
 
 /// A group of more than eight ranks on one host has a window but no lanes (`lanes::MAX_MEMBERS`):
@@ -222,7 +255,12 @@ fn every_operation_beyond_eight_ranks() {
 #[test]
 fn every_operation_without_shared_memory() {
     for np in [2, 3, 4] {
-        same_as_threads(np, NO_SHM, "every_op", &[], true);
+        let run = same_as_threads(np, NO_SHM, "every_op", &[], true);
+        assert_eq!(
+            ranks_direct(&run),
+            0,
+            "no shared heap without shared memory"
+        );
     }
 }
 

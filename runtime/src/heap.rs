@@ -16,6 +16,7 @@
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::element::Element;
 
@@ -34,6 +35,21 @@ pub(crate) trait SharedHeap: Send + Sync {
 }
 
 static HEAP: OnceLock<&'static dyn SharedHeap> = OnceLock::new();
+
+/// Steps of a shared-memory collective this process ran on tensors where they are.
+static DIRECT_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a step run on tensors where they are (see [`direct_steps`]).
+pub(crate) fn note_direct_step() {
+    DIRECT_STEPS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many steps of shared-memory collectives this process ran with its tensors read and
+/// written where they are, in its shared heap (0 without one): what the MPI tests check to
+/// know that the direct path ran, not only that results were right.
+pub fn direct_steps() -> u64 {
+    DIRECT_STEPS.load(Ordering::Relaxed)
+}
 
 /// Makes `heap` the source of host tensors' memory for the rest of the process (the first
 /// call wins: one backend per process).
@@ -130,8 +146,10 @@ impl<T: Element> HostMem<T> {
     /// `Vec` (whose allocation failure is `Err(bytes)`, not an abort).
     pub(crate) fn build(len: usize, mut f: impl FnMut(usize) -> T) -> Result<Self, usize> {
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
-        if let Some(heap) = shared().filter(|_| bytes > 0) {
-            if let Some(block) = heap.alloc(bytes) {
+        if let Some(heap) = shared().filter(|_| bytes > 0)
+            && let Some(block) = heap.alloc(bytes)
+        {
+            {
                 let ptr = block.cast::<T>();
                 for i in 0..len {
                     // SAFETY: the block holds `bytes` bytes, 64-byte aligned (a multiple of
@@ -227,7 +245,11 @@ mod tests {
         c.give(6, 0);
         assert_eq!(c.take(10, 4096, ok), Some(64), "a freed block of the class");
         assert_eq!(c.take(6, 4096, ok), Some(0));
-        assert_eq!(c.take(6, 4096, ok), Some(64 + 1024 + 64), "then new ones again");
+        assert_eq!(
+            c.take(6, 4096, ok),
+            Some(64 + 1024 + 64),
+            "then new ones again"
+        );
         let mut asked = None;
         assert_eq!(
             c.take(12, 8192, |end| {
@@ -283,7 +305,9 @@ mod tests {
     #[test]
     fn shared_blocks_hold_their_elements_until_dropped_and_copies_are_separate() {
         let heap: &'static Plain = PLAIN.get_or_init(|| Plain {
-            memory: (0..PLAIN_BYTES / 8 + 8).map(|_| std::cell::UnsafeCell::new(0)).collect(),
+            memory: (0..PLAIN_BYTES / 8 + 8)
+                .map(|_| std::cell::UnsafeCell::new(0))
+                .collect(),
             state: std::sync::Mutex::new(Classes::new()),
         });
         let make = |len: usize, k: f32| -> HostMem<f32> {

@@ -129,7 +129,11 @@ fn cannot_allocate<T>(shape: &[usize], numel: usize) -> Error {
 }
 
 /// `numel` elements, each `f(i)`, where new host tensors live (see `heap`).
-fn build<T: Element>(shape: &[usize], numel: usize, f: impl FnMut(usize) -> T) -> Result<HostMem<T>> {
+fn build<T: Element>(
+    shape: &[usize],
+    numel: usize,
+    f: impl FnMut(usize) -> T,
+) -> Result<HostMem<T>> {
     HostMem::build(numel, f).map_err(|_| cannot_allocate::<T>(shape, numel))
 }
 
@@ -297,7 +301,9 @@ impl<T: Element> Tensor<T> {
         Ok(Tensor {
             shape: self.shape.clone(),
             storage: Storage::Host(match &self.storage {
-                Storage::Host(v) => v.duplicate().map_err(|_| cannot_allocate::<T>(&self.shape, self.numel()))?,
+                Storage::Host(v) => v
+                    .duplicate()
+                    .map_err(|_| cannot_allocate::<T>(&self.shape, self.numel()))?,
                 Storage::Device(_) => HostMem::Heap(self.try_to_vec()?),
             }),
         })

@@ -112,16 +112,26 @@ impl Peers {
     }
 }
 
+/// What [`create`] came to on this host.
+pub(super) enum Made {
+    /// This rank's heap, and every heap of the host mapped here.
+    Heaps(&'static Arena, Peers),
+    /// The rank is alone on its host: nobody to share with.
+    Alone,
+    /// Some rank of the host could not make or map a heap (no `/dev/shm`, no address space):
+    /// the host's tensors stay in the ranks' own memory.
+    Failed,
+}
+
 /// Creates this process's heap and maps its host's others, collectively over `world` (every
-/// rank calls it at the same point, at start). `None` when any rank of this host could not
-/// (no `/dev/shm`, no room, no address space): tensors then stay on the heap.
-pub(super) fn create(world: &SimpleCommunicator) -> Result<Option<(&'static Arena, Peers)>> {
+/// rank calls it at the same point, at start).
+pub(super) fn create(world: &SimpleCommunicator) -> Result<Made> {
     let host = world.split_shared(0);
     let n = host.size() as usize;
     let me = world.rank() as usize;
     // Every rank of the host decides alike: alone on its host, a rank has nobody to share with.
     if n < 2 {
-        return Ok(None);
+        return Ok(Made::Alone);
     }
     let own = make(me);
     // Every rank of the host: its world rank and its file's name (empty if it has none).
@@ -164,10 +174,10 @@ pub(super) fn create(world: &SimpleCommunicator) -> Result<Option<(&'static Aren
         // Everyone has mapped it (or given up): the name is no longer needed.
         let _ = std::fs::remove_file(path);
     }
-    if flags.iter().any(|&f| f == 0) {
-        return Ok(None);
+    match own {
+        Some((arena, _)) if flags.iter().all(|&f| f != 0) => Ok(Made::Heaps(arena, peers)),
+        _ => Ok(Made::Failed),
     }
-    Ok(own.map(|(arena, _)| (arena, peers)))
 }
 
 /// This process's file and its mapping, leaked for the process's life.

@@ -383,9 +383,21 @@ impl MpiBackend {
         be.crowded = raw::ranks_on_host(&be.world_eager)? > cores_online();
         // The shared heap, before the rank program makes its first tensor (see `arena`).
         if shm_mode != shm::Mode::Off {
-            if let Some((heap, peers)) = arena::create(world)? {
-                crate::heap::install(heap);
-                be.heaps = Some(peers);
+            match arena::create(world)? {
+                arena::Made::Heaps(heap, peers) => {
+                    crate::heap::install(heap);
+                    be.heaps = Some(peers);
+                }
+                arena::Made::Failed if shm_mode == shm::Mode::Require => {
+                    return Err(Error::Backend {
+                        backend: "mpi",
+                        detail: "RANKWISE_MPI_SHM=require, but a rank of this host could not \
+                                 create or map its shared heap in /dev/shm (is it mounted, \
+                                 writable and not full?)"
+                            .into(),
+                    });
+                }
+                arena::Made::Failed | arena::Made::Alone => {}
             }
         }
         // Every rank builds its backend at start: the world's window is made here.

@@ -30,6 +30,18 @@
 //! MPI. Every member's result is the same fold in the same order, so every member gets the same
 //! bits, the bits the MPI path and the threads backend give.
 //!
+//! **Direct members.** A member whose tensors of an all-reduce run all lie in its shared heap
+//! (see `arena` and `crate::heap`) copies nothing in step 1: it publishes where each call's
+//! input and output lie in its heap (its *table*) and says so (`direct`) before `arrived`. In
+//! step 2 the others read its data of their slices where it is, and write their slices'
+//! results straight into its outputs; it collects nothing in step 3, since every slice is
+//! already there once every member has reduced. Members whose tensors are elsewhere copy as
+//! above, in the same run: each member reads each other member's part from its tensors or its
+//! pack area, and writes its results into the direct members' outputs and, if any member
+//! copies, where that member collects them. The run's call tag covers every call's size, so
+//! members that agree on it have tables of the same calls; a table that places a call outside
+//! its member's heap is refused like a differing call.
+//!
 //! **A broadcast** (lone, larger than one message of `eager`, among more than two; a pair's goes
 //! directly through MPI) takes the same steps with less in them: in step 1 the root alone copies
 //! the step's bytes into its pack area; in step 2 every other member copies them out, once the
@@ -60,7 +72,8 @@
 //! (`RANKWISE_MPI_CHECK=0`), members that disagree wait for each other, and the monitor names
 //! both calls, as on the MPI path. The monitor sees the rank blocked in the run's calls, as on the MPI
 //! path; a member that fails ends the job (`MPI_Abort`), which ends the others' polling too.
-//! User tensors never leave their process: only the regions are shared.
+//! Tensors are shared only when they lie in the ranks' shared heap (direct members, above);
+//! others never leave their process.
 //!
 //! `RANKWISE_MPI_SHM` decides ([`MODES`]): `0`/`off`/`false`/`no` never (every run goes through
 //! MPI, as it must across hosts); `require`, for tests, always (a group that cannot have a window
@@ -320,6 +333,19 @@ impl Regions {
         unsafe { self.bases[member].add(TABLE) as *mut u64 }
     }
 
+    /// Whether member `j`'s table places every call of a run cut at `ends` within its heap.
+    fn table_fits(&self, j: usize, ends: &[usize]) -> bool {
+        ends.len() <= TABLE_CALLS
+            && ends.iter().enumerate().all(|(k, &end)| {
+                let bytes = end - if k == 0 { 0 } else { ends[k - 1] };
+                (0..2).all(|w| {
+                    // SAFETY: entry k < TABLE_CALLS is within the table, 8-byte aligned.
+                    let at = unsafe { self.table(j).add(2 * k + w).read() } as usize;
+                    at.checked_add(bytes).is_some_and(|e| e <= self.heap_span)
+                })
+            })
+    }
+
     /// Where call `k`'s input (`output`: its output) lies in member `j`'s memory, as mapped
     /// here, for a member that went direct.
     ///
@@ -404,11 +430,14 @@ impl Regions {
             lo: 0,
             hi: 0,
             bounds: Vec::new(),
-            call: call
-                .rotate_left(17)
-                .wrapping_add(ops.len() as u64)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                ^ ends.last().copied().unwrap_or(0) as u64,
+            // Every call's size is in the tag, not only the total: members whose runs cut
+            // differently never meet, and direct members' tables (one entry per call) match.
+            call: ends.iter().fold(
+                call.rotate_left(17)
+                    .wrapping_add(ops.len() as u64)
+                    .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                |h, &e| (h ^ e as u64).wrapping_mul(0x0100_0000_01b3).rotate_left(5),
+            ),
             ends,
             reduced: false,
             root,
@@ -459,6 +488,7 @@ impl Regions {
         } else if !scatters(ops) && self.publish_table(ops) {
             // Direct: the others read this member's tensors where they are.
             step.direct = true;
+            crate::heap::note_direct_step();
         } else {
             step.direct = false;
             // SAFETY: the caller's contract; the pack area has room for the step (`hi - lo <=
@@ -576,11 +606,21 @@ impl Regions {
             // Which members went direct: their `direct` words are this step's (written before
             // their `arrived`, read after it, acquire above).
             let direct: Vec<bool> = (0..n)
-                .map(|j| j == me && step.direct || j != me && self.counter(j, DIRECT).load(Ordering::Relaxed) != 0)
+                .map(|j| {
+                    j == me && step.direct
+                        || j != me && self.counter(j, DIRECT).load(Ordering::Relaxed) != 0
+                })
                 .collect();
             // Results go straight into the direct members' outputs, and into the window for
             // the others to collect (if there are any).
             let direct_others = (0..n).any(|j| j != me && direct[j]);
+            // A direct member's table must place each call within its heap: one that does not
+            // is not running this run (only possible unchecked, through a bug).
+            if let Some(j) =
+                (0..n).find(|&j| j != me && direct[j] && !self.table_fits(j, &step.ends))
+            {
+                return Err(Differs { member: j });
+            }
             let collectors = (0..n).any(|j| j != me && !direct[j]);
             let result = self.results_of(me);
             let mut parts: Vec<*const u8> = vec![std::ptr::null(); n];
@@ -982,7 +1022,11 @@ mod tests {
             // SAFETY: `with_heaps`'s contract: each base points to `heap` bytes of `heaps`,
             // which outlives every member (the scope ends first), seen alike by all threads;
             // every member gets the same bases.
-            let regions = unsafe { Regions::new(regions.bases.clone(), me).unwrap().with_heaps(bases, heap) };
+            let regions = unsafe {
+                Regions::new(regions.bases.clone(), me)
+                    .unwrap()
+                    .with_heaps(bases, heap)
+            };
             member(&regions, me, (first + me * heap) as *mut u8);
         });
         drop(heaps);
@@ -997,12 +1041,17 @@ mod tests {
 
     impl Tensors {
         fn new(heap: *mut u8, lens: &[usize], value: impl Fn(usize, usize) -> f32) -> Tensors {
-            let mut t = Tensors { owned: Vec::new(), at: Vec::new() };
+            let mut t = Tensors {
+                owned: Vec::new(),
+                at: Vec::new(),
+            };
             let mut next = 0usize;
             for (k, &len) in lens.iter().enumerate() {
                 let p = if heap.is_null() {
                     t.owned.push(vec![0.0; len]);
-                    t.owned.last_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr())
+                    t.owned
+                        .last_mut()
+                        .map_or(std::ptr::null_mut(), |v| v.as_mut_ptr())
                 } else {
                     let p = heap.wrapping_add(next) as *mut f32;
                     next = (next + 4 * len).next_multiple_of(LINE);
@@ -1042,7 +1091,11 @@ mod tests {
                     let at = if direct { base } else { std::ptr::null_mut() };
                     let inputs = Tensors::new(at, &lens, |k, e| value(me, k, e));
                     let outputs = Tensors::new(
-                        if direct { base.wrapping_add(heap / 2) } else { std::ptr::null_mut() },
+                        if direct {
+                            base.wrapping_add(heap / 2)
+                        } else {
+                            std::ptr::null_mut()
+                        },
                         &lens,
                         |_, _| -1.0,
                     );
@@ -1060,12 +1113,24 @@ mod tests {
                     let went = unsafe { run(regions, &ops, 0, 11) }.unwrap();
                     assert_eq!(went, direct, "n {n} copying {copying:b} member {me}");
                     for (k, &len) in lens.iter().enumerate() {
-                        let got = if k % 2 == 0 { outputs.get(k) } else { inputs.get(k) };
-                        for e in 0..len {
+                        let got = if k % 2 == 0 {
+                            outputs.get(k)
+                        } else {
+                            inputs.get(k)
+                        };
+                        assert_eq!(got.len(), len);
+                        for (e, &got) in got.iter().enumerate() {
                             let want: f32 = (0..n).map(|m| value(m, k, e)).sum();
-                            assert_eq!(got[e], want, "n {n} copying {copying:b} member {me} tensor {k}[{e}]");
+                            assert_eq!(
+                                got, want,
+                                "n {n} copying {copying:b} member {me} tensor {k}[{e}]"
+                            );
                             if k % 2 == 0 {
-                                assert_eq!(inputs.get(k)[e], value(me, k, e), "input {k}[{e}] changed");
+                                assert_eq!(
+                                    inputs.get(k)[e],
+                                    value(me, k, e),
+                                    "input {k}[{e}] changed"
+                                );
                             }
                         }
                     }
