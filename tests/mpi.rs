@@ -194,10 +194,12 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
 /// How many ranks said their window's collectives ran on tensors where they are, in the shared
 /// heap (every_op's stderr line).
 fn ranks_direct(run: &Run) -> usize {
-    run.err
+    let ranks: std::collections::BTreeSet<&str> = run
+        .err
         .lines()
-        .filter(|l| l.starts_with("shared-heap steps: "))
-        .count()
+        .filter_map(|l| l.split_once(": shared-heap steps: ").map(|(rank, _)| rank))
+        .collect();
+    ranks.len()
 }
 
 /// Shared-heap files in `/dev/shm` whose process is gone: what a job left behind.
