@@ -247,6 +247,20 @@ fn every_operation_gives_the_threads_engines_bits() {
     assert_eq!(heap_files_left(), Vec::<String>::new());
 }
 
+/// Tensors in each rank's own memory (`RANKWISE_MPI_HEAP=0`): every window run copies, as
+/// before the shared heap.
+#[test]
+fn every_operation_without_the_shared_heap() {
+    let own_memory = Opts {
+        env: &[("RANKWISE_MPI_SHM", "require"), ("RANKWISE_MPI_HEAP", "0")],
+        ..PLAIN
+    };
+    for np in [2, 4] {
+        let run = same_as_threads(np, own_memory, "every_op", &[], true);
+        assert_eq!(ranks_direct(&run), 0, "{}", run.err);
+    }
+}
+
 /// A group of more than eight ranks on one host has a window but no lanes (`lanes::MAX_MEMBERS`):
 /// its small collectives take the schedule path, its all_reduces and all_gathers the window.
 #[test]
@@ -408,10 +422,14 @@ fn a_world_size_the_macro_did_not_check_is_refused_by_every_rank() {
 /// creates and another skips) and wait for each other.
 #[test]
 fn ranks_with_different_settings_stop_at_start() {
-    let cases: [(&[(&str, &str)], &str); 3] = [
+    let cases: [(&[(&str, &str)], &str); 4] = [
         (
             &[("RANKWISE_MPI_SHM", "0")],
             "RANKWISE_MPI_SHM is on (the default) on ranks [0, 1, 2], 0 on ranks [3]",
+        ),
+        (
+            &[("RANKWISE_MPI_HEAP", "no")],
+            "RANKWISE_MPI_HEAP is on (the default) on ranks [0, 1, 2], 0 on ranks [3]",
         ),
         (
             &[("RANKWISE_MPI_CHECK", "0")],
@@ -463,11 +481,16 @@ fn ranks_with_different_settings_stop_at_start() {
 /// runs with the default.
 #[test]
 fn a_mistyped_setting_stops_the_job_at_start() {
-    let cases: [(&str, &str, &str); 3] = [
+    let cases: [(&str, &str, &str); 4] = [
         (
             "RANKWISE_MPI_SHM",
             "requre",
             "`require` (a window for every group, or an error)",
+        ),
+        (
+            "RANKWISE_MPI_HEAP",
+            "of",
+            "`0`/`off`/`false`/`no` (tensors in each rank's own memory)",
         ),
         (
             "RANKWISE_MPI_CHECK",

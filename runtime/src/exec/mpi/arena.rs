@@ -33,6 +33,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 use super::raw;
 use crate::error::Result;
 use crate::heap::{Classes, SharedHeap};
+use crate::vars::{self, Choice};
 
 /// Addresses each rank's file reserves in every mapping (no memory until allocated).
 pub(super) const SPAN: usize = 1 << 36;
@@ -42,6 +43,27 @@ const CHUNK: usize = 16 << 20;
 
 /// The longest file name exchanged.
 const NAME: usize = 128;
+
+/// Whether `RANKWISE_MPI_HEAP` lets tensors live in the shared heap: on unless it says `0`/
+/// `off`/`false`/`no` (tensors then stay in each rank's own memory, where tools such as
+/// AddressSanitizer or valgrind watch them). Another value stops the job at start.
+pub(super) fn wanted() -> Result<bool> {
+    Ok(vars::read("RANKWISE_MPI_HEAP", &SETTINGS)?.unwrap_or(true))
+}
+
+/// `RANKWISE_MPI_HEAP`'s settings.
+pub(super) const SETTINGS: [Choice<bool>; 2] = [
+    Choice {
+        values: vars::ON,
+        means: "tensors in a heap the ranks of a host share: the default",
+        value: true,
+    },
+    Choice {
+        values: vars::OFF,
+        means: "tensors in each rank's own memory",
+        value: false,
+    },
+];
 
 /// This process's shared heap.
 pub(super) struct Arena {

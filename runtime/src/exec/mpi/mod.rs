@@ -220,13 +220,15 @@ fn settings_agree(
     check: bool,
     proofs: bool,
     shm: shm::Mode,
+    heap: bool,
 ) -> Result<()> {
     let shm_bits = match shm {
         shm::Mode::Off => 0,
         shm::Mode::On => 1,
         shm::Mode::Require => 2,
     };
-    let mine = c_int::from(check) | c_int::from(proofs) << 1 | shm_bits << 2;
+    let mine =
+        c_int::from(check) | c_int::from(proofs) << 1 | shm_bits << 2 | c_int::from(heap) << 4;
     let mut all = vec![0; world.size() as usize];
     raw::poll_allgather_int(world, mine, &mut all)?;
     if all.iter().all(|&w| w == mine) {
@@ -237,7 +239,14 @@ fn settings_agree(
         1 => "all",
         _ => "on (the default)",
     };
-    let shm_of = |w: c_int| match w >> 2 {
+    let heap_of = |w: c_int| {
+        if w >> 4 & 1 == 1 {
+            "on (the default)"
+        } else {
+            "0"
+        }
+    };
+    let shm_of = |w: c_int| match w >> 2 & 3 {
         0 => "0",
         2 => "require",
         _ => "on (the default)",
@@ -249,6 +258,7 @@ fn settings_agree(
             &check_of as &dyn Fn(c_int) -> &'static str,
         ),
         ("RANKWISE_MPI_SHM", &shm_of),
+        ("RANKWISE_MPI_HEAP", &heap_of),
     ] {
         let mut sides: Vec<(&str, Vec<usize>)> = Vec::new();
         for (rank, &w) in all.iter().enumerate() {
@@ -349,7 +359,8 @@ impl MpiBackend {
         crate::exec::copy::read_store_mode()?;
         // Before anything collective depends on them: ranks that disagree would otherwise wait
         // for each other in different calls (a window one rank creates and another skips).
-        settings_agree(world, check, proofs, shm_mode)?;
+        let heap_on = arena::wanted()?;
+        settings_agree(world, check, proofs, shm_mode, heap_on)?;
         let mut be = MpiBackend {
             rank,
             world_id: WorldId::fresh(),
@@ -382,7 +393,7 @@ impl MpiBackend {
         };
         be.crowded = raw::ranks_on_host(&be.world_eager)? > cores_online();
         // The shared heap, before the rank program makes its first tensor (see `arena`).
-        if shm_mode != shm::Mode::Off {
+        if shm_mode != shm::Mode::Off && heap_on {
             match arena::create(world)? {
                 arena::Made::Heaps(heap, peers) => {
                     crate::heap::install(heap);
