@@ -62,10 +62,13 @@ fn shared() -> Option<&'static dyn SharedHeap> {
     HEAP.get().copied()
 }
 
-/// Size classes of a shared heap, over byte offsets: a block of class `c` holds `2^c` bytes and
-/// starts at a multiple of 64. Freed blocks are kept per class and handed out again; new ones
-/// are cut from the end of what is used. A tensor loop that frees and allocates the same shapes
-/// (the common case: buffers made each step) reuses the same blocks.
+/// Size classes of a shared heap, over byte offsets. Sizes are 64 bytes and then, between each
+/// power of two `2^p` (from 256 bytes) and the next, its quarters: `2^p · 5/4`, `6/4`, `7/4`,
+/// `2^(p+1)`, so that a block wastes at most a fifth of itself (the heap's memory is
+/// `/dev/shm`'s, which a large model's tensors fill quickly). Blocks start at multiples of 64.
+/// Freed blocks are kept per class and handed out again; new ones are cut from the end of what
+/// is used. A loop that frees and allocates the same shapes (buffers made each step: the
+/// common case) reuses the same blocks.
 #[derive(Debug)]
 pub(crate) struct Classes {
     /// Where the next new block starts.
@@ -74,37 +77,64 @@ pub(crate) struct Classes {
     free: Vec<Vec<usize>>,
 }
 
-/// The smallest block: a cache line, so that no two tensors share one.
-const MIN_CLASS: u32 = 6;
+/// A class: an index into [`Classes`]' lists.
+pub(crate) type Class = usize;
+
+/// The smallest block, 64 bytes (class 0): a cache line, so that no two tensors share one.
+/// Classes 1 and 2 hold 128 and 256 bytes; from class 3 on, quarters (320, 384, 448, 512, 640…).
+const LINE: usize = 64;
 
 impl Classes {
     pub(crate) fn new() -> Self {
         Classes {
             next: 0,
-            free: vec![Vec::new(); usize::BITS as usize],
+            free: vec![Vec::new(); 4 * usize::BITS as usize],
         }
     }
 
-    /// The class of a block of `bytes` bytes, if one can hold it.
-    pub(crate) fn class_of(bytes: usize) -> Option<u32> {
-        let c = bytes.checked_next_power_of_two()?.trailing_zeros();
-        Some(c.max(MIN_CLASS))
+    /// The smallest class whose blocks hold `bytes` bytes, if one can.
+    pub(crate) fn class_of(bytes: usize) -> Option<Class> {
+        if bytes <= LINE {
+            return Some(0);
+        }
+        // 2^p < bytes <= 2^(p + 1); quarters from 2^8 up (below, powers of two: 128, 256).
+        let p = (bytes - 1).ilog2() as usize;
+        if p < 8 {
+            return Some(p - 5);
+        }
+        let quarter = 1usize << (p - 2);
+        let q = (bytes - (1 << p)).div_ceil(quarter);
+        let class = 3 + 4 * (p - 8) + (q - 1);
+        (Self::size_of(class)? >= bytes).then_some(class)
     }
 
-    /// A block of class `class`: a freed one, or a new one if it ends within `limit`; `grow`
-    /// is told where a new block ends first, and may refuse it (no memory behind it).
+    /// The bytes of a block of `class`.
+    pub(crate) fn size_of(class: Class) -> Option<usize> {
+        match class {
+            0..=2 => Some(LINE << class),
+            _ => {
+                let (p, q) = (8 + (class - 3) / 4, 1 + (class - 3) % 4);
+                let base = 1usize.checked_shl(p as u32)?;
+                base.checked_add((base >> 2).checked_mul(q)?)
+                    .filter(|_| p < usize::BITS as usize - 1)
+            }
+        }
+    }
+
+    /// A block of `class`: a freed one, or a new one if it ends within `limit`; `grow` is told
+    /// where a new block ends first, and may refuse it (no memory behind it).
     pub(crate) fn take(
         &mut self,
-        class: u32,
+        class: Class,
         limit: usize,
         grow: impl FnOnce(usize) -> bool,
     ) -> Option<usize> {
-        let list = self.free.get_mut(class as usize)?;
+        let list = self.free.get_mut(class)?;
         if let Some(at) = list.pop() {
             return Some(at);
         }
-        let size = 1usize.checked_shl(class)?;
-        let at = self.next.next_multiple_of(1 << MIN_CLASS);
+        let size = Self::size_of(class)?;
+        let at = self.next.next_multiple_of(LINE);
         let end = at.checked_add(size).filter(|&e| e <= limit)?;
         if !grow(end) {
             return None;
@@ -113,9 +143,9 @@ impl Classes {
         Some(at)
     }
 
-    /// Gives back the block at `at` of class `class`.
-    pub(crate) fn give(&mut self, class: u32, at: usize) {
-        if let Some(list) = self.free.get_mut(class as usize) {
+    /// Gives back the block at `at` of `class`.
+    pub(crate) fn give(&mut self, class: Class, at: usize) {
+        if let Some(list) = self.free.get_mut(class) {
             list.push(at);
         }
     }
@@ -222,37 +252,75 @@ impl<T: Element> Drop for Block<T> {
 mod tests {
     use super::*;
 
+    /// Every size gets the smallest class that holds it, and wastes at most a fifth of it above
+    /// 256 bytes: checked against the sizes themselves, around every boundary up to 1 TiB.
     #[test]
-    fn classes_round_up_to_a_line_and_powers_of_two() {
-        assert_eq!(Classes::class_of(1), Some(6));
-        assert_eq!(Classes::class_of(64), Some(6));
-        assert_eq!(Classes::class_of(65), Some(7));
-        assert_eq!(Classes::class_of(1024), Some(10));
-        assert_eq!(Classes::class_of(1025), Some(11));
+    fn classes_hold_their_sizes_and_waste_at_most_a_fifth() {
+        let mut sizes = vec![
+            1usize, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300, 320, 321, 1000, 1024, 1025,
+        ];
+        for p in 8..40 {
+            for q in 0..=4 {
+                let b = (1usize << p) + q * (1usize << (p - 2));
+                sizes.extend([b - 1, b, b + 1]);
+            }
+        }
+        for bytes in sizes {
+            let c = Classes::class_of(bytes).unwrap_or_else(|| panic!("{bytes} has a class"));
+            let size = Classes::size_of(c).expect("a class has a size");
+            assert!(size >= bytes, "{bytes} in class {c} of {size}");
+            if c > 0 {
+                let smaller = Classes::size_of(c - 1).expect("a size");
+                assert!(
+                    smaller < bytes,
+                    "{bytes}: class {} of {smaller} would do",
+                    c - 1
+                );
+            }
+            assert!(size.is_multiple_of(64));
+            if bytes > 256 {
+                assert!(
+                    size - bytes <= size / 5,
+                    "{bytes} wastes {} of {size}",
+                    size - bytes
+                );
+            }
+        }
         assert_eq!(Classes::class_of(usize::MAX), None);
+        assert_eq!(Classes::size_of(10_000), None);
     }
 
     /// New blocks are cut in order at 64-byte boundaries, freed ones come back by class,
     /// and a block past the limit, or one `grow` refuses, is `None` and changes nothing.
     #[test]
     fn blocks_are_cut_reused_by_class_and_bounded() {
+        let (line, kib, four) = (
+            0,
+            Classes::class_of(1024).unwrap(),
+            Classes::class_of(4096).unwrap(),
+        );
+        assert_eq!(Classes::size_of(kib), Some(1024));
         let mut c = Classes::new();
         let ok = |_| true;
-        assert_eq!(c.take(6, 4096, ok), Some(0));
-        assert_eq!(c.take(10, 4096, ok), Some(64));
-        assert_eq!(c.take(6, 4096, ok), Some(64 + 1024));
-        c.give(10, 64);
-        c.give(6, 0);
-        assert_eq!(c.take(10, 4096, ok), Some(64), "a freed block of the class");
-        assert_eq!(c.take(6, 4096, ok), Some(0));
+        assert_eq!(c.take(line, 4096, ok), Some(0));
+        assert_eq!(c.take(kib, 4096, ok), Some(64));
+        assert_eq!(c.take(line, 4096, ok), Some(64 + 1024));
+        c.give(kib, 64);
+        c.give(line, 0);
         assert_eq!(
-            c.take(6, 4096, ok),
+            c.take(kib, 4096, ok),
+            Some(64),
+            "a freed block of the class"
+        );
+        assert_eq!(c.take(line, 4096, ok), Some(0));
+        assert_eq!(
+            c.take(line, 4096, ok),
             Some(64 + 1024 + 64),
             "then new ones again"
         );
         let mut asked = None;
         assert_eq!(
-            c.take(12, 8192, |end| {
+            c.take(four, 8192, |end| {
                 asked = Some(end);
                 false
             }),
@@ -260,9 +328,9 @@ mod tests {
             "refused by grow"
         );
         assert_eq!(asked, Some(1216 + 4096));
-        assert_eq!(c.take(12, 4096, ok), None, "past the limit");
-        assert_eq!(c.take(6, 4096, ok), Some(1216), "neither moved the end");
-        assert_eq!(c.take(70, usize::MAX, ok), None, "no such class");
+        assert_eq!(c.take(four, 4096, ok), None, "past the limit");
+        assert_eq!(c.take(line, 4096, ok), Some(1216), "neither moved the end");
+        assert_eq!(c.take(10_000, usize::MAX, ok), None, "no such class");
     }
 
     /// A heap of plain memory standing in for a shared one: every block it hands out is in
