@@ -13,6 +13,10 @@
 //! peer touches it only inside a collective that borrows the tensor (the call holds `&mut`),
 //! on this rank's behalf.
 
+// Only the MPI backend installs a shared heap (and counts its steps); without it, the
+// allocator and those hooks are there but unused.
+#![cfg_attr(not(feature = "mpi"), allow(dead_code))]
+
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
