@@ -183,26 +183,19 @@ impl<T: Element> HostMem<T> {
         if let Some(heap) = shared().filter(|_| bytes > 0)
             && let Some(block) = heap.alloc(bytes)
         {
-            {
-                let ptr = block.cast::<T>();
-                for i in 0..len {
-                    // SAFETY: the block holds `bytes` bytes, 64-byte aligned (a multiple of
-                    // every element's alignment), so element `i < len` is in bounds; writing
-                    // does not read the old bytes.
-                    unsafe { ptr.as_ptr().add(i).write(f(i)) };
-                }
-                return Ok(HostMem::Shared(Block { ptr, len, heap }));
+            let ptr = block.cast::<T>();
+            for i in 0..len {
+                // SAFETY: the block holds `bytes` bytes, 64-byte aligned (a multiple of every
+                // element's alignment), so element `i < len` is in bounds; writing does not
+                // read the old bytes.
+                unsafe { ptr.as_ptr().add(i).write(f(i)) };
             }
+            return Ok(HostMem::Shared(Block { ptr, len, heap }));
         }
         let mut v = Vec::new();
         v.try_reserve_exact(len).map_err(|_| bytes)?;
         v.extend((0..len).map(f));
         Ok(HostMem::Heap(v))
-    }
-
-    /// A copy of the elements as a `Vec`.
-    pub(crate) fn to_vec(&self) -> Vec<T> {
-        self.deref().to_vec()
     }
 
     /// The elements as a `Vec`: the `Vec` itself, or a copy of a shared block (then freed).

@@ -298,15 +298,13 @@ impl<T: Element> Tensor<T> {
 
     /// The same tensor on the host (a copy).
     pub fn to_host(&self) -> Result<Tensor<T>> {
-        Ok(Tensor {
-            shape: self.shape.clone(),
-            storage: Storage::Host(match &self.storage {
-                Storage::Host(v) => v
-                    .duplicate()
-                    .map_err(|_| cannot_allocate::<T>(&self.shape, self.numel()))?,
-                Storage::Device(_) => HostMem::Heap(self.try_to_vec()?),
+        match &self.storage {
+            Storage::Host(_) => self.try_clone(),
+            Storage::Device(_) => Ok(Tensor {
+                shape: self.shape.clone(),
+                storage: Storage::Host(HostMem::Heap(self.try_to_vec()?)),
             }),
-        })
+        }
     }
 
     /// A copy on the same device; a device that fails while copying is an `Err`.
