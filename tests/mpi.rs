@@ -66,6 +66,13 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
         args.join("-")
     ));
     let _ = std::fs::remove_dir_all(&dir);
+    // Open MPI 4.1 makes one session directory per host and user (`$TMPDIR/ompi.<host>.<uid>`)
+    // and removes it when its last job ends; two jobs that start together while it is absent
+    // race to make it, and the loser fails with "mkdir … File exists". Each job of this
+    // parallel suite therefore gets its own TMPDIR (short: the session directory holds sockets,
+    // whose paths are limited to about 100 bytes).
+    let session = std::env::temp_dir().join(format!("rwm-{}-{run}", std::process::id()));
+    std::fs::create_dir_all(&session).expect("the test can make a directory in TMPDIR");
     let mut cmd = Command::new("mpirun");
     // A wall-clock guard: a job that hangs (a regression of the safety net) is killed by
     // mpirun and fails its test — non-zero exit, and "took" far beyond every failure test's
@@ -76,7 +83,8 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
         .arg(&dir)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("RUST_BACKTRACE", "0");
+        .env("RUST_BACKTRACE", "0")
+        .env("TMPDIR", &session);
     for (k, v) in mca {
         cmd.args(["--mca", k, v]);
     }
@@ -128,6 +136,7 @@ fn mpirun(np: usize, opts: Opts, name: &str, args: &[&str]) -> Run {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&session);
     Run {
         ok: output.status.success(),
         out,
