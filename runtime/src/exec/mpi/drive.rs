@@ -516,6 +516,9 @@ impl<'a> Driver<'a> {
             chain.long,
             chain.cap,
             self.be.lanes_of(chain.group).is_some(),
+            self.be
+                .shm_of(chain.group)
+                .is_some_and(shm::Regions::has_heaps),
         );
         if small.calls > 0 {
             return self.start_eager(c, k..k + small.calls, small.long, reqs);
@@ -777,7 +780,7 @@ impl<'a> Driver<'a> {
     fn through_window(&self, group: GroupId, run: Range<usize>) -> bool {
         self.be
             .shm_of(group)
-            .is_some_and(|r| shm::takes(&self.ops[run], r.members()))
+            .is_some_and(|r| shm::takes(&self.ops[run], r.members(), r.has_heaps()))
     }
 
     /// Starts slot `s`'s run through its group's window. The slot blocks its chain until the
@@ -886,13 +889,21 @@ impl<'a> Driver<'a> {
                     Err(e) => e,
                 }
             })?;
-            if done {
-                slot.shm = None;
-                self.shm_slots.swap_remove(i);
-                self.finish(s, reqs)?;
-                any = true;
-            } else {
-                i += 1;
+            match done {
+                shm::Polled::Pending => i += 1,
+                shm::Polled::Done => {
+                    slot.shm = None;
+                    self.shm_slots.swap_remove(i);
+                    self.finish(s, reqs)?;
+                    any = true;
+                }
+                shm::Polled::ByMpi => {
+                    // Every member hands it to MPI alike (`shm::pulls_only`).
+                    slot.shm = None;
+                    self.shm_slots.swap_remove(i);
+                    self.post_mpi(s, reqs)?;
+                    any = true;
+                }
             }
         }
         Ok(any)
@@ -920,6 +931,14 @@ impl<'a> Driver<'a> {
             // Agreed (its record, and for a pack its size): the run goes through the window.
             return self.start_window(s, reqs);
         }
+        self.post_mpi(s, reqs)
+    }
+
+    /// Posts slot `s`'s next MPI phase (its packed collective's, or its call's), nothing else
+    /// being outstanding; lets its chain go on once every phase is initiated.
+    fn post_mpi(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let c = self.slots[s].chain;
+        let group = self.chains[c].group;
         let slot = &mut self.slots[s];
         let new = match &slot.packed {
             Some(p) => self.be.post(&mut slot.task, &p.op, group)?,

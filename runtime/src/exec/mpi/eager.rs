@@ -318,8 +318,13 @@ impl Agreed {
 /// `long` allows, a short one of at most `cap`, a power of two); none when the head is neither
 /// small nor direct (it then takes the schedule path of `steps`), except that through `lanes` a
 /// call that moves data without folding it is exchanged alone up to one message's payload.
-/// Every member decides the head's path alike, from the description all members share and
-/// whether the group has lanes, which all members know alike.
+/// With `heaps` (every member of the group has a shared heap), a broadcast, all-gather or
+/// all-to-all above [`SMALL`] whose senders can be read where they are (`shm::pulls`) takes the
+/// schedule path, where the group's window reads it (or hands it back to MPI: see
+/// `shm::pulls_only`): each byte is copied once, by its reader, where MPI and the lanes copy it
+/// twice or through the kernel. Every member decides the head's path alike, from the
+/// description all members share and whether the group has lanes and heaps, which all members
+/// know alike.
 // The run and where it stands, the group's size and transport, and this member's choices:
 // none of it belongs together in a type of its own.
 #[allow(clippy::too_many_arguments)]
@@ -332,7 +337,11 @@ pub(super) fn proposal(
     long: bool,
     cap: usize,
     lanes: bool,
+    heaps: bool,
 ) -> Proposal {
+    if heaps && bound(&ops[k].desc) > SMALL && super::shm::pulls(&ops[k].desc, n) {
+        return Proposal::SCHEDULE;
+    }
     if direct(&ops[k].desc, n, lanes) {
         return Proposal::short(1);
     }
@@ -1380,28 +1389,39 @@ pub(super) mod tests {
         let kinds = [OpKind::AllReduce, OpKind::AllGather];
         let kib: Vec<Op> = (0..100).map(|i| op(kinds[i % 2], 256)).collect();
         assert_eq!(
-            proposal(&kib, 0, 100, 2, true, true, MAX_PACK, false),
+            proposal(&kib, 0, 100, 2, true, true, MAX_PACK, false, false),
             Proposal::short(64)
         );
         // 3 left: the largest power of two within them.
         assert_eq!(
-            proposal(&kib, 97, 100, 2, true, true, MAX_PACK, false).calls,
+            proposal(&kib, 97, 100, 2, true, true, MAX_PACK, false, false).calls,
             2
         );
         // Too many members, or a large head: the schedule path.
         assert_eq!(
-            proposal(&kib, 0, 100, MAX_MEMBERS + 1, true, true, MAX_PACK, false).calls,
+            proposal(
+                &kib,
+                0,
+                100,
+                MAX_MEMBERS + 1,
+                true,
+                true,
+                MAX_PACK,
+                false,
+                false
+            )
+            .calls,
             0
         );
         let mut mixed = vec![op(OpKind::AllGather, 4)];
         mixed.push(op(OpKind::AllReduce, SMALL / 4 + 1));
         assert_eq!(
-            proposal(&mixed, 1, 2, 4, true, true, MAX_PACK, false).calls,
+            proposal(&mixed, 1, 2, 4, true, true, MAX_PACK, false, false).calls,
             0
         );
         // A small head packs until the first large call.
         assert_eq!(
-            proposal(&mixed, 0, 2, 4, true, true, MAX_PACK, false).calls,
+            proposal(&mixed, 0, 2, 4, true, true, MAX_PACK, false, false).calls,
             1
         );
         // Mixed kinds pack together; barriers carry no data.
@@ -1413,16 +1433,16 @@ pub(super) mod tests {
         ];
         let mixed: Vec<Op> = kinds.iter().map(|&k| op(k, 8)).collect();
         assert_eq!(
-            proposal(&mixed, 0, 4, 4, true, true, MAX_PACK, false).calls,
+            proposal(&mixed, 0, 4, 4, true, true, MAX_PACK, false, false).calls,
             4
         );
         // Without the check, a rooted head goes one way, alone; other heads still pack.
         assert_eq!(
-            proposal(&mixed, 1, 4, 4, false, true, MAX_PACK, false).calls,
+            proposal(&mixed, 1, 4, 4, false, true, MAX_PACK, false, false).calls,
             1
         );
         assert_eq!(
-            proposal(&kib, 0, 100, 2, false, true, MAX_PACK, false).calls,
+            proposal(&kib, 0, 100, 2, false, true, MAX_PACK, false, false).calls,
             64
         );
         assert!(one_way(&mixed[3].desc, false) && !one_way(&mixed[3].desc, true));
@@ -1433,55 +1453,55 @@ pub(super) mod tests {
     fn a_run_the_payload_cap_cuts_short_is_proposed_long() {
         // 1000 all_reduces of 1 KiB: 64 fit in an exchange, 512 pack.
         let kib: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
-        let long = proposal(&kib, 0, 1000, 4, true, true, MAX_PACK, false);
+        let long = proposal(&kib, 0, 1000, 4, true, true, MAX_PACK, false, false);
         assert_eq!((long.calls, long.long), (1000, true));
         assert_eq!(long.prefixes(), 512);
         assert_eq!(long.carried(), 1);
         // Without the check too (all_reduce is never one way).
         assert_eq!(
-            proposal(&kib, 0, 1000, 4, false, true, MAX_PACK, false),
+            proposal(&kib, 0, 1000, 4, false, true, MAX_PACK, false, false),
             long
         );
         // The tail of 40: all fit, so the exchange carries them (short).
         assert_eq!(
-            proposal(&kib, 960, 1000, 4, true, true, MAX_PACK, false),
+            proposal(&kib, 960, 1000, 4, true, true, MAX_PACK, false, false),
             Proposal::short(32)
         );
         // A kind change ends the packable run: 64 all_reduces then gathers is short.
         let mut mixed: Vec<Op> = (0..64).map(|_| op(OpKind::AllReduce, 256)).collect();
         mixed.extend((0..64).map(|_| op(OpKind::AllGather, 64)));
         assert_eq!(
-            proposal(&mixed, 0, 128, 4, true, true, MAX_PACK, false),
+            proposal(&mixed, 0, 128, 4, true, true, MAX_PACK, false, false),
             Proposal::short(64)
         );
         // A large call ends a long run (it would pay for a copy into the packed buffer).
         let mut big: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 256)).collect();
         big[100] = op(OpKind::AllReduce, SMALL);
         assert_eq!(
-            proposal(&big, 0, 1000, 4, true, true, MAX_PACK, false).calls,
+            proposal(&big, 0, 1000, 4, true, true, MAX_PACK, false, false).calls,
             100
         );
         // Tiny tensors fit however many: short.
         let tiny: Vec<Op> = (0..1000).map(|_| op(OpKind::AllReduce, 2)).collect();
         assert_eq!(
-            proposal(&tiny, 0, 1000, 4, true, true, MAX_PACK, false),
+            proposal(&tiny, 0, 1000, 4, true, true, MAX_PACK, false, false),
             Proposal::short(512)
         );
         // Rooted heads one way (no check) stay alone.
         let bcast: Vec<Op> = (0..1000).map(|_| op(OpKind::Broadcast, 256)).collect();
         assert_eq!(
-            proposal(&bcast, 0, 1000, 4, false, true, MAX_PACK, false),
+            proposal(&bcast, 0, 1000, 4, false, true, MAX_PACK, false, false),
             Proposal::short(1)
         );
-        assert!(proposal(&bcast, 0, 1000, 4, true, true, MAX_PACK, false).long);
+        assert!(proposal(&bcast, 0, 1000, 4, true, true, MAX_PACK, false, false).long);
         // A member whose peers batch differently stops proposing long: short again.
         assert_eq!(
-            proposal(&kib, 0, 1000, 4, true, false, MAX_PACK, false),
+            proposal(&kib, 0, 1000, 4, true, false, MAX_PACK, false, false),
             Proposal::short(64)
         );
         // A member whose last exchange took fewer calls proposes at most the cap it set.
         assert_eq!(
-            proposal(&kib, 960, 1000, 4, true, false, 2, false),
+            proposal(&kib, 960, 1000, 4, true, false, 2, false, false),
             Proposal::short(2)
         );
         // The header word round-trips.
@@ -1760,7 +1780,17 @@ pub(super) mod tests {
             // Among more than two through lanes, a larger all-gather takes the window's steps.
             let wide = kind == OpKind::AllGather;
             assert_eq!(direct(&d(128), 3, true), !wide, "{kind:?}");
-            let p = proposal(&[op(kind, f32s(128))], 0, 1, 3, true, false, MAX_PACK, true);
+            let p = proposal(
+                &[op(kind, f32s(128))],
+                0,
+                1,
+                3,
+                true,
+                false,
+                MAX_PACK,
+                true,
+                false,
+            );
             let want = if wide {
                 Proposal::SCHEDULE
             } else {
@@ -1770,14 +1800,14 @@ pub(super) mod tests {
             assert!(!direct(&d(128), MAX_MEMBERS + 1, true), "{kind:?}");
             // Above a small collective, up to one message's payload: exchanged alone.
             let big = [op(kind, f32s(64)), op(kind, f32s(1))];
-            let p = proposal(&big, 0, 2, 4, true, false, MAX_PACK, true);
+            let p = proposal(&big, 0, 2, 4, true, false, MAX_PACK, true, false);
             assert_eq!(p, Proposal::short(1), "{kind:?}");
             // A 16 KiB gather is a small collective through lanes: it packs with its neighbours.
             let run = [op(kind, f32s(16)), op(kind, f32s(16))];
-            let p = proposal(&run, 0, 2, 4, true, false, MAX_PACK, true);
+            let p = proposal(&run, 0, 2, 4, true, false, MAX_PACK, true, false);
             assert_eq!(p, Proposal::short(2), "{kind:?}");
             assert_eq!(
-                proposal(&run, 0, 2, 4, true, false, MAX_PACK, false),
+                proposal(&run, 0, 2, 4, true, false, MAX_PACK, false, false),
                 Proposal::short(1)
             );
         }
@@ -1795,23 +1825,72 @@ pub(super) mod tests {
         // (or the window).
         let wide = [op(OpKind::Broadcast, f32s(64))];
         assert_eq!(
-            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, true),
+            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, true, false),
             Proposal::short(1)
         );
         assert_eq!(
-            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, false).calls,
+            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, false, false).calls,
             0
         );
         let wide = [op(OpKind::Broadcast, f32s(65))];
         assert_eq!(
-            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, true).calls,
+            proposal(&wide, 0, 1, 4, true, false, MAX_PACK, true, false).calls,
             0
         );
         let sum = [op(OpKind::AllReduce, f32s(32))];
         assert_eq!(
-            proposal(&sum, 0, 1, 4, true, false, MAX_PACK, true).calls,
+            proposal(&sum, 0, 1, 4, true, false, MAX_PACK, true, false).calls,
             0
         );
+    }
+
+    /// With shared heaps, broadcasts, all-gathers and all-to-alls above a small collective take
+    /// the schedule path at every size and group size (the window reads them where they are);
+    /// small ones, calls that fold, and gathers and scatters go as without.
+    #[test]
+    fn with_heaps_moves_above_a_small_collective_go_to_the_window() {
+        let f32s = |kib: usize| kib * 1024 / 4;
+        let p = |kind, kib, n, heaps| {
+            proposal(
+                &[op(kind, f32s(kib))],
+                0,
+                1,
+                n,
+                true,
+                false,
+                MAX_PACK,
+                true,
+                heaps,
+            )
+        };
+        for kind in [OpKind::Broadcast, OpKind::AllGather, OpKind::AllToAll] {
+            for n in [2, 3, 4] {
+                for kib in [17, 64, 128, 4096] {
+                    assert_eq!(
+                        p(kind, kib, n, true),
+                        Proposal::SCHEDULE,
+                        "{kind:?} {n} {kib}"
+                    );
+                }
+                assert_eq!(p(kind, 16, n, true), p(kind, 16, n, false), "{kind:?} {n}");
+            }
+            // Without heaps, a pair's goes directly, or through the lanes.
+            assert_ne!(p(kind, 128, 2, false), Proposal::SCHEDULE, "{kind:?}");
+        }
+        for kind in [
+            OpKind::Gather,
+            OpKind::Scatter,
+            OpKind::AllReduce,
+            OpKind::ReduceScatter,
+        ] {
+            for kib in [16, 64, 128] {
+                assert_eq!(
+                    p(kind, kib, 2, true),
+                    p(kind, kib, 2, false),
+                    "{kind:?} {kib}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -698,8 +698,13 @@ impl MpiBackend {
             return false;
         }
         self.eager_of(op.desc.group).is_ok_and(|(_, members)| {
-            let lanes = self.lanes_of(op.desc.group).is_some();
-            eager::proposal(ops, 0, 1, members.len(), self.rooted_check, false, 1, lanes).calls == 1
+            let g = op.desc.group;
+            let (lanes, heaps) = (
+                self.lanes_of(g).is_some(),
+                self.shm_of(g).is_some_and(shm::Regions::has_heaps),
+            );
+            let (n, check) = (members.len(), self.rooted_check);
+            eager::proposal(ops, 0, 1, n, check, false, 1, lanes, heaps).calls == 1
         })
     }
 

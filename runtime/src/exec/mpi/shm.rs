@@ -56,6 +56,19 @@
 //! n − 1 readers, where MPI's transfers between every pair move it once per reader and add a
 //! handshake per pair.
 //!
+//! **Reading senders where they are.** With shared heaps, a broadcast, all-gather or
+//! all-to-all above a small collective comes here at any size ([`pulls`]). A sender whose
+//! bytes lie in its heap publishes where (its table) instead of copying them in step 1, and in
+//! step 2 each member copies what it receives straight from there: each byte is copied once,
+//! by its reader, with nothing between — where MPI's transfer costs a handshake and a copy by
+//! the kernel, and a copy through the pack area costs two. A sender whose bytes are elsewhere
+//! copies into its pack area as above, except in a run that pulls only ([`pulls_only`]: a
+//! pair's broadcast or all-gather, every all-to-all, which only the heap makes worth taking
+//! from MPI). There it copies nothing, and once every member has read every sender's `direct`
+//! word (step 2: the same words on every member, so the same decision), the run goes through
+//! MPI after all: one handshake more than MPI alone. A run that pulls only is one step, of any
+//! size, since it uses no area.
+//!
 //! **Why areas can be reused without a third signal.** A member writes its pack area only in
 //! step 1 of the next step, after it saw every member reduced at `g` — so every reader of that
 //! area (step 2 of `g`) is done. It writes its result area only in step 2 of the next step,
@@ -89,7 +102,7 @@ use super::steps::{fold_into_own, fold_parts};
 use crate::error::{Error, Result};
 use crate::exec::Op;
 use crate::exec::copy::copy_bytes;
-use crate::model::OpKind;
+use crate::model::{OpDesc, OpKind};
 use crate::rules::rows;
 use crate::vars::{self, Choice};
 
@@ -155,17 +168,19 @@ pub(super) const MODES: [Choice<Mode>; 3] = [
     },
 ];
 
-/// Whether the run `ops` goes through the window of a group of `n` members: all-reduces (one,
-/// or a packed run: one kind, dtype and reduce op, see `drive::same_kind_run`), one step per
-/// [`AREA`] bytes; a lone broadcast, likewise; a lone reduce-scatter whose blocks are
-/// contiguous (along dim 0, or dims before it of size 1) and whose input fits one area; and a
-/// lone all-gather whose blocks are contiguous (see [`gather_block`]).
-/// Every member decides alike, from the agreed run alone. (Calls the exchange or a direct
-/// transfer takes never come here.)
-pub(super) fn takes(ops: &[Op], n: usize) -> bool {
+/// Whether the run `ops` goes through the window of a group of `n` members (`heaps`: whose
+/// members all have shared heaps): all-reduces (one, or a packed run: one kind, dtype and
+/// reduce op, see `drive::same_kind_run`), one step per [`AREA`] bytes; a lone broadcast,
+/// likewise; a lone reduce-scatter whose blocks are contiguous (along dim 0, or dims before it
+/// of size 1) and whose input fits one area; a lone all-gather whose blocks are contiguous
+/// (see [`gather_block`]); and, with heaps, a lone all-to-all whose blocks are contiguous (see
+/// [`pulls`]). Every member decides alike, from the agreed run and the group alone. (Calls the
+/// exchange or a direct transfer takes never come here.)
+pub(super) fn takes(ops: &[Op], n: usize, heaps: bool) -> bool {
     match ops {
         [o, ..] if o.desc.kind == OpKind::AllReduce => true,
         [o] if o.desc.kind == OpKind::Broadcast => true,
+        [o] if o.desc.kind == OpKind::AllToAll => heaps && pulls(&o.desc, n),
         [o] if o.desc.kind == OpKind::ReduceScatter => {
             let d = &o.desc;
             rows(&d.shape, d.dim).0 == 1
@@ -191,6 +206,57 @@ fn gather_block(ops: &[Op], n: usize) -> Option<usize> {
     (d.kind == OpKind::AllGather && n >= 2 && rows(&d.shape, d.dim).0 == 1)
         .then(|| d.numel().checked_mul(d.dtype.size()))
         .flatten()
+}
+
+/// Whether `d` is a call whose members can read the bytes they receive where their senders'
+/// tensors are, when those lie in the senders' shared heaps: a broadcast, or an all-gather or
+/// all-to-all whose blocks are contiguous (along dim 0, or dims before it of size 1). Each
+/// received byte is then copied once, by its reader, with no copy into shared memory first and
+/// none by the kernel or MPI's progress engine. With heaps such calls above `eager`'s small
+/// size come here (`eager::proposal`); see [`pulls_only`] for those that come here only then.
+pub(super) fn pulls(d: &OpDesc, n: usize) -> bool {
+    n >= 2
+        && match d.kind {
+            OpKind::Broadcast => true,
+            OpKind::AllGather | OpKind::AllToAll => rows(&d.shape, d.dim).0 == 1,
+            _ => false,
+        }
+}
+
+/// Whether the run is a call that goes through the window only to be read where it is (see
+/// [`pulls`]): a pair's broadcast or all-gather, or an all-to-all. Copied through the window
+/// these would cost twice the bytes of MPI's single copy, so a run whose senders' tensors are
+/// not all in their heaps goes through MPI after all ([`Polled::ByMpi`]), every member
+/// deciding alike from the senders' `direct` words. (An all-gather or broadcast among more
+/// than two copies through the window instead: one copy into shared memory serves n − 1
+/// readers.)
+fn pulls_only(ops: &[Op], n: usize) -> bool {
+    matches!(ops, [o] if pulls(&o.desc, n)
+        && (o.desc.kind == OpKind::AllToAll || n == 2))
+}
+
+/// The bytes of one member's block, if `ops` is a lone all-to-all among `n` members whose
+/// blocks are contiguous.
+fn exchange_block(ops: &[Op], n: usize) -> Option<usize> {
+    match ops {
+        [o] if o.desc.kind == OpKind::AllToAll && pulls(&o.desc, n) => o
+            .desc
+            .numel()
+            .checked_mul(o.desc.dtype.size())
+            .map(|b| b / n),
+        _ => None,
+    }
+}
+
+/// What one poll of a run says (see [`Regions::poll`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Polled {
+    /// Other members have yet to do their part.
+    Pending,
+    /// Every tensor of the run holds its result.
+    Done,
+    /// The run moved nothing: it must go through MPI ([`pulls_only`]), on every member alike.
+    ByMpi,
 }
 
 /// Whether the run is a reduce-scatter: each member's slice is its own block of the input,
@@ -240,6 +306,13 @@ pub(super) struct Step {
     call: u64,
     /// An all-gather's block bytes (see [`gather_block`]); `lo..hi` then lie within one block.
     gathers: Option<usize>,
+    /// An all-to-all's block bytes (see [`exchange_block`]).
+    exchanges: Option<usize>,
+    /// The run goes through the window only if its senders' tensors are in their heaps
+    /// ([`pulls_only`]): one step, whatever its size, with nothing copied into the areas.
+    pulls_only: bool,
+    /// Its senders' tensors were not all in their heaps: the run goes through MPI.
+    by_mpi: bool,
     /// This member's tensors are all in its shared heap: it copies nothing into the window,
     /// and the others read and write them where they are.
     direct: bool,
@@ -293,6 +366,28 @@ impl Regions {
             self.heap_span = span;
         }
         self
+    }
+
+    /// Whether every member has a shared heap (alike on every member).
+    pub(super) fn has_heaps(&self) -> bool {
+        self.heaps.is_some()
+    }
+
+    /// Publishes where this member's `bytes` bytes at `ptr`, the bytes the others read of a
+    /// call that moves blocks, lie in its heap (as call 0's input and output, so that
+    /// [`Regions::table_fits`] checks them), if they do: whether it did.
+    fn publish_source(&self, ptr: *const u8, bytes: usize) -> bool {
+        let Some(at) = self.in_heap(ptr, bytes) else {
+            return false;
+        };
+        let table = self.table(self.me);
+        // SAFETY: as in `publish_table`: entry 0 is within the table, and nobody reads it
+        // before `arrived` says so.
+        unsafe {
+            table.write(at as u64);
+            table.add(1).write(at as u64);
+        }
+        true
     }
 
     /// The offset of `bytes` bytes at `ptr` in this member's heap, if they lie within it.
@@ -412,7 +507,8 @@ impl Regions {
                 self.bases.len()
             )));
         }
-        let gathers = gather_block(ops, self.bases.len());
+        let n = self.bases.len();
+        let gathers = gather_block(ops, n);
         // An all-gather goes through one block's bytes; other runs through all their tensors'
         // bytes, one after another.
         let ends: Vec<usize> = match gathers {
@@ -442,6 +538,9 @@ impl Regions {
             reduced: false,
             root,
             gathers,
+            exchanges: exchange_block(ops, n),
+            pulls_only: self.heaps.is_some() && pulls_only(ops, n),
+            by_mpi: false,
             direct: false,
         };
         // SAFETY: the caller's contract.
@@ -457,7 +556,11 @@ impl Regions {
         let total = step.ends.last().copied().unwrap_or(0);
         let n = self.bases.len();
         let lo = step.hi;
-        let hi = total.min(lo.saturating_add(AREA));
+        let hi = if step.pulls_only {
+            total
+        } else {
+            total.min(lo.saturating_add(AREA))
+        };
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
         step.bounds.clear();
@@ -474,16 +577,23 @@ impl Regions {
             }));
         }
         (step.generation, step.lo, step.hi, step.reduced) = (generation, lo, hi, false);
-        if step.gathers.is_some() {
-            // SAFETY: the caller's contract: `lo..hi` lies within this member's input (one
-            // block), and the pack area has room for it (`hi - lo <= AREA`); nobody reads the
-            // area before `arrived` says so, and everyone finished reading it in the last step.
-            unsafe { copy_bytes(self.pack(self.me), ops[0].input.ptr.add(lo), hi - lo) };
-        } else if broadcasts(ops) {
-            if self.me == step.root {
-                // SAFETY: as below; the step's bytes lie in the root's tensor (`lo..hi` within
-                // its description: `ends`).
-                unsafe { copy_bytes(self.pack(self.me), ops[0].output.ptr.add(lo), hi - lo) };
+        if step.moves(ops) {
+            // The bytes the others read of this member: an all-gather's block, an all-to-all's
+            // input, a broadcast root's tensor (its description: `total` bytes).
+            let source = if broadcasts(ops) {
+                (self.me == step.root).then_some(ops[0].output.ptr)
+            } else {
+                Some(ops[0].input.ptr)
+            };
+            step.direct = source.is_some_and(|p| self.publish_source(p, total));
+            if step.direct {
+                crate::heap::note_direct_step();
+            } else if let (Some(p), false) = (source, step.pulls_only) {
+                // SAFETY: the caller's contract: `lo..hi` lies within the source, and the pack
+                // area has room for it (`hi - lo <= AREA` unless the run pulls only); nobody
+                // reads the area before `arrived` says so, and everyone finished reading it in
+                // the last step.
+                unsafe { copy_bytes(self.pack(self.me), p.add(lo), hi - lo) };
             }
         } else if !scatters(ops) && self.publish_table(ops) {
             // Direct: the others read this member's tensors where they are.
@@ -552,55 +662,65 @@ impl Regions {
     }
 
     /// Advances `step` as far as the other members allow (steps 2 and 3, then the run's next
-    /// step); true once the run is done and every tensor of `ops` holds its result. A member
-    /// that arrived with another call is an error, found before any of its bytes is used.
+    /// step), until the run is done and every tensor of `ops` holds its result, or the run
+    /// turned out to be MPI's (see [`Polled`]). A member that arrived with another call is an
+    /// error, found before any of its bytes is used.
     ///
     /// # Safety
     /// As for [`Regions::start`], with the `ops` the step was started with.
-    pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> Result<bool, Differs> {
+    pub(super) unsafe fn poll(&self, step: &mut Step, ops: &[Op]) -> Result<Polled, Differs> {
         let (n, me, g, lo) = (self.bases.len(), self.me, step.generation, step.lo);
         let all = |at| (0..n).all(|j| self.counter(j, at).load(Ordering::Acquire) >= g);
-        if let (false, Some(block)) = (step.reduced, step.gathers) {
-            if !all(ARRIVED) {
-                return Ok(false);
+        if !step.reduced && step.moves(ops) {
+            // The members whose bytes this member reads: a broadcast's root (none for the root
+            // itself), or every other member.
+            let bcast = broadcasts(ops);
+            let read = |j: usize| j != me && (!bcast || j == step.root);
+            if !(0..n)
+                .filter(|&j| read(j))
+                .all(|j| self.counter(j, ARRIVED).load(Ordering::Acquire) >= g)
+            {
+                return Ok(Polled::Pending);
             }
-            self.differing(step, (0..n).filter(|&j| j != me))?;
-            let (o, len) = (&ops[0], step.hi - lo);
-            for j in 0..n {
-                let from = if j == me {
-                    // SAFETY: within this member's input (one block).
-                    unsafe { o.input.ptr.add(lo) as *const u8 }
-                } else {
-                    self.pack(j)
-                };
-                // SAFETY: member `j` copied its bytes of the step into its pack area before it
-                // published `arrived` (acquire above), and rewrites them only after every
-                // member says `reduced`; block `j` of the output lies within this member's
-                // output (its description: n blocks). `copy`: a tensor cannot be both input
-                // and output, but nothing here depends on it.
-                unsafe { std::ptr::copy(from, o.output.ptr.add(j * block + lo), len) };
+            self.differing(step, (0..n).filter(|&j| read(j)))?;
+            // Which members' bytes lie in their heaps: their `direct` words are this step's
+            // (written before their `arrived`, read after it, acquire above).
+            let direct: Vec<bool> = (0..n)
+                .map(|j| {
+                    if j == me {
+                        step.direct
+                    } else {
+                        read(j) && self.counter(j, DIRECT).load(Ordering::Relaxed) != 0
+                    }
+                })
+                .collect();
+            if let Some(j) =
+                (0..n).find(|&j| read(j) && direct[j] && !self.table_fits(j, &step.ends))
+            {
+                return Err(Differs { member: j });
             }
-            self.counter(me, REDUCED).store(g, Ordering::Release);
-            step.reduced = true;
-        }
-        if !step.reduced && broadcasts(ops) {
-            let root = step.root;
-            if me != root {
-                if self.counter(root, ARRIVED).load(Ordering::Acquire) < g {
-                    return Ok(false);
-                }
-                self.differing(step, std::iter::once(root))?;
-                // SAFETY: the root copied the step's bytes into its pack area before it
-                // published `arrived` (acquire above), and rewrites it only after every member
-                // says `reduced`; the bytes lie in this member's output (its description).
-                unsafe { copy_bytes(ops[0].output.ptr.add(lo), self.pack(root), step.hi - lo) };
+            // Every member decides alike: from the root's word, or from every member's (each
+            // waited for all of them).
+            let senders_direct = if bcast {
+                direct[step.root]
+            } else {
+                direct.iter().all(|&d| d)
+            };
+            if step.pulls_only && !senders_direct {
+                step.by_mpi = true;
+            } else {
+                // SAFETY: the caller's contract; every member this member reads arrived with
+                // this run (tags compared above): its bytes are in its pack area, or, if it went
+                // direct, where its table says in its heap (which fits the run's bytes); it
+                // changes neither before this member says `reduced`.
+                unsafe { self.pull(step, ops, &direct) };
             }
             self.counter(me, REDUCED).store(g, Ordering::Release);
             step.reduced = true;
         }
         if !step.reduced {
             if !all(ARRIVED) {
-                return Ok(false);
+                return Ok(Polled::Pending);
             }
             self.differing(step, (0..n).filter(|&j| j != me))?;
             // Which members went direct: their `direct` words are this step's (written before
@@ -695,9 +815,13 @@ impl Regions {
             step.reduced = true;
         }
         if !all(REDUCED) {
-            return Ok(false);
+            return Ok(Polled::Pending);
         }
-        if !step.direct && !scatters(ops) && !broadcasts(ops) && step.gathers.is_none() {
+        if step.by_mpi {
+            // Every member has read every `direct` word of the step (it said `reduced`).
+            return Ok(Polled::ByMpi);
+        }
+        if !step.direct && !scatters(ops) && !step.moves(ops) {
             // (A direct member's outputs already hold every slice: each member wrote its own.)
             // SAFETY: the caller's contract; member `s` wrote its slice's results where
             // `results_of(s)` says before saying `reduced`; that place is written again only
@@ -707,9 +831,66 @@ impl Regions {
         if step.hi < step.ends.last().copied().unwrap_or(0) {
             // SAFETY: the caller's contract; this step is done on this member.
             unsafe { self.next_step(step, ops) };
-            return Ok(false);
+            return Ok(Polled::Pending);
         }
-        Ok(true)
+        Ok(Polled::Done)
+    }
+
+    /// Copies into this member's output what it receives of a call that moves blocks (step 2
+    /// of a broadcast, all-gather or all-to-all): each block from its sender's tensor where
+    /// `direct` says it lies in the sender's heap, or else from the sender's pack area; an
+    /// all-gather's and an all-to-all's own block from this member's input.
+    ///
+    /// # Safety
+    /// As for [`Regions::poll`]; every member this member reads arrived at this step with this
+    /// run, and those with `direct` published tables that fit the run; of a run that pulls
+    /// only, every sender is direct.
+    unsafe fn pull(&self, step: &Step, ops: &[Op], direct: &[bool]) {
+        let (me, lo, len, o) = (self.me, step.lo, step.hi - step.lo, &ops[0]);
+        let n = self.bases.len();
+        // Where member `j`'s bytes of the run lie, from byte `at` of its source (the pack area
+        // holds the step's bytes `lo..hi`).
+        // SAFETY (of the closure's uses): `at` lies within the source's bytes of this step.
+        let from = |j: usize, at: usize| -> *const u8 {
+            if j == me {
+                // SAFETY: within this member's input (its description).
+                unsafe { o.input.ptr.add(at) }
+            } else if direct[j] {
+                // SAFETY: member `j`'s table fits the run (checked by the caller).
+                unsafe { self.in_member(j, 0, false).add(at) }
+            } else {
+                self.pack(j)
+            }
+        };
+        // SAFETY: the caller's contract; each destination lies within this member's output
+        // (its description: the whole tensor, or `n` blocks), which nobody else writes; each
+        // source holds `len` bytes from there. `copy`: a tensor cannot be both an input and an
+        // output of a gather, but nothing here depends on it.
+        unsafe {
+            if broadcasts(ops) {
+                if me != step.root {
+                    copy_bytes(o.output.ptr.add(lo), from(step.root, lo), len);
+                }
+            } else if let Some(block) = step.gathers {
+                for j in 0..n {
+                    std::ptr::copy(from(j, lo), o.output.ptr.add(j * block + lo), len);
+                }
+            } else if let Some(block) = step.exchanges {
+                // One step: `lo..hi` is the whole input; member `j`'s block for this member is
+                // its `me`-th.
+                for j in 0..n {
+                    std::ptr::copy(from(j, me * block), o.output.ptr.add(j * block), block);
+                }
+            }
+        }
+    }
+}
+
+impl Step {
+    /// Whether the run moves blocks without folding them: a broadcast, an all-gather or an
+    /// all-to-all (see [`Regions::pull`]).
+    fn moves(&self, ops: &[Op]) -> bool {
+        self.gathers.is_some() || self.exchanges.is_some() || broadcasts(ops)
     }
 }
 
@@ -902,17 +1083,26 @@ mod tests {
         drop(shared);
     }
 
-    /// Polls `ops`' run from its start until it is done (or finds a member that differs).
+    /// Polls `ops`' run from its start until it is done or handed to MPI (or finds a member
+    /// that differs): how it ended, and whether this member went direct (in its last step).
     ///
     /// # Safety
     /// As for [`Regions::start`].
-    /// Says whether this member went direct (in the run's last step).
-    unsafe fn run(regions: &Regions, ops: &[Op], root: usize, call: u64) -> Result<bool, Differs> {
+    unsafe fn run_to_end(
+        regions: &Regions,
+        ops: &[Op],
+        root: usize,
+        call: u64,
+    ) -> Result<(Polled, bool), Differs> {
         // SAFETY: the caller's contract.
         let mut step = unsafe { regions.start(ops, root, call) }.expect("a run starts");
         let start = std::time::Instant::now();
-        // SAFETY: as above.
-        while !unsafe { regions.poll(&mut step, ops) }? {
+        loop {
+            // SAFETY: as above.
+            match unsafe { regions.poll(&mut step, ops) }? {
+                Polled::Pending => {}
+                end => return Ok((end, step.direct)),
+            }
             // A member that panicked (a failed assertion) never arrives: fail, do not hang.
             assert!(
                 start.elapsed() < std::time::Duration::from_secs(60),
@@ -920,7 +1110,17 @@ mod tests {
             );
             std::thread::yield_now();
         }
-        Ok(step.direct)
+    }
+
+    /// [`run_to_end`] of a run that must end done: whether this member went direct.
+    ///
+    /// # Safety
+    /// As for [`Regions::start`].
+    unsafe fn run(regions: &Regions, ops: &[Op], root: usize, call: u64) -> Result<bool, Differs> {
+        // SAFETY: the caller's contract.
+        let (end, direct) = unsafe { run_to_end(regions, ops, root, call) }?;
+        assert_eq!(end, Polled::Done);
+        Ok(direct)
     }
 
     fn all_reduce(dtype: DType, op: ReduceOp, t: *mut u8, len: usize) -> Op {
@@ -997,7 +1197,7 @@ mod tests {
                         })
                         .collect();
                     let ops: Vec<Op> = ts.iter_mut().map(|t| sum_of(t)).collect();
-                    assert!(takes(&ops, n));
+                    assert!(takes(&ops, n, false));
                     // SAFETY: the ops' tensors live until the run is done.
                     unsafe { run(regions, &ops, 0, 7) }.unwrap();
                     for (k, t) in ts.iter().enumerate() {
@@ -1135,10 +1335,19 @@ mod tests {
                         }
                     }
                     then_an_all_reduce(regions, n, me, 1);
+                    // A broadcast from a tensor outside the heap: through the pack area, or, of
+                    // two members (where it pulls only), handed to MPI.
                     let mut b = vec![me as f32; 100];
                     // SAFETY: as above.
-                    unsafe { run(regions, &[broadcast(&mut b)], 1, 5) }.unwrap();
-                    assert!(b.iter().all(|&x| x == 1.0));
+                    let (end, _) =
+                        unsafe { run_to_end(regions, &[broadcast(&mut b)], 1, 5) }.unwrap();
+                    let (want_end, want) = if n == 2 {
+                        (Polled::ByMpi, me as f32)
+                    } else {
+                        (Polled::Done, 1.0)
+                    };
+                    assert_eq!(end, want_end);
+                    assert!(b.iter().all(|&x| x == want));
                 });
             }
         }
@@ -1176,7 +1385,7 @@ mod tests {
                             op
                         })
                         .collect();
-                    assert!(takes(&ops, n));
+                    assert!(takes(&ops, n, false));
                     // SAFETY: the ops' tensors live until the run is done.
                     unsafe { run(regions, &ops, 0, 11) }.unwrap();
                     for (k, &len) in lens.iter().enumerate() {
@@ -1214,7 +1423,7 @@ mod tests {
                     op.desc.kind = OpKind::ReduceScatter;
                     op.output = Buf::host(output.as_mut_ptr() as *mut u8, m);
                     let ops = [op];
-                    assert!(takes(&ops, n));
+                    assert!(takes(&ops, n, false));
                     // SAFETY: the tensors live until the run is done.
                     unsafe { run(regions, &ops, 0, 7) }.unwrap();
                     for (e, &v) in output.iter().enumerate() {
@@ -1240,7 +1449,7 @@ mod tests {
                     let value = |m: usize, e: usize| (m * 10_000 + e % 4099 + round) as f32;
                     let mut t: Vec<f32> = (0..len).map(|e| value(me, e)).collect();
                     let ops = [broadcast(&mut t)];
-                    assert!(takes(&ops, n));
+                    assert!(takes(&ops, n, false));
                     // SAFETY: the tensor lives until the run is done.
                     unsafe { run(regions, &ops, root, 8) }.unwrap();
                     for (e, &v) in t.iter().enumerate() {
@@ -1275,7 +1484,7 @@ mod tests {
                     op.input = Buf::host(input.as_mut_ptr() as *mut u8, block);
                     op.output = Buf::host(output.as_mut_ptr() as *mut u8, n * block);
                     let ops = [op];
-                    assert!(takes(&ops, n));
+                    assert!(takes(&ops, n, false));
                     // SAFETY: the tensors live until the run is done.
                     unsafe { run(regions, &ops, 0, 9) }.unwrap();
                     for (at, &v) in output.iter().enumerate() {
@@ -1313,7 +1522,8 @@ mod tests {
                 let mut step = unsafe { regions.start(&ops, 0, 20) }.unwrap();
                 for _ in 0..1000 {
                     // SAFETY: as above.
-                    assert_eq!(unsafe { regions.poll(&mut step, &ops) }, Ok(false));
+                    let polled = unsafe { regions.poll(&mut step, &ops) };
+                    assert_eq!(polled, Ok(Polled::Pending));
                 }
                 return;
             }
@@ -1327,6 +1537,99 @@ mod tests {
         });
     }
 
+    /// Broadcasts, all-gathers and all-to-alls between members some of whose tensors lie in
+    /// their shared heaps (every mix of two, three and four members, every root, sizes of one
+    /// step and of several): members read senders whose bytes are in their heaps where they
+    /// are, and the others' through the window; a run that pulls only (a pair's broadcast or
+    /// all-gather, every all-to-all) whose senders are not all in their heaps is handed to MPI
+    /// by every member alike, its outputs untouched. Every element is checked against a value
+    /// that names its sender and place, and the areas stay usable after each run.
+    #[test]
+    fn moves_are_read_where_they_lie_or_handed_to_mpi() {
+        let sizes = [1000usize, AREA / 4 + 3];
+        let heap = 2 * 4 * 4 * (AREA / 4 + 3) + 4096;
+        for n in [2usize, 3, 4] {
+            for in_heap in 0..(1u32 << n) {
+                members_with_heaps(n, heap, |regions, me, base| {
+                    let direct = in_heap & (1 << me) != 0;
+                    let value = |m: usize, e: usize| (m * 2_000_000 + e) as f32;
+                    // Runs of several steps (and an all-to-all of 16 MiB) for some mixes only:
+                    // debug code checks every element.
+                    let sizes = if in_heap % 3 == 0 {
+                        &sizes[..]
+                    } else {
+                        &sizes[..1]
+                    };
+                    for (round, &len) in sizes.iter().enumerate() {
+                        let place = |at: usize| {
+                            if direct {
+                                base.wrapping_add(at)
+                            } else {
+                                std::ptr::null_mut()
+                            }
+                        };
+                        for kind in [OpKind::Broadcast, OpKind::AllGather, OpKind::AllToAll] {
+                            let root = (round + in_heap as usize) % n;
+                            let (ins, outs) = match kind {
+                                OpKind::Broadcast => (len, len),
+                                OpKind::AllGather => (len, n * len),
+                                _ => (n * len, n * len),
+                            };
+                            let input = Tensors::new(place(0), &[ins], |_, e| value(me, e));
+                            let output = Tensors::new(std::ptr::null_mut(), &[outs], |_, _| -1.0);
+                            let mut op = sum_of(&mut []);
+                            op.desc.kind = kind;
+                            op.desc.op = None;
+                            op.desc.shape = Shape::from_slice(&[ins]);
+                            op.input = Buf::host(input.at[0].0 as *mut u8, ins);
+                            op.output = if kind == OpKind::Broadcast {
+                                op.input
+                            } else {
+                                Buf::host(output.at[0].0 as *mut u8, outs)
+                            };
+                            let ops = [op];
+                            assert!(takes(&ops, n, true));
+                            let senders_in_heaps = if kind == OpKind::Broadcast {
+                                in_heap & (1 << root) != 0
+                            } else {
+                                in_heap == (1 << n) - 1
+                            };
+                            let mpi = pulls_only(&ops, n) && !senders_in_heaps;
+                            let what =
+                                format!("n {n} in heap {in_heap:b} member {me} {kind:?} len {len}");
+                            // SAFETY: the tensors live until the run is done.
+                            let (end, went) =
+                                unsafe { run_to_end(regions, &ops, root, 3) }.unwrap();
+                            let sends = kind != OpKind::Broadcast || me == root;
+                            assert_eq!(went, direct && sends, "{what}");
+                            assert_eq!(
+                                end,
+                                if mpi { Polled::ByMpi } else { Polled::Done },
+                                "{what}"
+                            );
+                            let got = if kind == OpKind::Broadcast {
+                                input.get(0)
+                            } else {
+                                output.get(0)
+                            };
+                            for (at, &v) in got.iter().enumerate() {
+                                let want = match (mpi, kind) {
+                                    (true, OpKind::Broadcast) => value(me, at),
+                                    (true, _) => -1.0,
+                                    (false, OpKind::Broadcast) => value(root, at),
+                                    (false, OpKind::AllGather) => value(at / len, at % len),
+                                    (false, _) => value(at / len, me * len + at % len),
+                                };
+                                assert_eq!(v, want, "{what} [{at}]");
+                            }
+                            then_an_all_reduce(regions, n, me, round);
+                        }
+                    }
+                });
+            }
+        }
+    }
+
     /// All-reduces take this path, of any size (in steps of one area), alone or packed; so do a
     /// lone broadcast of any size, and reduce-scatters whose blocks are contiguous and fit one
     /// area.
@@ -1334,10 +1637,14 @@ mod tests {
     fn what_takes_the_window() {
         let mut t = vec![0f32; 4];
         let p = t.as_mut_ptr() as *mut u8;
-        assert!(takes(&[all_reduce(DType::F32, ReduceOp::Max, p, 4)], 4));
+        assert!(takes(
+            &[all_reduce(DType::F32, ReduceOp::Max, p, 4)],
+            4,
+            false
+        ));
         let mut big = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
         big.desc.shape = Shape::from_slice(&[AREA / 4 + 1]);
-        assert!(takes(&[big], 4));
+        assert!(takes(&[big], 4, false));
         let bcast = || {
             let mut o = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
             o.desc.kind = OpKind::Broadcast;
@@ -1345,11 +1652,11 @@ mod tests {
             o
         };
         // A lone broadcast of any size, not a run of them (their pack goes through MPI).
-        assert!(takes(&[bcast()], 4));
+        assert!(takes(&[bcast()], 4, false));
         let mut large = bcast();
         large.desc.shape = Shape::from_slice(&[3 * AREA]);
-        assert!(takes(&[large], 4));
-        assert!(!takes(&[bcast(), bcast()], 4));
+        assert!(takes(&[large], 4, false));
+        assert!(!takes(&[bcast(), bcast()], 4, false));
         // An all-gather whose blocks are contiguous, alone, of any size; not the calls that
         // send each member a block of its own.
         let moves = |kind, shape: &[usize], dim| {
@@ -1360,17 +1667,45 @@ mod tests {
             o
         };
         let all_gather = |shape: &[usize], dim| moves(OpKind::AllGather, shape, dim);
-        assert!(takes(&[all_gather(&[8, 3], 0)], 4));
-        assert!(takes(&[all_gather(&[1, 8], 1)], 4));
-        assert!(takes(&[all_gather(&[4 * AREA], 0)], 4));
+        assert!(takes(&[all_gather(&[8, 3], 0)], 4, false));
+        assert!(takes(&[all_gather(&[1, 8], 1)], 4, false));
+        assert!(takes(&[all_gather(&[4 * AREA], 0)], 4, false));
         assert!(
-            !takes(&[all_gather(&[3, 8], 1)], 4),
+            !takes(&[all_gather(&[3, 8], 1)], 4, false),
             "blocks not contiguous"
         );
-        assert!(!takes(&[all_gather(&[8], 0), all_gather(&[8], 0)], 4));
-        assert!(!takes(&[all_gather(&[8], 0)], 1), "nobody to gather from");
+        assert!(!takes(
+            &[all_gather(&[8], 0), all_gather(&[8], 0)],
+            4,
+            false
+        ));
+        assert!(
+            !takes(&[all_gather(&[8], 0)], 1, false),
+            "nobody to gather from"
+        );
         for kind in [OpKind::Gather, OpKind::Scatter, OpKind::AllToAll] {
-            assert!(!takes(&[moves(kind, &[8], 0)], 4), "{kind:?}");
+            assert!(!takes(&[moves(kind, &[8], 0)], 4, false), "{kind:?}");
+        }
+        // With heaps, a lone all-to-all whose blocks are contiguous too (read where it is);
+        // still not gathers and scatters, nor an all-to-all of rows.
+        assert!(takes(&[moves(OpKind::AllToAll, &[8], 0)], 4, true));
+        assert!(takes(&[moves(OpKind::AllToAll, &[1, 8], 1)], 2, true));
+        assert!(!takes(&[moves(OpKind::AllToAll, &[8, 2], 1)], 4, true));
+        let two = [0, 1].map(|_| moves(OpKind::AllToAll, &[8], 0));
+        assert!(!takes(&two, 4, true));
+        for kind in [OpKind::Gather, OpKind::Scatter] {
+            assert!(!takes(&[moves(kind, &[8], 0)], 4, true), "{kind:?}");
+        }
+        // Which of them are handed to MPI when their senders' bytes are not in heaps: a pair's
+        // broadcast and all-gather, and every all-to-all.
+        for n in [2, 3, 4] {
+            assert_eq!(pulls_only(&[bcast()], n), n == 2);
+            assert_eq!(pulls_only(&[all_gather(&[8], 0)], n), n == 2);
+            assert!(pulls_only(&[moves(OpKind::AllToAll, &[8], 0)], n));
+            assert!(!pulls_only(
+                &[all_reduce(DType::F32, ReduceOp::Sum, p, 4)],
+                n
+            ));
         }
         let scatter = |shape: &[usize], dim| {
             let mut o = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
@@ -1379,11 +1714,11 @@ mod tests {
             o.desc.dim = dim;
             o
         };
-        assert!(takes(&[scatter(&[8, 3], 0)], 4));
-        assert!(takes(&[scatter(&[1, 8], 1)], 4));
-        assert!(!takes(&[scatter(&[3, 8], 1)], 4));
-        assert!(!takes(&[scatter(&[AREA / 4 + 4], 0)], 4));
-        assert!(!takes(&[scatter(&[8], 0), scatter(&[8], 0)], 4));
-        assert!(!takes(&[], 4));
+        assert!(takes(&[scatter(&[8, 3], 0)], 4, false));
+        assert!(takes(&[scatter(&[1, 8], 1)], 4, false));
+        assert!(!takes(&[scatter(&[3, 8], 1)], 4, false));
+        assert!(!takes(&[scatter(&[AREA / 4 + 4], 0)], 4, false));
+        assert!(!takes(&[scatter(&[8], 0), scatter(&[8], 0)], 4, false));
+        assert!(!takes(&[], 4, false));
     }
 }
