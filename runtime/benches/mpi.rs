@@ -4,7 +4,9 @@
 //! Run: `cargo bench -p rankwise-runtime --features mpi --bench mpi` (it starts `mpirun` itself,
 //! at worlds 2 and 4, with the agreement check on and off; `RANKWISE_BENCH_QUICK=1` for a smoke
 //! run; `RANKWISE_BENCH_ONLY=sizes` or `=batch` for one of the two tables; `RANKWISE_BENCH_SIZES=8,65536`
-//! for chosen sizes). Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
+//! for chosen sizes; `RANKWISE_BENCH_TENSORS=vec` makes the sizes table's tensors with
+//! `Tensor::from_vec`, outside the ranks' shared heap, to measure the paths such tensors take).
+//! Processes are oversubscribed on small machines: at world 4 on 2 cores, every figure
 //! includes waiting for a core, for rankwise and raw MPI alike.
 
 use std::process::Command;
@@ -45,6 +47,16 @@ fn sizes() -> Vec<usize> {
         vec![8, 64 * KIB]
     } else {
         vec![8, KIB, 64 * KIB, 1024 * KIB, 16 * 1024 * KIB]
+    }
+}
+
+/// A tensor of `numel` copies of `v`: allocated by rankwise (under MPI, in the ranks' shared
+/// heap), or with `RANKWISE_BENCH_TENSORS=vec` from a `Vec` (in the rank's own memory).
+fn tensor(numel: usize, v: f32) -> Result<Tensor<f32>> {
+    if std::env::var("RANKWISE_BENCH_TENSORS").is_ok_and(|t| t == "vec") {
+        Tensor::from_vec([numel], vec![v; numel])
+    } else {
+        Tensor::full([numel], v)
     }
 }
 
@@ -103,10 +115,10 @@ fn measure(ctx: &mut Ctx) -> Result<Vec<String>> {
         let src = vec![1.0f32; numel];
         let mut dst = vec![0.0f32; numel];
         let part = numel / n;
-        let mut t = Tensor::full([numel], 1.0f32)?;
-        let small = Tensor::full([part], 1.0f32)?;
-        let mut out = Tensor::<f32>::zeros([numel])?;
-        let mut part_out = Tensor::<f32>::zeros([part])?;
+        let mut t = tensor(numel, 1.0)?;
+        let small = tensor(part, 1.0)?;
+        let mut out = tensor(numel, 0.0)?;
+        let mut part_out = tensor(part, 0.0)?;
         for name in [
             "all_reduce",
             "all_gather",

@@ -898,10 +898,9 @@ impl<'a> Driver<'a> {
                     any = true;
                 }
                 shm::Polled::ByMpi => {
-                    // Every member hands it to MPI alike (`shm::pulls_only`).
                     slot.shm = None;
                     self.shm_slots.swap_remove(i);
-                    self.post_mpi(s, reqs)?;
+                    self.reroute(s, reqs)?;
                     any = true;
                 }
             }
@@ -932,6 +931,41 @@ impl<'a> Driver<'a> {
             return self.start_window(s, reqs);
         }
         self.post_mpi(s, reqs)
+    }
+
+    /// Runs slot `s`'s call, which its group's window handed back (`shm::Polled::ByMpi`: its
+    /// senders' tensors are not all in their shared heaps), the way the group would run it
+    /// without heaps: as an exchange of its own (through the lanes, or sent directly), or on
+    /// its schedule path. Every member hands the call back alike, and decides its path alike.
+    fn reroute(&mut self, s: usize, reqs: &mut Vec<(Request, Owner)>) -> Result<()> {
+        let (c, run) = (self.slots[s].chain, self.slots[s].ops.clone());
+        let group = self.chains[c].group;
+        let (_, members) = self.be.comm_of(group)?;
+        let alone = eager::proposal(
+            self.ops,
+            run.start,
+            run.end,
+            members.len(),
+            self.be.rooted_check,
+            false,
+            1,
+            self.be.lanes_of(group).is_some(),
+            false,
+        );
+        if alone.calls != 1 {
+            return self.post_mpi(s, reqs);
+        }
+        // The slot gives its call up, unfinished, to an exchange's slot (it posted nothing
+        // that is still outstanding: its record exchange completed before the window's step).
+        let slot = &mut self.slots[s];
+        slot.task = Task::new();
+        slot.records = Scratch::default();
+        let chain = &mut self.chains[c];
+        chain.inflight -= 1;
+        if chain.blocker == Some(s) {
+            chain.blocker = None;
+        }
+        self.start_eager(c, run, false, reqs)
     }
 
     /// Posts slot `s`'s next MPI phase (its packed collective's, or its call's), nothing else
