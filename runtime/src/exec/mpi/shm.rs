@@ -62,12 +62,12 @@
 //! step 2 each member copies what it receives straight from there: each byte is copied once,
 //! by its reader, with nothing between — where MPI's transfer costs a handshake and a copy by
 //! the kernel, and a copy through the pack area costs two. A sender whose bytes are elsewhere
-//! copies them into its pack area as above (an all-to-all's whole input, in one step), except
-//! in a run that pulls only ([`pulls_only`]: a pair's broadcast or all-gather, or an
-//! all-to-all, larger than one area, where two copies cost more than MPI's one). There it
-//! copies nothing, and once every member has read every sender's `direct` word (step 2: the
-//! same words on every member, so the same decision), the run goes through MPI after all. A
-//! run that pulls only is one step, of any size, since it uses no area.
+//! copies them into its pack area as above, except in a run that pulls only ([`pulls_only`]: a
+//! pair's broadcast or all-gather, or an all-to-all, where the copies cost more than the way
+//! the group runs the call without heaps). There it copies nothing, and once every member has
+//! read every sender's `direct` word (step 2: the same words on every member, so the same
+//! decision), the run is handed back (`drive` then runs it as without heaps). A run that
+//! pulls only is one step, of any size, since it uses no area.
 //!
 //! **Why areas can be reused without a third signal.** A member writes its pack area only in
 //! step 1 of the next step, after it saw every member reduced at `g` — so every reader of that
@@ -224,18 +224,16 @@ pub(super) fn pulls(d: &OpDesc, n: usize) -> bool {
 }
 
 /// Whether the run is a call that goes through the window only to be read where it is (see
-/// [`pulls`]): a pair's broadcast or all-gather, or an all-to-all, whose sender's bytes exceed
-/// one [`AREA`]. Copied through the window in steps these would cost twice the bytes of MPI's
-/// single copy, so a run whose senders' tensors are not all in their heaps goes through MPI
+/// [`pulls`]): a pair's broadcast or all-gather, or an all-to-all. Copied through the window
+/// these cost more than the way the group runs them without heaps (measured with
+/// `RANKWISE_BENCH_TENSORS=vec`: 1 MiB at world 2 in 1.5–2.4× of MPI's time, against about
+/// 1.0× handed back), so a run whose senders' tensors are not all in their heaps goes that way
 /// after all ([`Polled::ByMpi`]), every member deciding alike from the senders' `direct`
-/// words. Up to one area, a sender outside its heap copies into its pack area instead, as the
-/// lanes' exchange would: one step, with no second protocol after it. (An all-gather or
-/// broadcast among more than two always copies through the window then: one copy into shared
-/// memory serves n − 1 readers.)
+/// words. (An all-gather or broadcast among more than two copies through the window instead:
+/// one copy into shared memory serves n − 1 readers.)
 fn pulls_only(ops: &[Op], n: usize) -> bool {
     matches!(ops, [o] if pulls(&o.desc, n)
-        && (o.desc.kind == OpKind::AllToAll || n == 2)
-        && o.desc.numel().saturating_mul(o.desc.dtype.size()) > AREA)
+        && (o.desc.kind == OpKind::AllToAll || n == 2))
 }
 
 /// The bytes of one member's block, if `ops` is a lone all-to-all among `n` members whose
@@ -1338,11 +1336,19 @@ mod tests {
                         }
                     }
                     then_an_all_reduce(regions, n, me, 1);
-                    // A broadcast from a tensor outside the heap, through the pack area.
+                    // A broadcast from a tensor outside the heap: through the pack area, or, of
+                    // two members (where it pulls only), handed back.
                     let mut b = vec![me as f32; 100];
                     // SAFETY: as above.
-                    unsafe { run(regions, &[broadcast(&mut b)], 1, 5) }.unwrap();
-                    assert!(b.iter().all(|&x| x == 1.0));
+                    let (end, _) =
+                        unsafe { run_to_end(regions, &[broadcast(&mut b)], 1, 5) }.unwrap();
+                    let (want_end, want) = if n == 2 {
+                        (Polled::ByMpi, me as f32)
+                    } else {
+                        (Polled::Done, 1.0)
+                    };
+                    assert_eq!(end, want_end);
+                    assert!(b.iter().all(|&x| x == want));
                 });
             }
         }
@@ -1536,7 +1542,7 @@ mod tests {
     /// their shared heaps (every mix of two, three and four members, every root, sizes of one
     /// step and of several): members read senders whose bytes are in their heaps where they
     /// are, and the others' through the window; a run that pulls only (a pair's broadcast or
-    /// all-gather, or an all-to-all, above one area) whose senders are not all in their heaps is handed to MPI
+    /// all-gather, every all-to-all) whose senders are not all in their heaps is handed back
     /// by every member alike, its outputs untouched. Every element is checked against a value
     /// that names its sender and place, and the areas stay usable after each run.
     #[test]
@@ -1691,20 +1697,17 @@ mod tests {
         for kind in [OpKind::Gather, OpKind::Scatter] {
             assert!(!takes(&[moves(kind, &[8], 0)], 4, true), "{kind:?}");
         }
-        // Which of them are handed to MPI when their senders' bytes are not in heaps: a pair's
-        // broadcast and all-gather, and every all-to-all, larger than one area (smaller ones
-        // copy through it).
-        let over = AREA / 4 + 1;
+        // Which of them are handed back when their senders' bytes are not in heaps: a pair's
+        // broadcast and all-gather, and every all-to-all, of any size.
         for n in [2, 3, 4] {
+            assert_eq!(pulls_only(&[bcast()], n), n == 2);
             let mut wide = bcast();
-            wide.desc.shape = Shape::from_slice(&[over]);
+            wide.desc.shape = Shape::from_slice(&[3 * AREA]);
             assert_eq!(pulls_only(&[wide], n), n == 2);
-            assert_eq!(pulls_only(&[all_gather(&[over], 0)], n), n == 2);
-            assert!(pulls_only(&[moves(OpKind::AllToAll, &[over], 0)], n));
-            assert!(!pulls_only(&[bcast()], n));
-            assert!(!pulls_only(&[all_gather(&[AREA / 4], 0)], n));
-            assert!(!pulls_only(&[moves(OpKind::AllToAll, &[AREA / 4], 0)], n));
-            let sum = all_reduce(DType::F32, ReduceOp::Sum, p, over);
+            assert_eq!(pulls_only(&[all_gather(&[8], 0)], n), n == 2);
+            assert!(pulls_only(&[moves(OpKind::AllToAll, &[8], 0)], n));
+            assert!(pulls_only(&[moves(OpKind::AllToAll, &[4 * AREA], 0)], n));
+            let sum = all_reduce(DType::F32, ReduceOp::Sum, p, 4);
             assert!(!pulls_only(&[sum], n));
         }
         let scatter = |shape: &[usize], dim| {
