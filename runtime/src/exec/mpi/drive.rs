@@ -521,7 +521,8 @@ impl<'a> Driver<'a> {
                 .is_some_and(shm::Regions::has_heaps),
         );
         if small.calls > 0 {
-            return self.start_eager(c, k..k + small.calls, small.long, reqs);
+            let check = self.be.rooted_check;
+            return self.start_eager(c, k..k + small.calls, small.long, check, reqs);
         }
         let s = self.slots.len();
         let mut slot = Slot::new(k..k + 1, c);
@@ -598,13 +599,14 @@ impl<'a> Driver<'a> {
     }
 
     /// Starts the exchange of the small collectives `run` of chain `c` (this member's proposed
-    /// run, `long` or not: see `eager::Proposal`; the agreed one may be shorter). It blocks the
-    /// chain until every record is in.
+    /// run, `long` or not: see `eager::Proposal`; the agreed one may be shorter), `check`ed or
+    /// not (see `eager::one_way`). It blocks the chain until every record is in.
     fn start_eager(
         &mut self,
         c: usize,
         run: Range<usize>,
         long: bool,
+        check: bool,
         reqs: &mut Vec<(Request, Owner)>,
     ) -> Result<()> {
         let group = self.chains[c].group;
@@ -621,7 +623,7 @@ impl<'a> Driver<'a> {
                 comm,
                 members,
                 me,
-                self.be.rooted_check,
+                check,
                 None,
                 self.be.lanes_of(group),
                 |r, from| reqs.push((r, Owner::Eager(s, from))),
@@ -941,12 +943,16 @@ impl<'a> Driver<'a> {
         let (c, run) = (self.slots[s].chain, self.slots[s].ops.clone());
         let group = self.chains[c].group;
         let (_, members) = self.be.comm_of(group)?;
+        // The members agree on the call already: every member compared the tag of every
+        // member whose bytes it would have read (a broadcast's root, or all of them) before
+        // the window handed the call back. So the exchange needs no check of its own, and a
+        // broadcast goes one way (without the round trip the check costs).
         let alone = eager::proposal(
             self.ops,
             run.start,
             run.end,
             members.len(),
-            self.be.rooted_check,
+            false,
             false,
             1,
             self.be.lanes_of(group).is_some(),
@@ -965,7 +971,7 @@ impl<'a> Driver<'a> {
         if chain.blocker == Some(s) {
             chain.blocker = None;
         }
-        self.start_eager(c, run, false, reqs)
+        self.start_eager(c, run, false, false, reqs)
     }
 
     /// Posts slot `s`'s next MPI phase (its packed collective's, or its call's), nothing else
