@@ -480,8 +480,12 @@ fn main() -> Result<()> {
     // For the MPI tests (on stderr, which the comparison with threads leaves out): whether the
     // window's collectives ran on tensors where they are, in the ranks' shared heap.
     let direct = rankwise::__private::direct_steps();
+    let back = rankwise::__private::handed_back();
     if let (true, Some((rank, _))) = (direct > 0, ranks.iter().next()) {
         eprintln!("rank {rank}: shared-heap steps: {direct}");
+    }
+    if let (true, Some((rank, _))) = (back > 0, ranks.iter().next()) {
+        eprintln!("rank {rank}: calls handed back: {back}");
     }
     Ok(())
 }

@@ -203,10 +203,15 @@ fn same_as_threads(np: usize, opts: Opts, name: &str, args: &[&str], exact: bool
 /// How many ranks said their window's collectives ran on tensors where they are, in the shared
 /// heap (every_op's stderr line).
 fn ranks_direct(run: &Run) -> usize {
+    ranks_saying(run, ": shared-heap steps: ")
+}
+
+/// How many ranks of `run` (every_op) say `what` on stderr.
+fn ranks_saying(run: &Run, what: &str) -> usize {
     let ranks: std::collections::BTreeSet<&str> = run
         .err
         .lines()
-        .filter_map(|l| l.split_once(": shared-heap steps: ").map(|(rank, _)| rank))
+        .filter_map(|l| l.split_once(what).map(|(rank, _)| rank))
         .collect();
     ranks.len()
 }
@@ -244,14 +249,17 @@ const NO_SHM: Opts = Opts {
 };
 
 /// And with tensors in the ranks' shared heap (every_op puts some there and leaves others in
-/// the ranks' own memory): every rank ran steps on tensors where they are, and no job left a
-/// file in `/dev/shm`.
+/// the ranks' own memory): every rank ran steps on tensors where they are, every rank had
+/// calls handed back by the window (an all_to_all or a pair's broadcast or all_gather with a
+/// sender outside its heap), and no job left a file in `/dev/shm`.
 #[test]
 fn every_operation_gives_the_threads_engines_bits() {
     for np in [1, 2, 3, 4] {
         let run = same_as_threads(np, SHM_REQUIRED, "every_op", &[], true);
         let want = if np == 1 { 0 } else { np };
         assert_eq!(ranks_direct(&run), want, "every_op -np {np}:\n{}", run.err);
+        let back = ranks_saying(&run, ": calls handed back: ");
+        assert_eq!(back, want, "every_op -np {np}:\n{}", run.err);
     }
     assert_eq!(heap_files_left(), Vec::<String>::new());
 }
@@ -267,6 +275,12 @@ fn every_operation_without_the_shared_heap() {
     for np in [2, 4] {
         let run = same_as_threads(np, own_memory, "every_op", &[], true);
         assert_eq!(ranks_direct(&run), 0, "{}", run.err);
+        assert_eq!(
+            ranks_saying(&run, ": calls handed back: "),
+            0,
+            "{}",
+            run.err
+        );
     }
 }
 
@@ -274,7 +288,14 @@ fn every_operation_without_the_shared_heap() {
 /// its small collectives take the schedule path, its all_reduces and all_gathers the window.
 #[test]
 fn every_operation_beyond_eight_ranks() {
-    same_as_threads(9, SHM_REQUIRED, "every_op", &[], true);
+    let run = same_as_threads(9, SHM_REQUIRED, "every_op", &[], true);
+    // Its all_to_alls and gathers with senders outside the heap go to MPI, handed back.
+    assert_eq!(
+        ranks_saying(&run, ": calls handed back: "),
+        9,
+        "{}",
+        run.err
+    );
 }
 
 #[test]

@@ -55,6 +55,21 @@ pub fn direct_steps() -> u64 {
     DIRECT_STEPS.load(Ordering::Relaxed)
 }
 
+/// Calls the shared-memory window handed back because a sender's tensor was not in its heap.
+static HANDED_BACK: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a call the window handed back (see [`handed_back`]).
+pub(crate) fn note_handed_back() {
+    HANDED_BACK.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many calls the MPI backend's shared-memory window handed back to run as without the
+/// shared heap, because a sender's tensor lay outside it: what the MPI tests check to know
+/// that path ran.
+pub fn handed_back() -> u64 {
+    HANDED_BACK.load(Ordering::Relaxed)
+}
+
 /// Makes `heap` the source of host tensors' memory for the rest of the process (the first
 /// call wins: one backend per process).
 pub(crate) fn install(heap: &'static dyn SharedHeap) {

@@ -84,7 +84,7 @@ pub mod __private {
         bind_mut, bind_mut_integer, bind_ref, bind_ref_integer, is, same,
     };
     pub use crate::guard::{Guard, RankTable, Run, Table};
-    pub use crate::heap::direct_steps;
+    pub use crate::heap::{direct_steps, handed_back};
 }
 /// Half-precision types (`half::f16`, `half::bf16`).
 pub use half::{bf16, f16};

@@ -958,6 +958,7 @@ impl<'a> Driver<'a> {
             self.be.lanes_of(group).is_some(),
             false,
         );
+        crate::heap::note_handed_back();
         if alone.calls != 1 {
             return self.post_mpi(s, reqs);
         }
