@@ -256,7 +256,9 @@ pub(super) enum Polled {
     Pending,
     /// Every tensor of the run holds its result.
     Done,
-    /// The run moved nothing: it must go through MPI ([`pulls_only`]), on every member alike.
+    /// The run moved nothing: a sender's tensor is outside its heap ([`pulls_only`]), and the
+    /// caller must run the call as the group would without heaps (`drive::reroute`), on every
+    /// member alike.
     ByMpi,
 }
 
@@ -312,7 +314,7 @@ pub(super) struct Step {
     /// The run goes through the window only if its senders' tensors are in their heaps
     /// ([`pulls_only`]): one step, whatever its size, with nothing copied into the areas.
     pulls_only: bool,
-    /// Its senders' tensors were not all in their heaps: the run goes through MPI.
+    /// Its senders' tensors were not all in their heaps: the run is handed back.
     by_mpi: bool,
     /// This member's tensors are all in its shared heap: it copies nothing into the window,
     /// and the others read and write them where they are.
@@ -664,7 +666,7 @@ impl Regions {
 
     /// Advances `step` as far as the other members allow (steps 2 and 3, then the run's next
     /// step), until the run is done and every tensor of `ops` holds its result, or the run
-    /// turned out to be MPI's (see [`Polled`]). A member that arrived with another call is an
+    /// is handed back (see [`Polled`]). A member that arrived with another call is an
     /// error, found before any of its bytes is used.
     ///
     /// # Safety
