@@ -289,7 +289,8 @@ fn every_operation_without_the_shared_heap() {
 #[test]
 fn every_operation_beyond_eight_ranks() {
     let run = same_as_threads(9, SHM_REQUIRED, "every_op", &[], true);
-    // Its all_to_alls and gathers with senders outside the heap go to MPI, handed back.
+    // Its all_to_alls with a sender outside the heap are handed back (its all_gathers, among
+    // more than two, copy through the window instead).
     assert_eq!(
         ranks_saying(&run, ": calls handed back: "),
         9,
