@@ -68,20 +68,39 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::Barrier | OpKind::Send | OpKind::Recv => {}
         OpKind::Broadcast => {
             let root = step.root(members);
-            if me != root {
-                let bytes = desc.numel() * es;
-                // SAFETY: the root's buffer and ours hold `numel` elements (agreed shape), are
-                // distinct tensors, and only we write ours during the step.
-                unsafe {
-                    copy_rows(
-                        step.mine().output.ptr,
-                        0,
-                        step.ops[root].input.ptr,
-                        0,
-                        1,
-                        bytes,
-                    )
-                };
+            let numel = desc.numel();
+            let src = step.ops[root].input.ptr;
+            // Below the slicing size the lone copy is cheaper than sharing it.
+            if numel * es < SLICE_MIN_BYTES {
+                if me != root {
+                    // SAFETY: the root's buffer and ours hold `numel` elements (agreed shape),
+                    // are distinct tensors, and only we write ours during the step.
+                    unsafe { copy_rows(step.mine().output.ptr, 0, src, 0, 1, numel * es) };
+                }
+                return;
+            }
+            // The root would idle while the others copy, so the copying is shared: the buffer
+            // is cut into one piece per member, every non-root copies every piece but its own
+            // into its output, and the root copies piece j into member j's output. Each output
+            // piece has exactly one writer, and every member copies (n - 1) / n of the buffer.
+            let piece = |m: usize| owned_range(numel, es, n, m, 0);
+            let copy = |dst: *mut u8, (lo, hi): (usize, usize)| {
+                // SAFETY: [lo, hi) < numel lies in the root's buffer and in `dst` (agreed
+                // shape); the pieces this member writes are written by no other member.
+                unsafe { copy_bytes(dst.add(lo * es), src.add(lo * es), (hi - lo) * es) }
+            };
+            if me == root {
+                for (j, o) in step.ops.iter().enumerate() {
+                    if let Some(p) = piece(j).filter(|_| j != root) {
+                        copy(o.output.ptr, p);
+                    }
+                }
+            } else {
+                for m in (0..n).filter(|&m| m != me) {
+                    if let Some(p) = piece(m) {
+                        copy(step.mine().output.ptr, p);
+                    }
+                }
             }
         }
         OpKind::AllReduce | OpKind::Reduce => {
