@@ -5,7 +5,11 @@
 //! for a fast smoke run with small sizes only; `RANKWISE_BENCH_ONLY=sizes` or `=batch` runs one
 //! of the two tables; `RANKWISE_BENCH_SIZES=8,16777216` only these sizes, in bytes;
 //! `RANKWISE_PIN=1` pins rank threads to cores, as `mpirun` binds Open MPI's processes at 2
-//! ranks).
+//! ranks; `RANKWISE_BENCH_TOUCH=1` has each rank read a word of every cache line of the last
+//! output and write one of every line of the next input before each call, as a program that
+//! consumes and produces its tensors does, so that where a collective leaves its lines shows
+//! in its time. The floors and Open MPI's loop touch nothing: with it, compare builds, not
+//! ratios).
 //!
 //! *Size* is the larger per-rank buffer, as in nccl-tests: the buffer of all_reduce and
 //! broadcast, the output of all_gather, the input of reduce_scatter, both buffers of
@@ -98,6 +102,8 @@ struct Buffers {
     small: Tensor<f32>,
     big_in: Tensor<f32>,
     big_out: Tensor<f32>,
+    /// `RANKWISE_BENCH_TOUCH`: read the output and write the input around each call.
+    touch: bool,
 }
 
 impl Buffers {
@@ -112,6 +118,7 @@ impl Buffers {
             small: Tensor::full([small], 1.0)?,
             big_in: Tensor::full([small * world], 1.0)?,
             big_out: Tensor::zeros([small * world])?,
+            touch: std::env::var_os("RANKWISE_BENCH_TOUCH").is_some(),
         })
     }
 
@@ -130,6 +137,23 @@ impl Buffers {
     }
 
     fn run(&mut self, ctx: &mut Ctx, op: Op) -> Result<()> {
+        if self.touch {
+            // A consumer reads the last output and a producer writes the next input.
+            let out = match op {
+                Op::AllReduce | Op::Broadcast => &self.inout,
+                Op::AllGather | Op::AllToAll => &self.big_out,
+                Op::ReduceScatter => &self.small,
+            };
+            black_box(out.as_slice()?.iter().step_by(16).sum::<f32>());
+            let inp = match op {
+                Op::AllReduce | Op::Broadcast => &mut self.inout,
+                Op::AllGather => &mut self.small,
+                Op::ReduceScatter | Op::AllToAll => &mut self.big_in,
+            };
+            for x in inp.as_mut_slice()?.iter_mut().step_by(16) {
+                *x = 1.0;
+            }
+        }
         match op {
             Op::AllReduce => ctx.all_reduce(&mut self.inout, ReduceOp::Sum),
             Op::Broadcast => ctx.broadcast(&mut self.inout, 0),

@@ -287,6 +287,94 @@ per_dtype!(
     every_collective_u64 => u64
 );
 
+/// Broadcasts large enough that every member shares the copying, and all_gathers on both sides
+/// of the switch from pushing to pulling (4 MiB of output), on the world and on halves, with
+/// every root. Every element holds a value naming the rank and the place it came from, so a
+/// piece copied from or to the wrong offset, or by nobody, shows.
+fn large_moves<T: Num>() {
+    let tag = |r: usize, i: usize| T::of((r * 1_000_000 + i) as f64);
+    let tagged = |r: usize, numel: usize| (0..numel).map(|i| tag(r, i)).collect::<Vec<T>>();
+    let gathers: [([usize; 2], usize); 3] = [([3, 1001], 1), ([3, 1001], 0), ([2, 150_000], 1)];
+    let halves = |world: usize, r: usize| -> Vec<usize> {
+        let h = world / 2;
+        if r < h {
+            (0..h).collect()
+        } else {
+            (h..world).collect()
+        }
+    };
+    for world in 1..=5 {
+        let got = spawn(world, |ctx| {
+            let r = ctx.rank();
+            let mut outs = Vec::new();
+            for numel in [2051usize, 100_003] {
+                for root in 0..world {
+                    let mut x = Tensor::from_vec([numel], tagged(r, numel))?;
+                    ctx.broadcast(&mut x, root)?;
+                    outs.push(x.into_vec());
+                }
+            }
+            for (shape, dim) in gathers {
+                let x = Tensor::from_vec(shape, tagged(r, shape.iter().product()))?;
+                let mut out = Tensor::zeros(with_dim(&shape, dim, |d| d * world))?;
+                ctx.all_gather(&x, &mut out, dim)?;
+                outs.push(out.into_vec());
+            }
+            if world >= 2 {
+                let h = world / 2;
+                let g =
+                    ctx.split(&[&(0..h).collect::<Vec<_>>(), &(h..world).collect::<Vec<_>>()])?;
+                let m = halves(world, r);
+                let mut x = Tensor::from_vec([100_003], tagged(r, 100_003))?;
+                ctx.group(&g).broadcast(&mut x, m[m.len() - 1])?;
+                outs.push(x.into_vec());
+                let x = Tensor::from_vec([3, 1001], tagged(r, 3003))?;
+                let mut out = Tensor::zeros([3, 1001 * m.len()])?;
+                ctx.group(&g).all_gather(&x, &mut out, 1)?;
+                outs.push(out.into_vec());
+            }
+            Ok(outs)
+        })
+        .unwrap_or_else(|e| panic!("{} world {world}: {e}", T::DTYPE));
+        for (r, outs) in got.iter().enumerate() {
+            let mut want = Vec::new();
+            for numel in [2051usize, 100_003] {
+                want.extend((0..world).map(|root| tagged(root, numel)));
+            }
+            for (shape, dim) in gathers {
+                let xs: Vec<Vec<T>> = (0..world)
+                    .map(|q| tagged(q, shape.iter().product()))
+                    .collect();
+                want.push(concat(&xs, &shape, dim));
+            }
+            if world >= 2 {
+                let m = halves(world, r);
+                want.push(tagged(m[m.len() - 1], 100_003));
+                let xs: Vec<Vec<T>> = m.iter().map(|&q| tagged(q, 3003)).collect();
+                want.push(concat(&xs, &[3, 1001], 1));
+            }
+            assert_eq!(outs.len(), want.len());
+            for (k, (o, w)) in outs.iter().zip(&want).enumerate() {
+                assert!(
+                    o == w,
+                    "{} world {world} rank {r}: result {k} differs",
+                    T::DTYPE
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn large_moves_land_where_they_belong_f32() {
+    large_moves::<f32>()
+}
+
+#[test]
+fn large_moves_land_where_they_belong_i64() {
+    large_moves::<i64>()
+}
+
 /// Point-to-point: a ring shift in a batch (world 1 sends to itself), and an ordered blocking
 /// exchange (even ranks send first) for every dtype's size class.
 #[test]

@@ -75,6 +75,39 @@ fn every_collective_touches_peers_buffers_soundly() {
     }
 }
 
+/// A broadcast large enough that the root copies pieces into its peers' outputs, and an
+/// all_gather above the eager size, which each member pushes into every peer's output.
+#[test]
+fn roots_and_gatherers_write_into_peers_outputs_soundly() {
+    for world in [2, 3] {
+        let out = spawn(world, |ctx| {
+            let (r, w) = (ctx.rank(), ctx.world());
+            let mut big = Tensor::from_fn([SLICED], |i| (r * 10_000 + i[0]) as f32)?;
+            ctx.broadcast(&mut big, w - 1)?;
+            let x = Tensor::from_fn([2, 100], |i| (r * 1000 + i[0] * 100 + i[1]) as i32)?;
+            let mut ag = Tensor::zeros([2, 100 * w])?;
+            ctx.all_gather(&x, &mut ag, 1)?;
+            Ok((big.to_vec(), ag.to_vec()))
+        })
+        .unwrap();
+        for (big, ag) in out {
+            let root = world - 1;
+            assert!(
+                big.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == (root * 10_000 + i) as f32)
+            );
+            let want: Vec<i32> = (0..2)
+                .flat_map(|row| {
+                    (0..world)
+                        .flat_map(move |q| (0..100).map(move |c| (q * 1000 + row * 100 + c) as i32))
+                })
+                .collect();
+            assert_eq!(ag, want);
+        }
+    }
+}
+
 #[test]
 fn aborts_wait_for_peers_to_leave_buffers_alone() {
     // Rank 1 disagrees at the second step of a batch while the others may still be working on

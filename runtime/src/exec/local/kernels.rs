@@ -1,9 +1,11 @@
 //! Data movement for one member's share of one collective step.
 //!
 //! Every member reads its peers' buffers in place and writes a region no other member writes:
-//! its own output (all_gather, scatter, reduce_scatter, all_to_all, broadcast), its own part of
-//! the root's output (gather), or the slice of every output it owns (all_reduce, reduce). That
-//! disjointness is what makes the lock-free data path sound.
+//! its own output (scatter, reduce_scatter, all_to_all, a small broadcast, a large all_gather),
+//! its own part of the root's output (gather), its own column block of every output (an
+//! all_gather up to 4 MiB), its pieces of a large broadcast (see `run_share`), or the slice of
+//! every output it owns (all_reduce, reduce). That disjointness is what makes the lock-free data
+//! path sound.
 
 use smallvec::SmallVec;
 
@@ -21,6 +23,13 @@ use super::pack::{NO_KEY, PackEntry};
 /// Entries below this many bytes are reduced whole by one member (their [`reducer`])
 /// rather than sliced: slicing tiny tensors costs more in bookkeeping than it saves.
 const SLICE_MIN_BYTES: usize = 8 * 1024;
+
+/// All-gathers whose output is at most this many bytes are pushed: each member copies its own
+/// input into every output, rather than pulling every input into its own output. Measured on
+/// the 2-core host at worlds 2 and 4 (`docs/decisions.md`, session 37), pushing is faster from
+/// 64 KiB to 4 MiB, whether or not the program reads its outputs and writes its inputs between
+/// calls, and slower at 16 MiB when it does.
+const PUSH_MAX_BYTES: usize = 4 << 20;
 
 /// One collective step as seen by member `me` of `n`: every member's op, in member order.
 pub(crate) struct Step<'a> {
@@ -146,13 +155,23 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::AllGather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
-            for (j, src) in step.ops.iter().enumerate() {
-                // SAFETY: our output is [outer, n*inner]; member j's input is [outer, inner].
+            let push = outer * n * inner * es <= PUSH_MAX_BYTES;
+            for i in 0..n {
+                let j = (me + i) % n;
+                // Push: our input into column block `me` of member j's output. Pull: member
+                // j's input into column block j of ours. Either way each column block of each
+                // output has one writer.
+                let (dst, src, at) = if push {
+                    (step.ops[j].output.ptr, step.mine().input.ptr, me)
+                } else {
+                    (step.mine().output.ptr, step.ops[j].input.ptr, j)
+                };
+                // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
                 unsafe {
                     copy_rows(
-                        step.mine().output.ptr.add(j * inner * es),
+                        dst.add(at * inner * es),
                         n * inner * es,
-                        src.input.ptr,
+                        src,
                         inner * es,
                         outer,
                         inner * es,
