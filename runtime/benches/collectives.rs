@@ -24,7 +24,8 @@
 //!
 //! When Open MPI is installed (`mpicc` and `mpirun` on the `PATH`), the same run also builds
 //! `openmpi_ref.c` and runs it at each world size with the same sizes and conventions, and the
-//! table gets Open MPI's figure and rankwise's ratio to it.
+//! table gets Open MPI's figure and rankwise's ratio to it. It takes its samples in the same
+//! order too, floors included, so that a call on either side finds the caches in the same state.
 //!
 //! Each world size is launched several times (`RANKWISE_BENCH_LAUNCHES`, 3 by default; 1 in a
 //! quick run), a fresh rankwise world and an Open MPI run in turn, and each figure is the median
