@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::exec::copy::copy_bytes;
-use crate::exec::{Backend, BatchMark, Buf, Op, PostedOp, same_site};
+use crate::exec::{Backend, BatchMark, Buf, Op, PostedOp};
 use crate::group::Group;
 use crate::model::{CallSite, GroupId, OpDesc, OpKind, Shape};
 use crate::request::{Request, SharedBackend, engine};
@@ -19,6 +19,7 @@ use crate::tensor::{Device, DeviceMemory, Tensor};
 use crate::trace::{Event, Recorder};
 use crate::{DType, ReduceOp};
 use rankwise_core::ops::{self as table, Spelling, stacked};
+use std::panic::Location;
 
 /// A rank's handle on its world: its rank, the world size, and every communication call.
 ///
@@ -66,10 +67,16 @@ enum Recall {
     Miss { keep: bool },
 }
 
+/// Where a lone call was written: one address per place in the source.
+type Loc = &'static Location<'static>;
+
 /// A validated op, and what its validation read besides the op: the output's shape.
 struct Validated {
     op: Op,
     output_shape: Shape,
+    /// Where the lone call that made it was written: a repeat is recognised by this address
+    /// before anything else (see [`Ctx::recall`]).
+    loc: Loc,
     /// Calls from the same site that did not repeat it since it was kept (see [`Ctx::recall`]).
     misses: u32,
 }
@@ -93,8 +100,9 @@ struct CallKey<'t> {
     input: (*mut u8, usize),
     output: (*mut u8, usize),
     /// By reference: the site is made field by field from the caller's `Location`, and a copy
-    /// into the key would read it back in one wide load, which waits for those stores.
-    site: &'t CallSite,
+    /// into the key would read it back in one wide load, which waits for those stores. `None`
+    /// for a lone call, whose site is its `Location` (see [`Ctx::recall`]).
+    site: Option<&'t CallSite>,
 }
 
 /// A call's key ([`CallKey`]) in thirteen words, kept by a batch beside each op for the next
@@ -126,6 +134,10 @@ fn words_match(words: &CallWords, k: &CallKey<'_>) -> bool {
 #[inline(always)]
 fn each_word(k: &CallKey<'_>, mut f: impl FnMut(usize, u64) -> bool) -> bool {
     let word = |n: usize| n as u64;
+    // A batch's keys always have their site (only lone calls leave it to their `Location`).
+    let Some(site) = k.site else {
+        return false;
+    };
     let Some(dim) = u64::try_from(k.dim).ok().filter(|&d| d < 1 << 16) else {
         return false;
     };
@@ -157,13 +169,13 @@ fn each_word(k: &CallKey<'_>, mut f: impl FnMut(usize, u64) -> bool) -> bool {
         && dims_word(k.output_shape).is_some_and(|w| f(8, w))
         // The file by address and length: the same `file!()` text usually has one address,
         // and a copy elsewhere only makes the call look new.
-        && f(9, word(k.site.file.as_ptr().addr()))
-        && f(10, word(k.site.file.len()))
+        && f(9, word(site.file.as_ptr().addr()))
+        && f(10, word(site.file.len()))
         // Line and column apart: one 8-byte load of the two 4-byte fields, stored separately
         // just before, would wait for both stores to complete (a store-forwarding stall that
         // took half of the time of recording a repeated call).
-        && f(11, u64::from(k.site.line))
-        && f(12, u64::from(k.site.column))
+        && f(11, u64::from(site.line))
+        && f(12, u64::from(site.column))
 }
 
 /// A shape as one word, injectively: its length in the top three bits, then its dimensions —
@@ -628,7 +640,7 @@ macro_rules! lone_sinks {
     () => {
         fn sink_in_place<T: Element>(
             &mut self,
-            site: CallSite,
+            site: Loc,
             kind: OpKind,
             t: &mut Tensor<T>,
             root: Option<usize>,
@@ -640,7 +652,7 @@ macro_rules! lone_sinks {
 
         fn sink_in_out<T: Element>(
             &mut self,
-            site: CallSite,
+            site: Loc,
             kind: OpKind,
             x: &Tensor<T>,
             out: &mut Tensor<T>,
@@ -659,15 +671,16 @@ macro_rules! recorded_sinks {
     ($a:lifetime) => {
         fn sink_in_place<T: Element>(
             &mut self,
-            site: CallSite,
+            loc: Loc,
             kind: OpKind,
             t: &$a mut Tensor<T>,
             root: Option<usize>,
             op: Option<ReduceOp>,
         ) -> &mut Self {
+            let site = CallSite::from(loc);
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let seen = match in_place_key(id, &site, kind, t, root, op) {
+            let seen = match in_place_key(id, Some(&site), kind, t, root, op) {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
@@ -677,16 +690,17 @@ macro_rules! recorded_sinks {
 
         fn sink_in_out<T: Element>(
             &mut self,
-            site: CallSite,
+            loc: Loc,
             kind: OpKind,
             x: &$a Tensor<T>,
             out: &$a mut Tensor<T>,
             op: Option<ReduceOp>,
             dim: usize,
         ) -> &mut Self {
+            let site = CallSite::from(loc);
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let seen = match in_out_key(id, &site, kind, x, &mut *out, op, dim) {
+            let seen = match in_out_key(id, Some(&site), kind, x, &mut *out, op, dim) {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
@@ -718,20 +732,20 @@ macro_rules! comm_methods {
         /// Copies `root`'s `tensor` into every member's `tensor` (same shape everywhere).
         #[track_caller]
         pub fn broadcast<T: Element>(&mut self, tensor: &$a mut Tensor<T>, root: usize) -> $ret {
-            self.sink_in_place(CallSite::caller(), OpKind::Broadcast, tensor, Some(root), None)
+            self.sink_in_place(Location::caller(), OpKind::Broadcast, tensor, Some(root), None)
         }
 
         /// Reduces every member's `tensor` with `op` into `root`'s `tensor`; the other members'
         /// tensors are left unchanged.
         #[track_caller]
         pub fn reduce<T: Element>(&mut self, tensor: &$a mut Tensor<T>, root: usize, op: ReduceOp) -> $ret {
-            self.sink_in_place(CallSite::caller(), OpKind::Reduce, tensor, Some(root), Some(op))
+            self.sink_in_place(Location::caller(), OpKind::Reduce, tensor, Some(root), Some(op))
         }
 
         /// Reduces every member's `tensor` with `op` and leaves the result in all of them.
         #[track_caller]
         pub fn all_reduce<T: Element>(&mut self, tensor: &$a mut Tensor<T>, op: ReduceOp) -> $ret {
-            self.sink_in_place(CallSite::caller(), OpKind::AllReduce, tensor, None, Some(op))
+            self.sink_in_place(Location::caller(), OpKind::AllReduce, tensor, None, Some(op))
         }
 
         /// Concatenates every member's `input` along `dim`, in group-rank order, into `output`
@@ -752,7 +766,7 @@ macro_rules! comm_methods {
         /// member's `output` (rows for `dim = 0`, columns for `dim = 1`, …).
         #[track_caller]
         pub fn all_gather<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
-            self.sink_in_out(CallSite::caller(), OpKind::AllGather, input, output, None, dim)
+            self.sink_in_out(Location::caller(), OpKind::AllGather, input, output, None, dim)
         }
 
         /// Splits `root`'s `input` along `dim` into one equal part per member; member `i` gets
@@ -778,14 +792,14 @@ macro_rules! comm_methods {
             op: ReduceOp,
             dim: usize,
         ) -> $ret {
-            self.sink_in_out(CallSite::caller(), OpKind::ReduceScatter, input, output, Some(op), dim)
+            self.sink_in_out(Location::caller(), OpKind::ReduceScatter, input, output, Some(op), dim)
         }
 
         /// Splits every member's `input` along `dim` into one part per member; part `j` of
         /// member `i` becomes part `i` of member `j`'s `output` (same shape as `input`).
         #[track_caller]
         pub fn all_to_all<T: Element>(&mut self, input: &$a Tensor<T>, output: &$a mut Tensor<T>, dim: usize) -> $ret {
-            self.sink_in_out(CallSite::caller(), OpKind::AllToAll, input, output, None, dim)
+            self.sink_in_out(Location::caller(), OpKind::AllToAll, input, output, None, dim)
         }
 
         /// `all_gather` into a list, as torch writes it: member `i`'s `input` lands in
@@ -920,7 +934,10 @@ impl Ctx {
     pub(crate) fn handshake(&mut self, site: CallSite, mine: u64) -> Result<Vec<u64>> {
         let x = Tensor::from_vec([1], vec![mine])?;
         let mut all = Tensor::<u64>::zeros([self.world])?;
-        self.in_out_one(None, site, OpKind::AllGather, &x, &mut all, None, 0)?;
+        // Described every time: the site is the program's entry, not a `Location` to recall by.
+        self.run_one(None, site, None, |c| {
+            c.in_out(OpKind::AllGather, &x, &mut all, None, 0)
+        })?;
         Ok(all.to_vec())
     }
 
@@ -1192,7 +1209,7 @@ impl Ctx {
         &mut self,
         group: Option<&Group>,
         site: CallSite,
-        keep: Option<Shape>,
+        keep: Option<(Shape, Loc)>,
         build: impl FnOnce(&Caller<'_>) -> Result<B>,
     ) -> Result<()> {
         let group = group.unwrap_or(&self.world_group);
@@ -1212,7 +1229,7 @@ impl Ctx {
             staged.finish()?;
         }
         // Kept after the call, so that the move does not delay it (see `Ctx::recall`).
-        if let Some(output_shape) = keep
+        if let Some((output_shape, loc)) = keep
             && let Ok(b) = built
         {
             let op = b.into_op();
@@ -1220,6 +1237,7 @@ impl Ctx {
                 *slot = Some(Validated {
                     op,
                     output_shape,
+                    loc,
                     misses: 0,
                 });
             }
@@ -1239,14 +1257,19 @@ impl Ctx {
     /// alternates two tensors still repeats one of them, and a site that settles on a new
     /// tensor repeats again after a few calls.
     #[inline(always)] // the key stays in registers
-    fn recall(&mut self, call: &CallKey<'_>) -> Recall {
+    fn recall(&mut self, call: &CallKey<'_>, loc: Loc) -> Recall {
         let Some(slot) = self.last.get_mut(call.kind as usize) else {
             return Recall::Miss { keep: false };
         };
         let Some(last) = slot else {
             return Recall::Miss { keep: true };
         };
-        if !same_site(&last.op.desc.site, call.site) {
+        // One `Location` per place in the source: equal addresses, the same site (a copy of
+        // the same place elsewhere only makes the call look new). Compared by address, the
+        // site is never built: its fields, stored one by one and read back whole, would make
+        // the reads wait for the stores, and those wait behind the last call's stores to lines
+        // its peers read (half of a small broadcast's time at world 2).
+        if !std::ptr::eq(last.loc, loc) {
             return Recall::Miss { keep: true };
         }
         if repeats(&last.op, &last.output_shape, call) {
@@ -1265,9 +1288,23 @@ impl Ctx {
     /// Runs the kept call of `kind` again (see [`Ctx::recall`]): [`Ctx::run_one`] without
     /// describing and validating it. The guard's check of the call site and the check of the
     /// group handle still run.
-    fn rerun(&mut self, group: Option<&Group>, site: CallSite, kind: OpKind) -> Result<()> {
+    fn rerun(&mut self, group: Option<&Group>, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
-        if let Err(e) = self.admit(g, &site) {
+        let missing = || Error::Internal("a repeated call without the call it repeats".into());
+        let Some(kept) = self.last.get(kind as usize).and_then(Option::as_ref) else {
+            return Err(missing());
+        };
+        // The kept op's site is this call's (`recall` found the same `Location`), and long
+        // stored: read in place, it costs no wait (see `Ctx::recall`). What `admit` checks, in
+        // its order; then the root, which the repeat names as the kept call did.
+        let site = &kept.op.desc.site;
+        let admitted = crate::guard::Guard::check(site).and_then(|()| {
+            if g.world_id() != self.world_group.world_id() {
+                return Err(self.foreign(g, *site));
+            }
+            crate::guard::Guard::check_peer(kept.op.desc.peer, site)
+        });
+        if let Err(e) = admitted {
             return Err(self.refused(e));
         }
         let Some(op) = self
@@ -1276,14 +1313,8 @@ impl Ctx {
             .and_then(Option::as_mut)
             .map(|v| &mut v.op)
         else {
-            return Err(Error::Internal(
-                "a repeated call without the call it repeats".into(),
-            ));
+            return Err(missing());
         };
-        // The repeat names the kept call's root (it is part of what repeats).
-        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, &site) {
-            return Err(self.refused(e));
-        }
         execute_one(&self.backend, &mut self.trace, op, g)
     }
 
@@ -1292,21 +1323,22 @@ impl Ctx {
     fn in_place_one<T: Element>(
         &mut self,
         group: Option<&Group>,
-        site: CallSite,
+        loc: Loc,
         kind: OpKind,
         t: &mut Tensor<T>,
         root: Option<usize>,
         op: Option<ReduceOp>,
     ) -> Result<()> {
         let id = group.unwrap_or(&self.world_group).id();
-        let recall = match in_place_key(id, &site, kind, t, root, op) {
-            Some(key) => self.recall(&key),
+        let recall = match in_place_key(id, None, kind, t, root, op) {
+            Some(key) => self.recall(&key, loc),
             None => Recall::Miss { keep: false },
         };
         match recall {
-            Recall::Repeat => self.rerun(group, site, kind),
+            Recall::Repeat => self.rerun(group, kind),
             Recall::Miss { keep } => {
-                let keep = keep.then(Shape::new);
+                let keep = keep.then(|| (Shape::new(), loc));
+                let site = CallSite::from(loc);
                 self.run_one(group, site, keep, move |c| c.in_place(kind, t, root, op))
             }
         }
@@ -1317,7 +1349,7 @@ impl Ctx {
     fn in_out_one<T: Element>(
         &mut self,
         group: Option<&Group>,
-        site: CallSite,
+        loc: Loc,
         kind: OpKind,
         x: &Tensor<T>,
         out: &mut Tensor<T>,
@@ -1325,15 +1357,16 @@ impl Ctx {
         dim: usize,
     ) -> Result<()> {
         let id = group.unwrap_or(&self.world_group).id();
-        let recall = match in_out_key(id, &site, kind, x, out, op, dim) {
-            Some(key) => self.recall(&key),
+        let recall = match in_out_key(id, None, kind, x, out, op, dim) {
+            Some(key) => self.recall(&key, loc),
             None => Recall::Miss { keep: false },
         };
         match recall {
-            Recall::Repeat => self.rerun(group, site, kind),
+            Recall::Repeat => self.rerun(group, kind),
             Recall::Miss { keep } => {
                 // The output's shape, which validation reads, is kept with the op.
-                let keep = keep.then(|| Shape::from_slice(out.shape()));
+                let keep = keep.then(|| (Shape::from_slice(out.shape()), loc));
+                let site = CallSite::from(loc);
                 self.run_one(group, site, keep, move |c| c.in_out(kind, x, out, op, dim))
             }
         }
@@ -1400,7 +1433,6 @@ fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
         && !op.output.on_device
         && same_dims(&d.shape, call.shape)
         && same_dims(output_shape, call.output_shape)
-        && same_site(&d.site, call.site)
 }
 
 /// The key of a broadcast, reduce or all_reduce of `t` (see [`repeats`]); `None` for a tensor
@@ -1408,7 +1440,7 @@ fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
 #[inline(always)]
 fn in_place_key<'t, T: Element>(
     group: GroupId,
-    site: &'t CallSite,
+    site: Option<&'t CallSite>,
     kind: OpKind,
     t: &'t mut Tensor<T>,
     root: Option<usize>,
@@ -1438,7 +1470,7 @@ fn in_place_key<'t, T: Element>(
 #[inline(always)]
 fn in_out_key<'t, T: Element>(
     group: GroupId,
-    site: &'t CallSite,
+    site: Option<&'t CallSite>,
     kind: OpKind,
     x: &'t Tensor<T>,
     out: &'t mut Tensor<T>,
@@ -1815,7 +1847,7 @@ mod tests {
             output_shape: &[],
             input: (a.as_mut_ptr(), 6),
             output: (a.as_mut_ptr(), 6),
-            site: &site,
+            site: Some(&site),
         };
         let words = call_words(&base).expect("fits");
         assert!(words_match(&words, &base));
@@ -1891,15 +1923,15 @@ mod tests {
                 ..base
             },
             CallKey {
-                site: &other_file,
+                site: Some(&other_file),
                 ..base
             },
             CallKey {
-                site: &next_line,
+                site: Some(&next_line),
                 ..base
             },
             CallKey {
-                site: &next_column,
+                site: Some(&next_column),
                 ..base
             },
         ];
