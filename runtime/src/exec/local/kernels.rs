@@ -157,7 +157,9 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             let (outer, inner) = rows(&desc.shape, desc.dim);
             let push = outer * n * inner * es <= PUSH_MAX_BYTES;
             for i in 0..n {
-                let j = (me + i) % n;
+                // Pushing, each member starts with its own output, so that the members write
+                // to different outputs at any time.
+                let j = if push { (me + i) % n } else { i };
                 // Push: our input into column block `me` of member j's output. Pull: member
                 // j's input into column block j of ours. Either way each column block of each
                 // output has one writer.
