@@ -26,9 +26,9 @@ const SLICE_MIN_BYTES: usize = 8 * 1024;
 
 /// All-gathers whose output is at most this many bytes are pushed: each member copies its own
 /// input into every output, rather than pulling every input into its own output. Measured on
-/// the 2-core host at worlds 2 and 4 (`docs/decisions.md`, session 37), pushing is faster from
-/// 64 KiB to 4 MiB, whether or not the program reads its outputs and writes its inputs between
-/// calls, and slower at 16 MiB when it does.
+/// the 2-core host at worlds 2 and 4 (`docs/decisions.md`, session 37), pushing is as fast from
+/// 64 KiB and faster from 1 MiB to 4 MiB (faster from 64 KiB when the program reads its outputs
+/// and writes its inputs between calls); at 16 MiB neither wins.
 const PUSH_MAX_BYTES: usize = 4 << 20;
 
 /// One collective step as seen by member `me` of `n`: every member's op, in member order.
