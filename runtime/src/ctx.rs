@@ -1414,10 +1414,10 @@ impl Comm<'_> {
 }
 
 /// Whether `call` repeats `op` (validated with `output_shape`) exactly: the same kind,
-/// communicator, root, reduction, element type, shapes, `dim`, call site, and the same host
-/// buffers. Validation depends on nothing else (and on the rank, the world and the
-/// communicator's members, fixed for a context and a communicator id), so a repeat would pass
-/// it the same way.
+/// communicator, root, reduction, element type, shapes, `dim`, and the same host buffers; the
+/// caller has found the same call site (by its `Location`, [`Ctx::recall`]). Validation depends
+/// on nothing else (and on the rank, the world and the communicator's members, fixed for a
+/// context and a communicator id), so a repeat would pass it the same way.
 #[inline(always)] // the key stays in registers
 fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
     let d = &op.desc;
