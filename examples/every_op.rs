@@ -479,13 +479,14 @@ fn main() -> Result<()> {
     }
     // For the MPI tests (on stderr, which the comparison with threads leaves out): whether the
     // window's collectives ran on tensors where they are, in the ranks' shared heap.
-    let direct = rankwise::__private::direct_steps();
-    let back = rankwise::__private::handed_back();
-    if let (true, Some((rank, _))) = (direct > 0, ranks.iter().next()) {
-        eprintln!("rank {rank}: shared-heap steps: {direct}");
-    }
-    if let (true, Some((rank, _))) = (back > 0, ranks.iter().next()) {
-        eprintln!("rank {rank}: calls handed back: {back}");
+    let counts = [
+        ("shared-heap steps", rankwise::__private::direct_steps()),
+        ("calls handed back", rankwise::__private::handed_back()),
+    ];
+    if let Some((rank, _)) = ranks.iter().next() {
+        for (what, count) in counts.into_iter().filter(|&(_, count)| count > 0) {
+            eprintln!("rank {rank}: {what}: {count}");
+        }
     }
     Ok(())
 }

@@ -96,6 +96,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use smallvec::SmallVec;
+
 use super::lanes::{self, Lanes};
 use super::raw::{self, Comm};
 use super::steps::{fold_into_own, fold_parts};
@@ -688,7 +690,7 @@ impl Regions {
             self.differing(step, (0..n).filter(|&j| read(j)))?;
             // Which members' bytes lie in their heaps: their `direct` words are this step's
             // (written before their `arrived`, read after it, acquire above).
-            let direct: Vec<bool> = (0..n)
+            let direct: SmallVec<[bool; 8]> = (0..n)
                 .map(|j| {
                     if j == me {
                         step.direct
@@ -728,7 +730,7 @@ impl Regions {
             self.differing(step, (0..n).filter(|&j| j != me))?;
             // Which members went direct: their `direct` words are this step's (written before
             // their `arrived`, read after it, acquire above).
-            let direct: Vec<bool> = (0..n)
+            let direct: SmallVec<[bool; 8]> = (0..n)
                 .map(|j| {
                     j == me && step.direct
                         || j != me && self.counter(j, DIRECT).load(Ordering::Relaxed) != 0
