@@ -84,7 +84,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 if me != root {
                     // SAFETY: the root's buffer and ours hold `numel` elements (agreed shape),
                     // are distinct tensors, and only we write ours during the step.
-                    unsafe { copy_rows(step.mine().output.ptr, 0, src, 0, 1, numel * es) };
+                    unsafe { copy_bytes(step.mine().output.ptr, src, numel * es) };
                 }
                 return;
             }

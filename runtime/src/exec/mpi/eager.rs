@@ -321,8 +321,8 @@ impl Agreed {
 /// With `heaps` (every member of the group has a shared heap), a broadcast, all-gather or
 /// all-to-all above [`SMALL`] whose senders can be read where they are (`shm::pulls`) takes the
 /// schedule path, where the group's window reads it (or hands it back, to run as without
-/// heaps: see `shm::pulls_only`): each byte is copied once, by its reader, where MPI and the lanes copy it
-/// twice or through the kernel. Every member decides the head's path alike, from the
+/// heaps: see `shm::pulls_only`): each byte is copied once, by its reader, where MPI and the
+/// lanes copy it twice or through the kernel. Every member decides the head's path alike, from the
 /// description all members share and whether the group has lanes and heaps, which all members
 /// know alike.
 // The run and where it stands, the group's size and transport, and this member's choices:
