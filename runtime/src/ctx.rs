@@ -1287,7 +1287,9 @@ impl Ctx {
 
     /// Runs the kept call of `kind` again (see [`Ctx::recall`]): [`Ctx::run_one`] without
     /// describing and validating it. The guard's check of the call site and the check of the
-    /// group handle still run.
+    /// group handle still run. Inlined into the call's method: a repeat is the path where a
+    /// frame's saves and restores are a visible part of a small call's time.
+    #[inline]
     fn rerun(&mut self, group: Option<&Group>, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
         let missing = || Error::Internal("a repeated call without the call it repeats".into());
@@ -1497,6 +1499,7 @@ fn in_out_key<'t, T: Element>(
 }
 
 /// Runs one call's op on the backend, recording it when tracing.
+#[inline]
 fn execute_one(
     backend: &SharedBackend,
     trace: &mut Option<Recorder>,

@@ -238,15 +238,21 @@ impl Default for EagerData {
 unsafe impl Sync for EagerData {}
 
 impl EagerSlot {
-    /// Fills the slot for `step` with `sig` and `op`'s input (in the slot, or in `area` if it
-    /// is larger than [`INLINE_BYTES`]).
+    /// Fills the slot for `step` with `sig` and `op`'s input (in the slot, or in the data area
+    /// `area` gives if it is larger than [`INLINE_BYTES`]: looked up only then).
     ///
     /// # Safety
-    /// The caller is the slot's member, `area` is its data area for `step`, and every peer has
+    /// The caller is the slot's member, `area` gives its data area for `step`, and every peer has
     /// finished the previous step that used either (`ring_for`; module docs); `op`'s input is a
     /// live host buffer of the size `sig` was made for (at most [`EAGER_BYTES`]).
     #[inline(always)]
-    pub(crate) unsafe fn fill(&self, step: u64, sig: Sig, op: &Op, area: &EagerData) {
+    pub(crate) unsafe fn fill<'a>(
+        &self,
+        step: u64,
+        sig: Sig,
+        op: &Op,
+        area: impl FnOnce() -> &'a EagerData,
+    ) {
         let bytes = op.input.len * op.desc.dtype.size();
         let body = self.body.get();
         // SAFETY: no peer reads the body or the area now (contract). Written in place, through
@@ -257,7 +263,7 @@ impl EagerSlot {
             let data = if in_line(bytes) {
                 (&raw mut (*body).inline).cast::<u8>()
             } else {
-                area.0.get().cast::<u8>()
+                area().0.get().cast::<u8>()
             };
             (&raw mut (*body).data).write(data);
             // The input holds `bytes` (≤ EAGER_BYTES) bytes (contract); the data has room. A

@@ -42,11 +42,11 @@
 mod eager;
 mod fence;
 mod kernels;
+mod left;
 mod pack;
 mod world;
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -107,7 +107,7 @@ struct GroupLocal {
     floor: Cell<u64>,
     /// Broadcast steps this rank left as their root before anyone was compared with it,
     /// oldest first (see `LocalBackend::settle_group`).
-    left: RefCell<VecDeque<u64>>,
+    left: RefCell<left::Left>,
     /// Steps this rank has finished; its `done` is this, held at [`GroupLocal::hold`].
     fin: Cell<u64>,
     /// One past the last broadcast step this rank left early, until every member is done with
@@ -121,7 +121,7 @@ impl Default for GroupLocal {
     fn default() -> Self {
         GroupLocal {
             floor: Cell::new(0),
-            left: RefCell::new(VecDeque::new()),
+            left: RefCell::new(left::Left::default()),
             fin: Cell::new(0),
             reach: Cell::new(0),
             me: 0,
@@ -132,7 +132,7 @@ impl Default for GroupLocal {
 impl GroupLocal {
     /// The oldest step of `left`, or `u64::MAX`: this rank's `done` stays at or below it.
     fn hold(&self) -> u64 {
-        self.left.borrow().front().copied().unwrap_or(u64::MAX)
+        self.left.borrow().front().unwrap_or(u64::MAX)
     }
 }
 
@@ -400,11 +400,20 @@ impl LocalBackend {
     /// Caches communicator `id`'s state; its index in `groups` and this rank's member index in
     /// it. Runs hold the index, not a clone of the `Arc`: every rank cloning and dropping the
     /// same `Arc` at every call would pass its reference count's cache line between cores.
+    #[inline(always)]
     fn group_state(&mut self, id: GroupId) -> Result<(usize, usize)> {
         let i = id.0 as usize;
         if let (Some(Some(_)), Some(l)) = (self.groups.get(i), self.local.get(i)) {
             return Ok((i, l.me)); // cached, with our member index, at its first call
         }
+        self.cache_group(id)
+    }
+
+    /// [`LocalBackend::group_state`] at a communicator's first call on this rank.
+    #[cold]
+    #[inline(never)]
+    fn cache_group(&mut self, id: GroupId) -> Result<(usize, usize)> {
+        let i = id.0 as usize;
         if self.groups.len() <= i {
             self.groups.resize(i + 1, None);
             self.steps.resize(i + 1, 0);
@@ -549,7 +558,7 @@ impl LocalBackend {
                 // SAFETY: our own slot and data area, whose previous uses every member has
                 // finished (`slot_free`); `Sig::of` checked the input's size, host memory.
                 unsafe {
-                    let area = g.eager_data(run.me, run.base);
+                    let area = || g.eager_data(run.me, run.base);
                     g.eager_slot(run.me, run.base).fill(run.base, sig, op, area)
                 };
             }
@@ -1063,8 +1072,8 @@ impl LocalBackend {
         };
         let pending = {
             let mut left = l.left.borrow_mut();
-            left.push_back(run.base);
-            left.len() as u64
+            left.push(run.base);
+            left.len()
         };
         l.fin.set(run.end());
         l.reach.set(run.end());
@@ -1104,14 +1113,11 @@ impl LocalBackend {
             .map(|(_, slot)| slot.done.0.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX);
+        left.drop_below(finished);
         let waiting = loop {
-            let Some(&k) = left.front() else {
+            let Some(k) = left.front() else {
                 break None;
             };
-            if k < finished {
-                left.pop_front();
-                continue;
-            }
             let Some((mine, _)) = g.eager_slot(l.me, k).read(k) else {
                 return Err(Error::Internal(format!(
                     "the broadcast step {k} this rank left is no longer in its slot"
@@ -1146,7 +1152,7 @@ impl LocalBackend {
         };
         if left.len() != before {
             // Released past every step checked: our `done` stays below the oldest left.
-            let hold = left.front().copied().unwrap_or(u64::MAX);
+            let hold = left.front().unwrap_or(u64::MAX);
             g.slots[l.me]
                 .done
                 .0
@@ -1181,20 +1187,21 @@ impl LocalBackend {
     /// step's root checked it: so past a broadcast, a rank does nothing else before every member
     /// has arrived at it (the verifier's model), a member that never arrives is reported here
     /// rather than as an error of a later call, and a disagreement reaches every member.
-    #[inline]
+    ///
+    /// Inlined down to the cheap checks: a root of a loop of broadcasts is always unsettled,
+    /// but only on the communicator it keeps calling.
+    #[inline(always)]
     fn settle(&mut self, keep: Option<usize>) -> Result<()> {
-        if !self.unsettled.get() {
+        if !self.unsettled.get() || !self.pending_besides(keep) {
             return Ok(());
         }
         self.settle_slow(keep)
     }
 
-    /// [`LocalBackend::settle`] once something was left early.
+    /// [`LocalBackend::settle`] once a broadcast left early on another communicator awaits.
     #[cold]
+    #[inline(never)]
     fn settle_slow(&mut self, keep: Option<usize>) -> Result<()> {
-        if !self.pending_besides(keep) {
-            return Ok(());
-        }
         let mut reqs = std::mem::take(&mut self.posted);
         let result = self.guarded(|me| me.drive(&mut [], &[], &mut reqs, Until::Settled(keep)));
         self.posted = reqs;
@@ -1748,7 +1755,18 @@ impl LocalBackend {
     /// or its own checks of steps it left), checks what we left and gives up the core, for a
     /// while. If the slot is still busy then, the step runs in place, where `drive` waits with
     /// the deadlock detector and every check.
+    #[inline(always)]
     fn await_slot(&self, run: &TargetRun, op: &Op) -> Result<()> {
+        if self.slot_free(run, self.group_of(run), op) {
+            return Ok(()); // the rule: the root stays less than a ring ahead
+        }
+        self.await_slot_slow(run, op)
+    }
+
+    /// [`LocalBackend::await_slot`] once the slot is busy.
+    #[cold]
+    #[inline(never)]
+    fn await_slot_slow(&self, run: &TargetRun, op: &Op) -> Result<()> {
         let (Some(gi), g) = (run.group, self.group_of(run)) else {
             return Ok(());
         };

@@ -327,6 +327,10 @@ impl WorldState {
     }
 
     /// Called after publishing progress that `targets` may be waiting for.
+    ///
+    /// Inlined down to its check of `parked`: it runs once or twice per call, and nobody is
+    /// asleep in a busy program.
+    #[inline(always)]
     pub(crate) fn wake(&self, targets: impl IntoIterator<Item = usize>) {
         // Pairs with the fence in `announce`: either the sleeper's re-check sees our progress,
         // or we see its announcement here. The light side of an asymmetric fence: this runs on
@@ -335,6 +339,13 @@ impl WorldState {
         if self.parked.load(Ordering::Relaxed) == 0 {
             return;
         }
+        self.wake_parked(targets);
+    }
+
+    /// [`WorldState::wake`] once some rank is asleep.
+    #[cold]
+    #[inline(never)]
+    fn wake_parked(&self, targets: impl IntoIterator<Item = usize>) {
         let mut ctl = lock(&self.ctl);
         for r in targets {
             self.unpark(&mut ctl, r);
