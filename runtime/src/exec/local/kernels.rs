@@ -671,12 +671,23 @@ unsafe fn reduce_blocks<T: Arith, const B: usize>(
             // SAFETY: `to` is within destination 0 per the contract.
             let out0 = unsafe { (dsts[0] as *mut T).add(to) };
             // In place (all_reduce): destination 0 *is* source 0, so it can be the accumulator,
-            // saving two passes over the block. Otherwise accumulate in `block`.
+            // saving two passes over the block. A lone destination that is no source (a
+            // reduce_scatter's output) can be too, saving the copy out. Otherwise (several
+            // destinations, or a reduce whose root is not member 0: its output is its input,
+            // still to be read) accumulate in `block`. Tensors alias only whole, so a source
+            // that overlaps destination 0 starts where it does.
             let in_place = std::ptr::eq(first, out0);
-            let acc_at = if in_place { out0 } else { acc_ptr };
+            let aliased = || {
+                (srcs.iter())
+                    // SAFETY: `at` is within every source per the contract.
+                    .any(|&s| std::ptr::eq(unsafe { (s as *const T).add(at) }, out0))
+            };
+            let acc_is_dst = in_place || (dsts.len() == 1 && !aliased());
+            let acc_at = if acc_is_dst { out0 } else { acc_ptr };
             if !in_place {
-                // SAFETY: source 0 holds `m` elements at `at`; `block` has room for B >= m.
-                unsafe { copy_bytes(acc_ptr.cast(), first.cast(), m * size_of::<T>()) };
+                // SAFETY: source 0 holds `m` elements at `at`; `block` (B >= m) or destination
+                // 0 (`m` elements at `to`) has room, and neither is source 0.
+                unsafe { copy_bytes(acc_at.cast(), first.cast(), m * size_of::<T>()) };
             }
             // SAFETY: `m` initialised elements, written by no one else: our own slice of
             // destination 0 (which no other source aliases), or our stack block.
@@ -689,7 +700,7 @@ unsafe fn reduce_blocks<T: Arith, const B: usize>(
                 r.combine(acc, x);
             }
             r.finish(acc);
-            for &d in &dsts[usize::from(in_place)..] {
+            for &d in &dsts[usize::from(acc_is_dst)..] {
                 // SAFETY: within destination d per the contract, written only by us; distinct
                 // from the accumulator (destinations are distinct tensors).
                 unsafe {
