@@ -1,7 +1,7 @@
 //! Lone small collectives, which the threads backend completes eagerly (one-way, from per-member
 //! slots): results bit for bit against the sequential reference in `common` for every kind the
-//! eager path computes, every element type and reduction, sizes on both sides of its 1 KiB
-//! limit; ranks that make a call alone meeting ranks that batch it (so one side is eager and the
+//! eager path computes, every element type and reduction, sizes on both sides of its 1 KiB and
+//! 4 KiB limits; ranks that make a call alone meeting ranks that batch it (so one side is eager and the
 //! other in place); slots reused thousands of times under stragglers; disagreements, which must
 //! be reported as collective mismatches whichever path each rank took; and broadcasts and
 //! scatters, whose ranks leave as soon as their data is there, against all of these.
@@ -27,13 +27,24 @@ enum Call {
     AllToAll(usize),
 }
 
-/// Element counts of a call's part: one element, exactly 1 KiB (the eager limit for an
-/// input of one part; 32 bytes under Miri), one element more, and none.
-fn sizes<T>() -> [usize; 4] {
-    // Under Miri the backend's limit is 32 bytes (slow interpretation; the same code).
-    let limit = if cfg!(miri) { 32 } else { 1024 } / std::mem::size_of::<T>();
-    [1, limit, limit + 1, 0]
+/// Element counts of a call's part: one element; exactly 1 KiB and 4 KiB (the eager limits of
+/// an input of one part: 1 KiB for the kinds whose members wait for each other while every rank
+/// has a core, 4 KiB for broadcasts, scatters, and every kind once ranks outnumber cores; both
+/// 32 bytes under Miri) and one element more each; and none.
+fn sizes<T>() -> Vec<usize> {
+    // Under Miri the backend's limits are both 32 bytes (slow interpretation; the same code),
+    // probed once.
+    let (shared, alone) = if cfg!(miri) { (32, 32) } else { (1024, 4096) };
+    let (shared, alone) = (shared / size_of::<T>(), alone / size_of::<T>());
+    let mut sizes = vec![1, shared, shared + 1, alone, alone + 1, 0];
+    if shared == alone {
+        sizes.drain(3..5);
+    }
+    sizes
 }
+
+/// At most how many sizes [`sizes`] gives (the stride of case numbers).
+const SIZES: usize = 6;
 
 /// The calls to make at `world`, for element type `T` (`int`: bitwise reductions apply).
 fn calls(world: usize, int: bool) -> Vec<Call> {
@@ -108,7 +119,7 @@ const ROUNDS: usize = if cfg!(miri) { 1 } else { 3 };
 
 /// The case number of a call, so that inputs differ from call to call.
 fn case_of(round: usize, c: usize, calls: usize, s: usize) -> usize {
-    (round * calls + c) * 4 + s
+    (round * calls + c) * SIZES + s
 }
 
 /// Makes every call once per size, alone, `ROUNDS` times; returns each rank's results in order

@@ -70,9 +70,30 @@ use crate::model::OpKind;
 
 use super::pack::{NO_KEY, shape_key};
 
-/// The largest input an eager step carries, in bytes. Under Miri, 32: the same code, at sizes
-/// its interpretation gets through (the tests probe both sides of the limit).
-pub(crate) const EAGER_BYTES: usize = if cfg!(miri) { 32 } else { 1024 };
+/// The largest input an eager step carries, in bytes (a data area's size): a broadcast's or a
+/// scatter's, whose members leave as soon as the root's data is there, and any step's once
+/// ranks outnumber cores, where an in-place step's round trip costs context switches that dwarf
+/// the copying (world 4 on two cores, 2 KiB: broadcast 6.96 µs in place, 0.82 eagerly;
+/// all_reduce 6.64 and 4.25; `docs/decisions.md`, session 38). Under Miri, 32: the same code,
+/// at sizes its interpretation gets through (the tests probe both sides of the limits).
+pub(crate) const EAGER_BYTES: usize = if cfg!(miri) { 32 } else { 4096 };
+
+/// The largest input of an eager step whose members all wait for each other (every kind but a
+/// broadcast or scatter) while every rank has a core of its own. Above it the in-place path,
+/// where each member moves 1/n of the data rather than all of it, is faster (world 2, 4 KiB:
+/// all_reduce 0.91 µs in place, 1.50 eagerly).
+pub(crate) const EAGER_SHARED_BYTES: usize = if cfg!(miri) { 32 } else { 1024 };
+
+/// The eager limit of a step of `kind` (see [`EAGER_BYTES`], [`EAGER_SHARED_BYTES`]); `crowded`:
+/// the world has more ranks than cores. Every member of a communicator computes the same.
+#[inline(always)]
+pub(crate) fn limit(kind: OpKind, crowded: bool) -> usize {
+    if crowded || matches!(kind, OpKind::Broadcast | OpKind::Scatter) {
+        EAGER_BYTES
+    } else {
+        EAGER_SHARED_BYTES
+    }
+}
 
 /// Eager slots per member and communicator: how far a broadcast's root may run ahead of its
 /// slowest member. Deep, because the slots are small (a cache line and a kept op): with ranks
@@ -87,9 +108,10 @@ pub(crate) const RING: u64 = if cfg!(miri) { 8 } else { 512 };
 pub(crate) const INLINE_BYTES: usize = 24;
 
 /// Data areas per member and communicator, for inputs larger than [`INLINE_BYTES`]: a step with
-/// one may run at most this far ahead of the slowest member (their kilobyte each is what would
-/// make a deep ring costly). Divides [`RING`], so a slot always uses the same area. Under Miri,
-/// 4: the tests wrap both rings.
+/// one may run at most this far ahead of the slowest member (their four kilobytes each are what
+/// would make a deep ring costly; 32 made a loop of 1 KiB broadcasts at world 4 on two cores
+/// 0.78–0.90 µs a call against 0.64–0.78 with 64). Divides [`RING`], so a slot always uses the
+/// same area. Under Miri, 4: the tests wrap both rings.
 pub(crate) const DATA_RING: u64 = if cfg!(miri) { 4 } else { 64 };
 
 const _: () = assert!(RING.is_multiple_of(DATA_RING) && INLINE_BYTES <= EAGER_BYTES);
@@ -115,9 +137,9 @@ pub(crate) struct Sig([u64; 3]);
 
 impl Sig {
     /// The signature of a description that can go eagerly, or `None`: a collective (those
-    /// that split or concatenate only if their parts are contiguous), an input of at most
-    /// [`EAGER_BYTES`], a shape with an exact key.
-    pub(crate) fn of(op: &Op) -> Option<Sig> {
+    /// that split or concatenate only if their parts are contiguous), an input within its
+    /// kind's [`limit`] (`crowded`: ranks outnumber cores), a shape with an exact key.
+    pub(crate) fn of(op: &Op, crowded: bool) -> Option<Sig> {
         let d = &op.desc;
         let bytes = op.input.len.checked_mul(d.dtype.size())?;
         let eligible = match d.kind {
@@ -131,7 +153,8 @@ impl Sig {
             | OpKind::AllToAll => d.shape.iter().take(d.dim).all(|&s| s == 1),
             OpKind::Send | OpKind::Recv => false,
         };
-        if !eligible || bytes > EAGER_BYTES || op.input.on_device || op.output.on_device {
+        let fits = bytes <= limit(d.kind, crowded);
+        if !eligible || !fits || op.input.on_device || op.output.on_device {
             return None;
         }
         let barrier = d.kind == OpKind::Barrier;
@@ -226,9 +249,26 @@ unsafe impl Send for EagerSlot {}
 #[repr(C, align(64))]
 pub(crate) struct EagerData(UnsafeCell<[u8; EAGER_BYTES]>);
 
-impl Default for EagerData {
-    fn default() -> Self {
-        EagerData(UnsafeCell::new([0; EAGER_BYTES]))
+impl EagerData {
+    /// `len` zeroed areas, from zeroed memory: the system maps those pages on first write, so
+    /// a communicator whose calls never need an area (most: scalars travel in the slots, and
+    /// large calls in place) costs no memory for its 256 KiB per member.
+    pub(crate) fn ring(len: usize) -> Box<[EagerData]> {
+        // (`Box::new_zeroed_slice` does this, but is newer than the crate's minimum Rust.)
+        let layout = match std::alloc::Layout::array::<EagerData>(len) {
+            Ok(l) if l.size() > 0 => l,
+            Ok(_) => return Box::default(),
+            Err(_) => panic!("{len} eager data areas do not fit in memory"),
+        };
+        // SAFETY: the layout's size is not zero.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<EagerData>();
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `ptr` is a fresh allocation by the global allocator with the layout of `len`
+        // areas, which the box frees with that layout; an area is an `UnsafeCell` of bytes,
+        // for which all zeroes is a valid value, so every element is initialised.
+        unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
     }
 }
 
@@ -513,8 +553,9 @@ mod tests {
             0,
             "inline inputs must be 8-byte aligned for the kernels"
         );
-        // The ring's memory (`docs/decisions.md`, "Small slots, a deep ring"): 512 slots of
-        // four lines and 64 areas of 1 KiB per member and communicator.
+        // The ring's memory (`docs/decisions.md`, "Small slots, a deep ring", session 38): 512
+        // slots of four lines and 64 areas of 4 KiB (mapped when first written) per member and
+        // communicator.
         assert!(size_of::<EagerSlot>() <= 256, "{}", size_of::<EagerSlot>());
         assert_eq!(size_of::<EagerData>(), EAGER_BYTES.next_multiple_of(64));
     }

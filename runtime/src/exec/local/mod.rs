@@ -552,7 +552,7 @@ impl LocalBackend {
             // Passed in, not read back from `run`: a signature just stored there field by
             // field and loaded whole stalls the load until the stores retire.
             let sig = sig
-                .or_else(|| Sig::of(op))
+                .or_else(|| Sig::of(op, self.shared.oversubscribed))
                 .filter(|_| self.slot_free(run, g, op));
             if let Some(sig) = sig {
                 // SAFETY: our own slot and data area, whose previous uses every member has
@@ -1540,7 +1540,7 @@ unsafe impl Backend for LocalBackend {
         }
         if let [op] = &*ops
             && self.posted.is_empty()
-            && let Some(sig) = Sig::of(op)
+            && let Some(sig) = Sig::of(op, self.shared.oversubscribed)
         {
             // A broadcast may leave early after others on its own communicator (whose index in
             // `local` is its id).

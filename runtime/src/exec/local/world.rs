@@ -54,9 +54,7 @@ impl GroupState {
             eager: (0..RING as usize * n)
                 .map(|_| EagerSlot::default())
                 .collect(),
-            data: (0..DATA_RING as usize * n)
-                .map(|_| EagerData::default())
-                .collect(),
+            data: EagerData::ring(DATA_RING as usize * n),
         }
     }
 
