@@ -126,6 +126,7 @@ mod tests {
         /// Any sequence of pushes, pops and cuts leaves exactly what a plain queue of steps
         /// holds.
         #[test]
+        #[cfg_attr(miri, ignore)] // thousands of cases, no unsafe code
         fn behaves_as_a_queue_of_steps(
             actions in prop::collection::vec((0u8..3, 0u64..4), 0..200),
         ) {
