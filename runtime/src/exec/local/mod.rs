@@ -1198,7 +1198,8 @@ impl LocalBackend {
         self.settle_slow(keep)
     }
 
-    /// [`LocalBackend::settle`] once a broadcast left early on another communicator awaits.
+    /// [`LocalBackend::settle`] once broadcast steps left early await on a communicator other
+    /// than `keep` (any, when `keep` is `None`).
     #[cold]
     #[inline(never)]
     fn settle_slow(&mut self, keep: Option<usize>) -> Result<()> {
