@@ -115,20 +115,30 @@ fn io(
 
 /// Rounds of calls: every slot is reused many times within one round already (each call is
 /// followed by a barrier); more rounds vary the values. Miri runs one.
-const ROUNDS: usize = if cfg!(miri) { 1 } else { 3 };
+/// `RANKWISE_TEST_ROUNDS` sets it: CI's sanitizer builds run one (what they look for, an access
+/// out of bounds or a race, needs the paths, and one round takes every one of them; three cost
+/// them minutes).
+fn rounds() -> usize {
+    let default = if cfg!(miri) { 1 } else { 3 };
+    std::env::var("RANKWISE_TEST_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(default)
+}
 
 /// The case number of a call, so that inputs differ from call to call.
 fn case_of(round: usize, c: usize, calls: usize, s: usize) -> usize {
     (round * calls + c) * SIZES + s
 }
 
-/// Makes every call once per size, alone, `ROUNDS` times; returns each rank's results in order
+/// Makes every call once per size, alone, [`rounds`] times; returns each rank's results in order
 /// (the output, or the in-place tensor; empty where the rank has no output).
 fn run_calls<T: Num>(world: usize, calls: &[Call]) -> Vec<Vec<Vec<T>>> {
     spawn(world, |ctx| {
         let rank = ctx.rank();
         let mut results = Vec::new();
-        for round in 0..ROUNDS {
+        for round in 0..rounds() {
             for (c, &call) in calls.iter().enumerate() {
                 for (s, part) in sizes::<T>().into_iter().enumerate() {
                     let case = case_of(round, c, calls.len(), s);
@@ -211,7 +221,7 @@ fn check<T: Num + Bits>(world: usize, int: bool) {
     let calls = calls(world, int);
     let got = run_calls::<T>(world, &calls);
     let mut at = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds() {
         for (c, &call) in calls.iter().enumerate() {
             for (s, part) in sizes::<T>().into_iter().enumerate() {
                 let case = case_of(round, c, calls.len(), s);
