@@ -1,10 +1,11 @@
 //! Lone small collectives, which the threads backend completes eagerly (one-way, from per-member
 //! slots): results bit for bit against the sequential reference in `common` for every kind the
 //! eager path computes, every element type and reduction, sizes on both sides of its 1 KiB and
-//! 4 KiB limits; ranks that make a call alone meeting ranks that batch it (so one side is eager and the
-//! other in place); slots reused thousands of times under stragglers; disagreements, which must
-//! be reported as collective mismatches whichever path each rank took; and broadcasts and
-//! scatters, whose ranks leave as soon as their data is there, against all of these.
+//! 4 KiB limits; ranks that make a call alone meeting ranks that batch it (so one side is eager
+//! and the other in place); slots reused thousands of times under stragglers; disagreements,
+//! which must be reported as collective mismatches whichever path each rank took; and
+//! broadcasts and scatters, whose ranks leave as soon as their data is there, against all of
+//! these.
 
 mod common;
 
