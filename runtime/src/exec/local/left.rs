@@ -56,15 +56,8 @@ impl Left {
 
     /// Removes the oldest step.
     pub(crate) fn pop_front(&mut self) {
-        let run = match self.older.front_mut() {
-            Some(r) => r,
-            None if !self.newest.is_empty() => &mut self.newest,
-            None => return,
-        };
-        run.start += 1;
-        self.count -= 1;
-        if run.is_empty() {
-            self.drop_empty_front();
+        if let Some(k) = self.front() {
+            self.drop_below(k + 1);
         }
     }
 
