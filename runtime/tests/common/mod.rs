@@ -105,13 +105,13 @@ pub fn reduce<T: Num>(inputs: &[Vec<T>], op: ReduceOp) -> Vec<T> {
         .collect()
 }
 
-fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; shape.len()];
+/// The index of element `flat` of `shape`, written into `idx` (one buffer for a whole tensor:
+/// an allocation per element made the sanitizer runs' references slower than their collectives).
+fn unravel(mut flat: usize, shape: &[usize], idx: &mut [usize]) {
     for d in (0..shape.len()).rev() {
         idx[d] = flat % shape[d];
         flat /= shape[d];
     }
-    idx
 }
 
 fn ravel(idx: &[usize], shape: &[usize]) -> usize {
@@ -123,9 +123,10 @@ pub fn concat<T: Element>(parts: &[Vec<T>], shape: &[usize], dim: usize) -> Vec<
     let mut out_shape = shape.to_vec();
     out_shape[dim] *= parts.len();
     let numel: usize = out_shape.iter().product();
+    let mut idx = vec![0; shape.len()];
     (0..numel)
         .map(|flat| {
-            let mut idx = unravel(flat, &out_shape);
+            unravel(flat, &out_shape, &mut idx);
             let part = idx[dim] / shape[dim];
             idx[dim] %= shape[dim];
             parts[part][ravel(&idx, shape)]
@@ -138,11 +139,12 @@ pub fn split<T: Element>(data: &[T], shape: &[usize], dim: usize, n: usize) -> V
     let mut part_shape = shape.to_vec();
     part_shape[dim] /= n;
     let part_numel: usize = part_shape.iter().product();
+    let mut idx = vec![0; shape.len()];
     (0..n)
         .map(|p| {
             (0..part_numel)
                 .map(|flat| {
-                    let mut idx = unravel(flat, &part_shape);
+                    unravel(flat, &part_shape, &mut idx);
                     idx[dim] += p * part_shape[dim];
                     data[ravel(&idx, shape)]
                 })
