@@ -1288,8 +1288,10 @@ impl Ctx {
     /// Runs the kept call of `kind` again (see [`Ctx::recall`]): [`Ctx::run_one`] without
     /// describing and validating it. The guard's check of the call site and the check of the
     /// group handle still run. Inlined into the call's method: a repeat is the path where a
-    /// frame's saves and restores are a visible part of a small call's time.
-    #[inline]
+    /// frame's saves and restores are a visible part of a small call's time. Always: with a
+    /// plain `#[inline]`, this and `execute_one` stayed calls, 22 of a repeated 8-byte
+    /// broadcast's 125 stores (callgrind) and 5 of its 45 ns at world 1 (`docs/decisions.md`).
+    #[inline(always)]
     fn rerun(&mut self, group: Option<&Group>, kind: OpKind) -> Result<()> {
         let g = group.unwrap_or(&self.world_group);
         let missing = || Error::Internal("a repeated call without the call it repeats".into());
@@ -1498,8 +1500,9 @@ fn in_out_key<'t, T: Element>(
     })
 }
 
-/// Runs one call's op on the backend, recording it when tracing.
-#[inline]
+/// Runs one call's op on the backend, recording it when tracing. Inlined always, as
+/// [`Ctx::rerun`] is.
+#[inline(always)]
 fn execute_one(
     backend: &SharedBackend,
     trace: &mut Option<Recorder>,

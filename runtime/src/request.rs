@@ -20,6 +20,7 @@ use crate::tensor::DeviceMemory;
 pub(crate) type SharedBackend = Rc<RefCell<Box<dyn Backend>>>;
 
 /// The backend, for one call of this rank (its own calls never overlap, so it is free).
+#[inline]
 pub(crate) fn engine(backend: &SharedBackend) -> Result<RefMut<'_, Box<dyn Backend>>> {
     backend.try_borrow_mut().map_err(|_| {
         Error::Internal("the backend was entered twice by one rank at the same time".into())
