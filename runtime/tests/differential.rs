@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+#[path = "common/knobs.rs"]
+mod knobs;
 #[path = "common/programs.rs"]
 mod programs;
 
@@ -18,11 +20,7 @@ use rankwise_runtime::{Code, Emulation, Error, Options, PeerFailure, spawn_with}
 
 /// `n` cases, times `RANKWISE_SOAK_SCALE` (1 by default; e.g. 20 for a soak run).
 fn scaled(n: u32) -> u32 {
-    let scale: u32 = std::env::var("RANKWISE_SOAK_SCALE")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1);
-    n.saturating_mul(scale.max(1))
+    n.saturating_mul(knobs::count("RANKWISE_SOAK_SCALE").unwrap_or(1))
 }
 
 /// Events of every kind, posted sends and receives (kinds 6 and 7) included.

@@ -8,6 +8,8 @@
 //! these.
 
 mod common;
+#[path = "common/knobs.rs"]
+mod knobs;
 
 use common::{Num, concat, data, reduce, split};
 use rankwise_runtime::{
@@ -121,11 +123,7 @@ fn io(
 /// them minutes).
 fn rounds() -> usize {
     let default = if cfg!(miri) { 1 } else { 3 };
-    std::env::var("RANKWISE_TEST_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .filter(|&r| r > 0)
-        .unwrap_or(default)
+    knobs::count("RANKWISE_TEST_ROUNDS").map_or(default, |r| r as usize)
 }
 
 /// The case number of a call, so that inputs differ from call to call.

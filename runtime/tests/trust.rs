@@ -14,6 +14,9 @@ use rankwise_runtime::{
     Tensor, spawn, spawn_each, spawn_with,
 };
 
+#[path = "common/knobs.rs"]
+mod knobs;
+
 /// Promise: no undefined behaviour reachable from safe code.
 mod no_ub {
     use super::*;
@@ -271,10 +274,7 @@ mod no_panic {
 
     /// 4000 programs by default; `RANKWISE_FUZZ_CASES=20000` for a longer run.
     fn fuzz_cases() -> u32 {
-        std::env::var("RANKWISE_FUZZ_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4000)
+        super::knobs::count("RANKWISE_FUZZ_CASES").unwrap_or(4000)
     }
 
     proptest! {
