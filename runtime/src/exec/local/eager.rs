@@ -154,11 +154,23 @@ impl Sig {
             OpKind::Send | OpKind::Recv => false,
         };
         let fits = bytes <= limit(d.kind, crowded);
-        if !eligible || !fits || op.input.on_device || op.output.on_device {
+        if !eligible || !fits {
+            return None;
+        }
+        Sig::exact(op, shape_key)
+    }
+
+    /// The signature of `op`'s description with its shape encoded by `key` (injective, or
+    /// [`NO_KEY`]), whatever its size: `None` for a description that has no exact one, or
+    /// buffers on a device.
+    #[inline(always)]
+    pub(crate) fn exact(op: &Op, key: impl FnOnce(&[usize]) -> u64) -> Option<Sig> {
+        let d = &op.desc;
+        if op.input.on_device || op.output.on_device {
             return None;
         }
         let barrier = d.kind == OpKind::Barrier;
-        let key = if barrier { 0 } else { shape_key(&d.shape) };
+        let key = if barrier { 0 } else { key(&d.shape) };
         let peer = match d.peer {
             None => 0,
             Some(p) => u32::try_from(p).ok()? as u64 + 1,
@@ -182,6 +194,12 @@ impl Sig {
         // the root + 1 in the high half.
         let w0 = kind | dtype << 4 | op_tag << 8 | (dim as u64) << 12 | peer << 32;
         Some(Sig([w0, key, scale]))
+    }
+
+    /// The signature's three words: the description's kind, element type, reduction,
+    /// dimension and root; the shape's key; a pre-multiplied sum's scale (0 for any other).
+    pub(crate) fn words(self) -> [u64; 3] {
+        self.0
     }
 
     /// Whether the signature is a broadcast's or a scatter's — calls whose non-roots need only

@@ -31,26 +31,32 @@ const SLICE_MIN_BYTES: usize = 8 * 1024;
 /// and writes its inputs between calls); at 16 MiB neither wins.
 const PUSH_MAX_BYTES: usize = 4 << 20;
 
-/// One collective step as seen by member `me` of `n`: every member's op, in member order.
+/// One collective step as seen by member `me` of `n`: its description (ours; every member's
+/// agrees) and every member's buffers, input and output, in member order.
 pub(crate) struct Step<'a> {
     pub me: usize,
     /// The step's number on its communicator.
     pub seq: u64,
-    pub ops: &'a [&'a Op],
+    pub desc: &'a OpDesc,
+    pub bufs: &'a [(*mut u8, *mut u8)],
 }
 
 impl Step<'_> {
     fn n(&self) -> usize {
-        self.ops.len()
+        self.bufs.len()
     }
 
-    fn mine(&self) -> &Op {
-        self.ops[self.me]
+    fn input(&self, j: usize) -> *mut u8 {
+        self.bufs[j].0
+    }
+
+    fn output(&self, j: usize) -> *mut u8 {
+        self.bufs[j].1
     }
 
     /// Member index of the root (validated to be a member before posting).
     fn root(&self, members: &[usize]) -> usize {
-        root_member(&self.mine().desc, members)
+        root_member(self.desc, members)
     }
 }
 
@@ -64,12 +70,13 @@ pub(crate) fn root_member(desc: &OpDesc, members: &[usize]) -> usize {
 /// Performs member `step.me`'s share of the step.
 ///
 /// # Safety
-/// Every op in `step.ops` must be a validated op of the same collective step (their
-/// descriptions agree), posted by a member that stays blocked in this step until every member
-/// has finished its share, so that all buffers are live and sized as their shapes say.
+/// `step.bufs` are the buffers of every member's op for the same collective step, each
+/// description agreeing with `step.desc` and each op's buffers holding the elements it says
+/// ([`fits`]), posted by a member that stays blocked in this step until every member has
+/// finished its share, so that all buffers are live while we use them.
 pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
     fail_point!("kernel");
-    let desc = &step.mine().desc;
+    let desc = step.desc;
     let es = desc.dtype.size();
     let n = step.n();
     let me = step.me;
@@ -78,13 +85,13 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::Broadcast => {
             let root = step.root(members);
             let numel = desc.numel();
-            let src = step.ops[root].input.ptr;
+            let src = step.input(root);
             // Below the slicing size the lone copy is cheaper than sharing it.
             if numel * es < SLICE_MIN_BYTES {
                 if me != root {
                     // SAFETY: the root's buffer and ours hold `numel` elements (agreed shape),
                     // are distinct tensors, and only we write ours during the step.
-                    unsafe { copy_bytes(step.mine().output.ptr, src, numel * es) };
+                    unsafe { copy_bytes(step.output(me), src, numel * es) };
                 }
                 return;
             }
@@ -99,15 +106,15 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 unsafe { copy_bytes(dst.add(lo * es), src.add(lo * es), (hi - lo) * es) }
             };
             if me == root {
-                for (j, o) in step.ops.iter().enumerate() {
+                for j in 0..n {
                     if let Some(p) = piece(j).filter(|_| j != root) {
-                        copy(o.output.ptr, p);
+                        copy(step.output(j), p);
                     }
                 }
             } else {
                 for m in (0..n).filter(|&m| m != me) {
                     if let Some(p) = piece(m) {
-                        copy(step.mine().output.ptr, p);
+                        copy(step.output(me), p);
                     }
                 }
             }
@@ -120,18 +127,17 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             };
             // SAFETY (pointer offsets): `lo < numel`, inside every member's buffer.
             let dsts: SmallVec<[*mut u8; 8]> = if desc.kind == OpKind::AllReduce {
-                step.ops
-                    .iter()
+                (0..n)
                     // SAFETY: `lo < numel`, inside every member's output (agreed shape).
-                    .map(|o| unsafe { o.output.ptr.add(lo * es) })
+                    .map(|j| unsafe { step.output(j).add(lo * es) })
                     .collect()
             } else {
-                let root = step.ops[step.root(members)];
+                let root = step.output(step.root(members));
                 // SAFETY: `lo < numel`, inside the root's output (agreed shape).
-                SmallVec::from_slice(&[unsafe { root.output.ptr.add(lo * es) }])
+                SmallVec::from_slice(&[unsafe { root.add(lo * es) }])
             };
             let srcs: SmallVec<[*const u8; 8]> =
-                step.ops.iter().map(|o| o.input.ptr as *const u8).collect();
+                step.bufs.iter().map(|b| b.0.cast_const()).collect();
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
             with_dtype!(desc.dtype, T => {
                 let r = Reducer::<T>::new(op, n);
@@ -143,8 +149,8 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             let (outer, row) = rows(&desc.shape, desc.dim);
             let chunk = row / n;
             let srcs: SmallVec<[*const u8; 8]> =
-                step.ops.iter().map(|o| o.input.ptr as *const u8).collect();
-            let dst = [step.mine().output.ptr];
+                step.bufs.iter().map(|b| b.0.cast_const()).collect();
+            let dst = [step.output(me)];
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
             with_dtype!(desc.dtype, T => {
                 let r = Reducer::<T>::new(op, n);
@@ -164,9 +170,9 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 // j's input into column block j of ours. Either way each column block of each
                 // output has one writer.
                 let (dst, src, at) = if push {
-                    (step.ops[j].output.ptr, step.mine().input.ptr, me)
+                    (step.output(j), step.input(me), me)
                 } else {
-                    (step.mine().output.ptr, step.ops[j].input.ptr, j)
+                    (step.output(me), step.input(j), j)
                 };
                 // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
                 unsafe {
@@ -183,13 +189,13 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::Gather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
-            let root = step.ops[step.root(members)];
+            let root = step.output(step.root(members));
             // SAFETY: the root's output is [outer, n*inner]; we write only column block `me`.
             unsafe {
                 copy_rows(
-                    root.output.ptr.add(me * inner * es),
+                    root.add(me * inner * es),
                     n * inner * es,
-                    step.mine().input.ptr,
+                    step.input(me),
                     inner * es,
                     outer,
                     inner * es,
@@ -198,13 +204,13 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::Scatter => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
-            let root = step.ops[step.root(members)];
+            let root = step.input(step.root(members));
             // SAFETY: the root's input is [outer, n*inner]; our output is [outer, inner].
             unsafe {
                 copy_rows(
-                    step.mine().output.ptr,
+                    step.output(me),
                     inner * es,
-                    root.input.ptr.add(me * inner * es),
+                    root.add(me * inner * es),
                     n * inner * es,
                     outer,
                     inner * es,
@@ -214,14 +220,14 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::AllToAll => {
             let (outer, row) = rows(&desc.shape, desc.dim);
             let chunk = row / n;
-            for (j, src) in step.ops.iter().enumerate() {
+            for j in 0..n {
                 // SAFETY: inputs and our output are [outer, row]; we read column block `me` of
                 // member j's input and write column block j of our own output.
                 unsafe {
                     copy_rows(
-                        step.mine().output.ptr.add(j * chunk * es),
+                        step.output(me).add(j * chunk * es),
                         row * es,
-                        src.input.ptr.add(me * chunk * es),
+                        step.input(j).add(me * chunk * es),
                         row * es,
                         outer,
                         chunk * es,
@@ -485,28 +491,31 @@ unsafe fn fold_group<T: Arith, const L: usize>(
 /// error instead of an out-of-bounds write.
 pub(crate) fn buffers_fit(ops: &[&Op], members: &[usize]) -> bool {
     let n = members.len();
-    ops.len() == n
-        && ops.iter().zip(members).all(|(op, &rank)| {
-            let d = &op.desc;
-            let numel = d.numel();
-            let is_root = d.peer == Some(rank);
-            let split_ok = || d.shape.get(d.dim).is_some_and(|&s| s % n == 0);
-            let times_n = numel.checked_mul(n);
-            let want = match d.kind {
-                OpKind::Barrier | OpKind::Send | OpKind::Recv => Some((0, 0)),
-                OpKind::Broadcast | OpKind::AllReduce | OpKind::Reduce => Some((numel, numel)),
-                OpKind::AllGather => times_n.map(|t| (numel, t)),
-                OpKind::Gather if is_root => times_n.map(|t| (numel, t)),
-                OpKind::Gather => Some((numel, 0)),
-                OpKind::Scatter if is_root => times_n.map(|t| (t, numel)),
-                OpKind::Scatter => Some((0, numel)),
-                OpKind::ReduceScatter => split_ok().then(|| (numel, numel / n)),
-                OpKind::AllToAll => split_ok().then_some((numel, numel)),
-            };
-            let len = |b: &crate::exec::Buf| if b.is_none() { 0 } else { b.len };
-            let dim_ok = !d.kind.has_dim() || d.dim < d.shape.len();
-            dim_ok && want == Some((len(&op.input), len(&op.output)))
-        })
+    ops.len() == n && ops.iter().zip(members).all(|(op, &rank)| fits(op, rank, n))
+}
+
+/// Whether `op`, posted by `rank` on a communicator of `n`, has exactly the element counts
+/// `run_share` will touch in its buffers (see [`buffers_fit`]).
+pub(crate) fn fits(op: &Op, rank: usize, n: usize) -> bool {
+    let d = &op.desc;
+    let numel = d.numel();
+    let is_root = d.peer == Some(rank);
+    let split_ok = || d.shape.get(d.dim).is_some_and(|&s| s % n == 0);
+    let times_n = numel.checked_mul(n);
+    let want = match d.kind {
+        OpKind::Barrier | OpKind::Send | OpKind::Recv => Some((0, 0)),
+        OpKind::Broadcast | OpKind::AllReduce | OpKind::Reduce => Some((numel, numel)),
+        OpKind::AllGather => times_n.map(|t| (numel, t)),
+        OpKind::Gather if is_root => times_n.map(|t| (numel, t)),
+        OpKind::Gather => Some((numel, 0)),
+        OpKind::Scatter if is_root => times_n.map(|t| (t, numel)),
+        OpKind::Scatter => Some((0, numel)),
+        OpKind::ReduceScatter => split_ok().then(|| (numel, numel / n)),
+        OpKind::AllToAll => split_ok().then_some((numel, numel)),
+    };
+    let len = |b: &crate::exec::Buf| if b.is_none() { 0 } else { b.len };
+    let dim_ok = !d.kind.has_dim() || d.dim < d.shape.len();
+    dim_ok && want == Some((len(&op.input), len(&op.output)))
 }
 
 /// The member that checks that everyone agrees on step `seq` of a communicator of `n`, whatever

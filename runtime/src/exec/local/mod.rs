@@ -43,6 +43,7 @@ mod eager;
 mod fence;
 mod kernels;
 mod left;
+mod lone;
 mod pack;
 mod world;
 
@@ -61,6 +62,7 @@ use crate::plan::Target;
 
 use eager::{RING, Sig};
 use kernels::{Step, copy_rows};
+use lone::Lone;
 use pack::PackEntry;
 use world::GroupState;
 pub(crate) use world::{Abort, WorldState};
@@ -113,6 +115,9 @@ struct GroupLocal {
     /// One past the last broadcast step this rank left early, until every member is done with
     /// it; 0 when none.
     reach: Cell<u64>,
+    /// Whether our slot's line holds a lone description (see `lone`) that the next run must
+    /// clear if it has none.
+    lone_set: Cell<bool>,
     /// This rank's member index.
     me: usize,
 }
@@ -124,6 +129,7 @@ impl Default for GroupLocal {
             left: RefCell::new(left::Left::default()),
             fin: Cell::new(0),
             reach: Cell::new(0),
+            lone_set: Cell::new(false),
             me: 0,
         }
     }
@@ -247,6 +253,9 @@ struct TargetRun {
     /// The signature of a run of one small collective posted eagerly as well (see `eager`);
     /// cleared if the step runs in place.
     eager: Option<Sig>,
+    /// The signature a run of one op going in place published in its slot's line (see
+    /// `lone`).
+    lone: Option<[u64; 2]>,
 }
 
 impl TargetRun {
@@ -496,6 +505,7 @@ impl LocalBackend {
             complete: false,
             packs,
             eager: None,
+            lone: None,
         })
     }
 
@@ -565,6 +575,24 @@ impl LocalBackend {
             run.eager = sig;
         }
         let slot = &g.slots[run.me];
+        // A run of one going in place describes itself in the line peers read `posted` from;
+        // an earlier description is cleared (eager steps skip both: they never read it).
+        let lone = if run.len == 1 && run.eager.is_none() {
+            Lone::of(&ops[run.start], &g.members, run.me)
+        } else {
+            None
+        };
+        run.lone = lone.map(|l| l.sig);
+        let set = run
+            .group
+            .and_then(|i| self.local.get(i))
+            .map(|l| &l.lone_set);
+        if lone.is_some() || set.is_none_or(Cell::get) {
+            Lone::publish(lone, slot);
+            if let Some(set) = set {
+                set.set(lone.is_some());
+            }
+        }
         slot.base.store(run.base, Ordering::Relaxed);
         slot.entries.store(entries, Ordering::Relaxed);
         slot.packs.store(packs, Ordering::Relaxed);
@@ -814,22 +842,39 @@ impl LocalBackend {
             if let Some(missing) = unposted(g, k) {
                 return Ok(Some((idx, missing)));
             }
-            // SAFETY: every member has posted step k (Acquire above) and cannot complete it —
-            // nor repost its slot — before we bump our `done` past k.
-            let entries = unsafe { step_ops(run, g, &ops[idx], k) };
-            self.check_agreement(&entries, &g.members, k)?;
-            if !kernels::buffers_fit(&entries, &g.members) {
-                return Err(self.unfit(&ops[idx], &g.members, k));
-            }
+            let mine = &ops[idx];
+            // Every member has posted step k (Acquire above) and cannot complete it — nor
+            // repost its slot — before we bump our `done` past k: the contract of both reads.
+            // SAFETY: see above.
+            let lone = run
+                .lone
+                .and_then(|l| unsafe { lone::buffers(g, k, l, run.me, mine) });
+            let bufs = match lone {
+                Some(bufs) => bufs,
+                None => {
+                    // SAFETY: see above.
+                    let entries = unsafe { step_ops(run, g, mine, k) };
+                    self.check_agreement(&entries, &g.members, k)?;
+                    if !kernels::buffers_fit(&entries, &g.members) {
+                        return Err(self.unfit(mine, &g.members, k));
+                    }
+                    entries
+                        .iter()
+                        .map(|o| (o.input.ptr, o.output.ptr))
+                        .collect()
+                }
+            };
             fail_point!("step");
-            // SAFETY: all members posted agreeing, validated ops for step k and stay in it until
-            // every member (us included) marks it done.
+            // SAFETY: all members posted agreeing ops for step k whose buffers fit it (checked
+            // here, or each by its member for a lone description) and stay in it until every
+            // member (us included) marks it done.
             unsafe {
                 kernels::run_share(
                     &Step {
                         me: run.me,
                         seq: k,
-                        ops: &entries,
+                        desc: &mine.desc,
+                        bufs: &bufs,
                     },
                     &g.members,
                 )
@@ -1548,6 +1593,13 @@ unsafe impl Backend for LocalBackend {
             self.settle(sig.leaves_early().then_some(op.desc.group.0 as usize))?;
             return self.execute_eager(op, sig);
         }
+        if let [op] = &*ops
+            && self.posted.is_empty()
+            && !op.desc.kind.is_p2p()
+        {
+            self.settle(None)?;
+            return self.execute_lone(op);
+        }
         // Runs of two or more ops (which only batches make) rebuild tables.
         if ops.len() > 1 {
             self.last_batch = None;
@@ -1747,6 +1799,20 @@ impl LocalBackend {
                     Eager::Wait(_) => std::hint::spin_loop(),
                 }
             }
+            b.drive(std::slice::from_mut(&mut run), ops, &mut [], Until::Runs)
+        })
+    }
+
+    /// Runs a lone collective that goes in place (too large to go eagerly) while no posted
+    /// message needs progress: a batch of one without the batch machinery — no plan, no run
+    /// list — which at 64 KiB is a tenth of a call's time besides the copying.
+    fn execute_lone(&mut self, op: &Op) -> Result<()> {
+        let mut run = self.numbered(crate::plan::target(op), 0, 1)?;
+        let ops = std::slice::from_ref(op);
+        self.guarded(|b| {
+            let g = b.post_coll(ops, &mut run, None, false);
+            fail_point!("post");
+            b.shared.wake(b.others(g));
             b.drive(std::slice::from_mut(&mut run), ops, &mut [], Until::Runs)
         })
     }

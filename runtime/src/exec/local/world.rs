@@ -30,6 +30,11 @@ pub(crate) struct CollSlot {
     pub entries: AtomicPtr<Op>,
     /// The pack table of those steps (see `pack`), or null.
     pub packs: AtomicPtr<PackEntry>,
+    /// A run of one op: its signature, zero if none (see `lone`), in the line `posted` brings.
+    pub lone: [AtomicU64; 2],
+    /// A run of one op with a signature: its input's and output's first bytes.
+    pub lone_input: AtomicPtr<u8>,
+    pub lone_output: AtomicPtr<u8>,
     /// Number of steps whose share this member has finished (Release; readers Acquire). On
     /// its own cache line: it changes every step, the fields above once per batch.
     pub done: PaddedU64,
