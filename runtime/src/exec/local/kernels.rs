@@ -39,6 +39,8 @@ pub(crate) struct Step<'a> {
     pub seq: u64,
     pub desc: &'a OpDesc,
     pub bufs: &'a [(*mut u8, *mut u8)],
+    /// Our [`own_part`] is done already (while the members were still arriving).
+    pub own_done: bool,
 }
 
 impl Step<'_> {
@@ -162,10 +164,19 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::AllGather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
             let push = outer * n * inner * es <= PUSH_MAX_BYTES;
-            for i in 0..n {
-                // Pushing, each member starts with its own output, so that the members write
-                // to different outputs at any time.
-                let j = if push { (me + i) % n } else { i };
+            if !step.own_done {
+                // SAFETY: our buffers, agreed and validated.
+                unsafe { own_part(desc, n, me, step.input(me), step.output(me)) };
+            }
+            // Pushing, each member starts with its own output (above), so that the members
+            // write to different outputs at any time.
+            for i in 1..n {
+                // Pulling, the other inputs in member order.
+                let j = if push {
+                    (me + i) % n
+                } else {
+                    i - usize::from(i <= me)
+                };
                 // Push: our input into column block `me` of member j's output. Pull: member
                 // j's input into column block j of ours. Either way each column block of each
                 // output has one writer.
@@ -220,7 +231,11 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::AllToAll => {
             let (outer, row) = rows(&desc.shape, desc.dim);
             let chunk = row / n;
-            for j in 0..n {
+            if !step.own_done {
+                // SAFETY: our buffers, agreed and validated.
+                unsafe { own_part(desc, n, me, step.input(me), step.output(me)) };
+            }
+            for j in (0..n).filter(|&j| j != me) {
                 // SAFETY: inputs and our output are [outer, row]; we read column block `me` of
                 // member j's input and write column block j of our own output.
                 unsafe {
@@ -235,6 +250,58 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 }
             }
         }
+    }
+}
+
+/// Member `me`'s part of a step that needs no other member's buffers — an all_gather's or an
+/// all_to_all's own block, from our input to our output — done; whether the step has one. A
+/// member may do it before the others arrive: it is what the step writes there whatever they
+/// do (if they disagree, the call fails, with that block written).
+///
+/// # Safety
+/// `input` and `output` are member `me`'s buffers for a step described by `desc` on `n`
+/// members, which fit it ([`fits`]); nobody else writes that block of `output` meanwhile.
+pub(crate) unsafe fn own_part(
+    desc: &OpDesc,
+    n: usize,
+    me: usize,
+    input: *mut u8,
+    output: *mut u8,
+) -> bool {
+    let es = desc.dtype.size();
+    match desc.kind {
+        OpKind::AllGather => {
+            let (outer, inner) = rows(&desc.shape, desc.dim);
+            // SAFETY: our output is [outer, n*inner] and our input [outer, inner] (contract).
+            unsafe {
+                copy_rows(
+                    output.add(me * inner * es),
+                    n * inner * es,
+                    input,
+                    inner * es,
+                    outer,
+                    inner * es,
+                )
+            }
+            true
+        }
+        OpKind::AllToAll => {
+            let (outer, row) = rows(&desc.shape, desc.dim);
+            let chunk = row / n;
+            // SAFETY: our input and output are [outer, row]: column block `me` of each.
+            unsafe {
+                copy_rows(
+                    output.add(me * chunk * es),
+                    row * es,
+                    input.add(me * chunk * es),
+                    row * es,
+                    outer,
+                    chunk * es,
+                )
+            }
+            true
+        }
+        _ => false,
     }
 }
 

@@ -69,6 +69,8 @@ pub(crate) use world::{Abort, WorldState};
 
 /// Spin iterations before yielding, when every rank has a core.
 const SPINS: u32 = 200;
+/// Turns of a wait by loads alone (see [`spin_until`]): some 20 µs on the 2-core host.
+const QUICK_SPINS: u32 = 1000;
 /// Spin iterations before yielding, when ranks outnumber cores.
 const SPINS_OVERSUBSCRIBED: u32 = 4;
 /// How long a rank with nothing to do keeps yielding before it parks. Waking a parked thread
@@ -226,6 +228,18 @@ unsafe fn member_op(g: &GroupState, j: usize, k: u64) -> &Op {
         // SAFETY: not kept, so member `j` stays in step `k` (the caller's contract).
         None => unsafe { published_op(&g.slots[j].entries, &g.slots[j].base, k) },
     }
+}
+
+/// Whether `ready` holds within [`QUICK_SPINS`] looks, a spin-loop hint between two.
+#[inline(always)]
+fn spin_until(ready: impl Fn() -> bool) -> bool {
+    for _ in 0..QUICK_SPINS {
+        if ready() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    ready()
 }
 
 /// A maximal run of a batch's ops with one target, and this rank's progress through it.
@@ -875,6 +889,7 @@ impl LocalBackend {
                         seq: k,
                         desc: &mine.desc,
                         bufs: &bufs,
+                        own_done: false,
                     },
                     &g.members,
                 )
@@ -1813,8 +1828,77 @@ impl LocalBackend {
             let g = b.post_coll(ops, &mut run, None, false);
             fail_point!("post");
             b.shared.wake(b.others(g));
+            b.lone_step(&mut run, g, op)?;
+            if run.complete {
+                return Ok(());
+            }
             b.drive(std::slice::from_mut(&mut run), ops, &mut [], Until::Runs)
         })
+    }
+
+    /// A lone run's step done directly, the way a pass would do it, when every member posts
+    /// it within a spin with the description we published (see `lone`): wait for their posts,
+    /// move our share, mark it done, wait for theirs — watching each counter by loads alone,
+    /// without a pass's bookkeeping between two looks. Anything else leaves the run where it
+    /// stands for `drive`, which goes on from there with every check and the deadlock detector:
+    /// no description, a member late or disagreeing, a step we have no share in (its checker
+    /// decides for us), ranks outnumbering cores (where spinning keeps a peer off its core), an
+    /// abort.
+    #[inline(always)]
+    fn lone_step(&self, run: &mut TargetRun, g: &GroupState, op: &Op) -> Result<()> {
+        let (Some(sig), false) = (run.lone, self.shared.oversubscribed) else {
+            return Ok(());
+        };
+        let (k, n) = (run.base, g.members.len());
+        let takes_part = kernels::participates(&op.desc, n, run.me, k)
+            || (kernels::is_small_reduction(&op.desc) && kernels::reducer(k, n) == run.me);
+        if !takes_part {
+            return Ok(());
+        }
+        // What needs nobody else's buffers is done while they arrive (if they disagree, the
+        // call fails with it done: see `kernels::own_part`; a fall back to `drive` redoes it).
+        // SAFETY: our own buffers, which fit the step (`Lone::of` checked them before we
+        // published `sig`); nobody else writes that block.
+        let own_done =
+            unsafe { kernels::own_part(&op.desc, n, run.me, op.input.ptr, op.output.ptr) };
+        let posted = || g.slots.iter().all(|s| s.posted.load(Ordering::Acquire) > k);
+        if !spin_until(posted) {
+            return Ok(());
+        }
+        {
+            let Some(_busy) = self.shared.enter(self.rank) else {
+                return Ok(()); // `drive` reports the abort
+            };
+            fail_point!("pass");
+            // SAFETY: every member has posted step k (Acquire above) and cannot complete it —
+            // nor repost its slot — before we bump our `done` past k.
+            let Some(bufs) = (unsafe { lone::buffers(g, k, sig, run.me, op) }) else {
+                return Ok(());
+            };
+            fail_point!("step");
+            // SAFETY: as in `step_coll`: agreeing ops for step k whose buffers fit it (each
+            // checked by its member), every member in the step until we all mark it done.
+            unsafe {
+                kernels::run_share(
+                    &Step {
+                        me: run.me,
+                        seq: k,
+                        desc: &op.desc,
+                        bufs: &bufs,
+                        own_done,
+                    },
+                    &g.members,
+                )
+            };
+            self.finish(run, g, k + 1);
+            run.next += 1;
+        }
+        // Members may be waiting for our `done` (see `progress_coll`).
+        self.shared.wake(self.others(g));
+        fail_point!("complete");
+        let done = || g.slots.iter().all(|s| s.done.0.load(Ordering::Acquire) > k);
+        run.complete = spin_until(done);
+        Ok(())
     }
 
     /// Before a broadcast that may leave early: while our slot for its step is still in use
