@@ -13,6 +13,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in rankwise.
 ///
+/// A collective or receive that fails may have written part of its output (as an MPI or NCCL
+/// call that fails may): a peer that failed halfway, or, in the threads backend, an all_gather's
+/// or all_to_all's own block, which a rank copies while the others arrive. The tensors it only
+/// reads are left as they were, and so is every tensor of a call refused before it was posted
+/// (an [`Error::Misuse`]).
+///
 /// `Debug` prints the same text as `Display`, so that `fn main() -> rankwise::Result<()>`
 /// (which prints the error with `{:?}`) shows a readable message; match on the variants for the
 /// structured fields.
