@@ -186,16 +186,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                     (step.output(me), step.input(j), j)
                 };
                 // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
-                unsafe {
-                    copy_rows(
-                        dst.add(at * inner * es),
-                        n * inner * es,
-                        src,
-                        inner * es,
-                        outer,
-                        inner * es,
-                    )
-                }
+                unsafe { gather_block(dst, src, at, n, (outer, inner), es) }
             }
         }
         OpKind::Gather => {
@@ -229,25 +220,14 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             }
         }
         OpKind::AllToAll => {
-            let (outer, row) = rows(&desc.shape, desc.dim);
-            let chunk = row / n;
+            let shape = rows(&desc.shape, desc.dim);
             if !step.own_done {
                 // SAFETY: our buffers, agreed and validated.
                 unsafe { own_part(desc, n, me, step.input(me), step.output(me)) };
             }
             for j in (0..n).filter(|&j| j != me) {
-                // SAFETY: inputs and our output are [outer, row]; we read column block `me` of
-                // member j's input and write column block j of our own output.
-                unsafe {
-                    copy_rows(
-                        step.output(me).add(j * chunk * es),
-                        row * es,
-                        step.input(j).add(me * chunk * es),
-                        row * es,
-                        outer,
-                        chunk * es,
-                    )
-                }
+                // SAFETY: inputs and our output are [outer, row] (agreed shape).
+                unsafe { exchange_block(step.output(me), step.input(j), j, me, shape, n, es) }
             }
         }
     }
@@ -271,37 +251,63 @@ pub(crate) unsafe fn own_part(
     let es = desc.dtype.size();
     match desc.kind {
         OpKind::AllGather => {
-            let (outer, inner) = rows(&desc.shape, desc.dim);
             // SAFETY: our output is [outer, n*inner] and our input [outer, inner] (contract).
-            unsafe {
-                copy_rows(
-                    output.add(me * inner * es),
-                    n * inner * es,
-                    input,
-                    inner * es,
-                    outer,
-                    inner * es,
-                )
-            }
+            unsafe { gather_block(output, input, me, n, rows(&desc.shape, desc.dim), es) };
             true
         }
         OpKind::AllToAll => {
-            let (outer, row) = rows(&desc.shape, desc.dim);
-            let chunk = row / n;
-            // SAFETY: our input and output are [outer, row]: column block `me` of each.
-            unsafe {
-                copy_rows(
-                    output.add(me * chunk * es),
-                    row * es,
-                    input.add(me * chunk * es),
-                    row * es,
-                    outer,
-                    chunk * es,
-                )
-            }
+            // SAFETY: our input and output are [outer, row] (contract).
+            unsafe { exchange_block(output, input, me, me, rows(&desc.shape, desc.dim), n, es) };
             true
         }
         _ => false,
+    }
+}
+
+/// An all_gather's input `src`, `[outer, inner]`, into column block `at` of the output `dst`,
+/// `[outer, n * inner]`.
+///
+/// # Safety
+/// The buffers hold those shapes of `es`-byte elements; nobody else writes that block.
+unsafe fn gather_block(
+    dst: *mut u8,
+    src: *const u8,
+    at: usize,
+    n: usize,
+    (outer, inner): (usize, usize),
+    es: usize,
+) {
+    let width = inner * es;
+    // SAFETY: column block `at < n` of `dst`, all of `src` (contract).
+    unsafe { copy_rows(dst.add(at * width), n * width, src, width, outer, width) }
+}
+
+/// An all_to_all's column block `to` of member `from`'s input `src` into column block `from` of
+/// member `to`'s output `dst`, both `[outer, row]` with `row` in `n` blocks.
+///
+/// # Safety
+/// The buffers hold that shape of `es`-byte elements, `from` and `to` are below `n`, and nobody
+/// else writes that block of `dst`.
+unsafe fn exchange_block(
+    dst: *mut u8,
+    src: *const u8,
+    from: usize,
+    to: usize,
+    (outer, row): (usize, usize),
+    n: usize,
+    es: usize,
+) {
+    let width = row / n * es;
+    // SAFETY: column blocks `from` and `to` of `[outer, row]` buffers (contract).
+    unsafe {
+        copy_rows(
+            dst.add(from * width),
+            row * es,
+            src.add(to * width),
+            row * es,
+            outer,
+            width,
+        )
     }
 }
 

@@ -31,7 +31,9 @@ pub(crate) struct Lone {
     /// The signature without its scale, [`VALID`] set: the first word of a [`Sig`] and the
     /// shape's [`key`].
     pub sig: [u64; 2],
+    /// The op's input's first byte (null if it has none).
     pub input: *mut u8,
+    /// The op's output's first byte (null if it has none).
     pub output: *mut u8,
 }
 
@@ -52,8 +54,8 @@ impl Lone {
     /// Publishes the description in `slot` (none: `None`), before the caller's `posted` store
     /// (Release).
     #[inline(always)]
-    pub(crate) fn publish(this: Option<Lone>, slot: &CollSlot) {
-        let l = this.unwrap_or(Lone {
+    pub(crate) fn publish(lone: Option<Lone>, slot: &CollSlot) {
+        let l = lone.unwrap_or(Lone {
             sig: [0; 2],
             input: std::ptr::null_mut(),
             output: std::ptr::null_mut(),
@@ -148,6 +150,7 @@ mod tests {
     proptest! {
         /// Equal keys (other than `NO_KEY`) only for equal shapes.
         #[test]
+        #[cfg_attr(miri, ignore)] // thousands of cases, no unsafe code
         fn keys_are_injective(
             a in proptest::collection::vec(prop_oneof![0usize..4, 0usize..(1 << 21)], 0..5),
             b in proptest::collection::vec(prop_oneof![0usize..4, 0usize..(1 << 21)], 0..5),
