@@ -18,8 +18,9 @@ use super::eager::{DATA_RING, EagerData, EagerSlot, RING};
 use super::pack::PackEntry;
 use crate::model::{CallSite, GroupId, WorldId};
 
-/// A rank's published run of collective ops on one communicator.
-#[repr(align(128))]
+/// A rank's published run of collective ops on one communicator. In C order: the eight words
+/// before `done` fill one cache line, which a peer's load of `posted` brings whole (see `lone`).
+#[repr(C, align(128))]
 #[derive(Default)]
 pub(crate) struct CollSlot {
     /// One past the last step this member has posted (Release; readers Acquire).
@@ -32,13 +33,16 @@ pub(crate) struct CollSlot {
     pub packs: AtomicPtr<PackEntry>,
     /// A run of one op: its signature, zero if none (see `lone`), in the line `posted` brings.
     pub lone: [AtomicU64; 2],
-    /// A run of one op with a signature: its input's and output's first bytes.
+    /// A run of one op with a signature: its input's first byte.
     pub lone_input: AtomicPtr<u8>,
+    /// And its output's.
     pub lone_output: AtomicPtr<u8>,
     /// Number of steps whose share this member has finished (Release; readers Acquire). On
-    /// its own cache line: it changes every step, the fields above once per batch.
+    /// its own cache line: it changes every step, the fields above once per run.
     pub done: PaddedU64,
 }
+
+const _: () = assert!(std::mem::offset_of!(CollSlot, lone_output) == 56);
 
 /// A communicator: its members, one slot per member, and a ring of eager slots per member.
 pub(crate) struct GroupState {
