@@ -655,6 +655,12 @@ pub(crate) fn participates(desc: &OpDesc, n: usize, me: usize, seq: u64) -> bool
     }
 }
 
+/// Whether member `me` has work of its own in step `seq`: it [`participates`], or it is the
+/// [`reducer`] of a small reduction. A member without leaves the comparing to the checker.
+pub(crate) fn takes_part(desc: &OpDesc, n: usize, me: usize, seq: u64) -> bool {
+    participates(desc, n, me, seq) || (is_small_reduction(desc) && reducer(seq, n) == me)
+}
+
 /// Whether a step is a reduction small enough for one member to do whole; runs of such steps
 /// are done as one packed pass (see `LocalBackend::step_packed`).
 pub(crate) fn is_small_reduction(desc: &OpDesc) -> bool {

@@ -117,9 +117,6 @@ struct GroupLocal {
     /// One past the last broadcast step this rank left early, until every member is done with
     /// it; 0 when none.
     reach: Cell<u64>,
-    /// Whether our slot's line holds a lone description (see `lone`) that the next run must
-    /// clear if it has none.
-    lone_set: Cell<bool>,
     /// This rank's member index.
     me: usize,
 }
@@ -131,7 +128,6 @@ impl Default for GroupLocal {
             left: RefCell::new(left::Left::default()),
             fin: Cell::new(0),
             reach: Cell::new(0),
-            lone_set: Cell::new(false),
             me: 0,
         }
     }
@@ -531,7 +527,11 @@ impl LocalBackend {
         for run in runs {
             match run.target {
                 Target::Coll(_) => {
-                    let g = self.post_coll(ops, run, None, again);
+                    let op = &ops[run.start];
+                    let sig = (run.len == 1)
+                        .then(|| Sig::of(op, self.shared.oversubscribed))
+                        .flatten();
+                    let g = self.post_coll(ops, run, sig, again);
                     woken.extend(self.others(g));
                 }
                 Target::Send(dst) => {
@@ -550,9 +550,9 @@ impl LocalBackend {
 
     /// Makes a collective run visible to its communicator's members (its pack table built —
     /// or, `again`, kept: the run repeats exactly the one the table was built for — a run of
-    /// one small op also posted eagerly, with `sig` if the caller has it already, and a run of
-    /// one going in place described in the slot's line, see `lone`); the communicator, for the
-    /// caller to wake.
+    /// one small op with an eager signature `sig` also posted eagerly, and a run of one going in
+    /// place described in the slot's line, see `lone`); the communicator, for the caller to
+    /// wake.
     #[inline(always)]
     fn post_coll(
         &self,
@@ -576,9 +576,7 @@ impl LocalBackend {
             let op = &ops[run.start];
             // Passed in, not read back from `run`: a signature just stored there field by
             // field and loaded whole stalls the load until the stores retire.
-            let sig = sig
-                .or_else(|| Sig::of(op, self.shared.oversubscribed))
-                .filter(|_| self.slot_free(run, g, op));
+            let sig = sig.filter(|_| self.slot_free(run, g, op));
             if let Some(sig) = sig {
                 // SAFETY: our own slot and data area, whose previous uses every member has
                 // finished (`slot_free`); `Sig::of` checked the input's size, host memory.
@@ -598,15 +596,9 @@ impl LocalBackend {
             None
         };
         run.lone = lone.map(|l| l.sig);
-        let set = run
-            .group
-            .and_then(|i| self.local.get(i))
-            .map(|l| &l.lone_set);
-        if lone.is_some() || set.is_none_or(Cell::get) {
+        // Our own line, which only we write: whether the last run left a description.
+        if lone.is_some() || slot.lone[0].load(Ordering::Relaxed) != 0 {
             Lone::publish(lone, slot);
-            if let Some(set) = set {
-                set.set(lone.is_some());
-            }
         }
         slot.base.store(run.base, Ordering::Relaxed);
         slot.entries.store(entries, Ordering::Relaxed);
@@ -836,9 +828,7 @@ impl LocalBackend {
             let k = run.next;
             let idx = run.start + (k - run.base) as usize;
             let desc = &ops[idx].desc;
-            let takes_part = kernels::participates(desc, n, run.me, k)
-                || (kernels::is_small_reduction(desc) && kernels::reducer(k, n) == run.me);
-            if !takes_part {
+            if !kernels::takes_part(desc, n, run.me, k) {
                 let checker = kernels::checker(k, n);
                 match checked_by_checker(g, checker, k) {
                     // Nothing to move or check for us in this step: the step's checker compares
@@ -1867,9 +1857,7 @@ impl LocalBackend {
             return Ok(());
         };
         let (k, n) = (run.base, g.members.len());
-        let takes_part = kernels::participates(&op.desc, n, run.me, k)
-            || (kernels::is_small_reduction(&op.desc) && kernels::reducer(k, n) == run.me);
-        if !takes_part {
+        if !kernels::takes_part(&op.desc, n, run.me, k) {
             return Ok(());
         }
         // What needs nobody else's buffers is done while they arrive (if they disagree, the
