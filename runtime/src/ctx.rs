@@ -1324,6 +1324,7 @@ impl Ctx {
 
     /// A lone broadcast, reduce or all_reduce of `t`: [`Ctx::rerun`] if it repeats the last
     /// one of its kind, else [`Ctx::run_one`].
+    #[inline(always)]
     fn in_place_one<T: Element>(
         &mut self,
         group: Option<&Group>,

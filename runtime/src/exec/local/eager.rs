@@ -139,6 +139,7 @@ impl Sig {
     /// The signature of a description that can go eagerly, or `None`: a collective (those
     /// that split or concatenate only if their parts are contiguous), an input within its
     /// kind's [`limit`] (`crowded`: ranks outnumber cores), a shape with an exact key.
+    #[inline(always)]
     pub(crate) fn of(op: &Op, crowded: bool) -> Option<Sig> {
         let d = &op.desc;
         let bytes = op.input.len.checked_mul(d.dtype.size())?;

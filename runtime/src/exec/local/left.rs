@@ -24,18 +24,25 @@ pub(crate) struct Left {
 
 impl Left {
     /// Appends step `k`, which is later than every step held.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, k: u64) {
         debug_assert!(self.newest.is_empty() || k >= self.newest.end);
+        self.count += 1;
         if self.newest.end == k && !self.newest.is_empty() {
             self.newest.end += 1;
         } else {
-            let last = std::mem::replace(&mut self.newest, k..k + 1);
-            if !last.is_empty() {
-                self.older.push_back(last);
-            }
+            self.start_run(k);
         }
-        self.count += 1;
+    }
+
+    /// [`Left::push`] of a step that does not extend the newest run: it starts one. (Out of
+    /// line, so that the common push writes two fields rather than a whole run.)
+    #[inline(never)]
+    fn start_run(&mut self, k: u64) {
+        let last = std::mem::replace(&mut self.newest, k..k + 1);
+        if !last.is_empty() {
+            self.older.push_back(last);
+        }
     }
 
     /// How many steps are held.

@@ -51,10 +51,20 @@ impl Lone {
         })
     }
 
-    /// Publishes the description in `slot` (none: `None`), before the caller's `posted` store
-    /// (Release).
+    /// Publishes the description of our next run in our `slot`, before the caller's `posted`
+    /// store (Release): `lone`, or none — clearing the one an earlier run left, if any (our own
+    /// line, which only we write, says so; writing it when clear would cost every eager call
+    /// a store to a line peers read).
     #[inline(always)]
-    pub(crate) fn publish(lone: Option<Lone>, slot: &CollSlot) {
+    pub(crate) fn describe(lone: Option<Lone>, slot: &CollSlot) {
+        if lone.is_some() || slot.lone[0].load(Ordering::Relaxed) != 0 {
+            Lone::publish(lone, slot);
+        }
+    }
+
+    /// Publishes the description in `slot` (none: `None`).
+    #[inline(always)]
+    fn publish(lone: Option<Lone>, slot: &CollSlot) {
         let l = lone.unwrap_or(Lone {
             sig: [0; 2],
             input: std::ptr::null_mut(),

@@ -71,6 +71,9 @@ pub(crate) use world::{Abort, WorldState};
 const SPINS: u32 = 200;
 /// Turns of a wait by loads alone (see [`spin_until`]): some 20 µs on the 2-core host.
 const QUICK_SPINS: u32 = 1000;
+/// How often a root that left half a ring of broadcast steps unchecked checks them (see
+/// `LocalBackend::leave`); a power of two dividing [`RING`] / 2.
+const SETTLE_EVERY: u64 = if cfg!(miri) { 1 } else { 32 };
 /// Spin iterations before yielding, when ranks outnumber cores.
 const SPINS_OVERSUBSCRIBED: u32 = 4;
 /// How long a rank with nothing to do keeps yielding before it parks. Waking a parked thread
@@ -224,6 +227,12 @@ unsafe fn member_op(g: &GroupState, j: usize, k: u64) -> &Op {
         // SAFETY: not kept, so member `j` stays in step `k` (the caller's contract).
         None => unsafe { published_op(&g.slots[j].entries, &g.slots[j].base, k) },
     }
+}
+
+/// The index of a collective run's communicator in the backend's lists.
+fn gi_of(run: &TargetRun) -> Result<usize> {
+    run.group
+        .ok_or_else(|| Error::Internal("a collective run without its group".into()))
 }
 
 /// Whether `ready` holds within [`QUICK_SPINS`] looks, a spin-loop hint between two.
@@ -459,6 +468,12 @@ impl LocalBackend {
         g.members.iter().copied().filter(move |&r| r != me)
     }
 
+    /// Wakes the members of `g` other than this rank, if any rank is asleep.
+    #[inline(always)]
+    fn wake_others(&self, g: &GroupState) {
+        self.shared.wake_with(|| self.others(g));
+    }
+
     /// The communicator of a collective run (cached by `group_state` when it was numbered).
     fn group_of(&self, run: &TargetRun) -> &GroupState {
         run.group
@@ -576,7 +591,7 @@ impl LocalBackend {
             let op = &ops[run.start];
             // Passed in, not read back from `run`: a signature just stored there field by
             // field and loaded whole stalls the load until the stores retire.
-            let sig = sig.filter(|_| self.slot_free(run, g, op));
+            let sig = sig.filter(|_| self.slot_free(run.group, g, run.base, op));
             if let Some(sig) = sig {
                 // SAFETY: our own slot and data area, whose previous uses every member has
                 // finished (`slot_free`); `Sig::of` checked the input's size, host memory.
@@ -596,24 +611,18 @@ impl LocalBackend {
             None
         };
         run.lone = lone.map(|l| l.sig);
-        // Our own line, which only we write: whether the last run left a description.
-        if lone.is_some() || slot.lone[0].load(Ordering::Relaxed) != 0 {
-            Lone::publish(lone, slot);
-        }
-        slot.base.store(run.base, Ordering::Relaxed);
-        slot.entries.store(entries, Ordering::Relaxed);
-        slot.packs.store(packs, Ordering::Relaxed);
-        slot.posted.store(run.end(), Ordering::Release);
+        Lone::describe(lone, slot);
+        slot.announce(run.base, run.end(), entries, packs);
         g
     }
 
-    /// Whether our eager storage for the run's step, `op`, is free: every member has finished
-    /// the step that used it last (`eager::ring_for` steps earlier). From a cached bound when it
-    /// suffices.
-    fn slot_free(&self, run: &TargetRun, g: &GroupState, op: &Op) -> bool {
+    /// Whether our eager storage for step `base` of communicator `gi`, `op`, is free: every
+    /// member has finished the step that used it last (`eager::ring_for` steps earlier). From a
+    /// cached bound when it suffices.
+    fn slot_free(&self, gi: Option<usize>, g: &GroupState, base: u64, op: &Op) -> bool {
         let ring = eager::ring_for(op.input.len * op.desc.dtype.size());
-        let need = (run.base + 1).saturating_sub(ring);
-        let Some(l) = run.group.and_then(|i| self.local.get(i)) else {
+        let need = (base + 1).saturating_sub(ring);
+        let Some(l) = gi.and_then(|i| self.local.get(i)) else {
             return false;
         };
         if l.floor.get() >= need {
@@ -633,17 +642,20 @@ impl LocalBackend {
     /// Marks our share of the run's steps before `upto` finished: our `done`, held below a
     /// broadcast step we left as root and have not checked yet (see `eager`).
     fn finish(&self, run: &TargetRun, g: &GroupState, upto: u64) {
-        let hold = match run.group.and_then(|i| self.local.get(i)) {
+        self.finish_at(run.group, g, run.me, upto);
+    }
+
+    /// [`LocalBackend::finish`] for member `me` of communicator `gi`, `g`.
+    #[inline(always)]
+    fn finish_at(&self, gi: Option<usize>, g: &GroupState, me: usize, upto: u64) {
+        let hold = match gi.and_then(|i| self.local.get(i)) {
             Some(l) => {
                 l.fin.set(upto);
                 l.hold()
             }
             None => u64::MAX,
         };
-        g.slots[run.me]
-            .done
-            .0
-            .store(upto.min(hold), Ordering::Release);
+        g.slots[me].done.0.store(upto.min(hold), Ordering::Release);
     }
 
     /// Publishes a send run on its channel if every earlier message there is delivered (the
@@ -1129,26 +1141,31 @@ impl LocalBackend {
         err
     }
 
-    /// Leaves a broadcast step whose root we are, right after filling our slot (see `eager`):
-    /// nobody has been compared with us yet, so the step joins those `settle_group` checks,
-    /// and our `done` stays below it until then.
-    fn leave(&self, run: &TargetRun) -> Result<()> {
-        let Some(l) = run.group.and_then(|i| self.local.get(i)) else {
+    /// Leaves step `k` of communicator `gi`, a broadcast whose root we are, right after
+    /// filling our slot (see `eager`): nobody has been compared with us yet, so the step joins
+    /// those `settle_group` checks, and our `done` stays below it until then.
+    #[inline(always)]
+    fn leave(&self, gi: usize, k: u64) -> Result<()> {
+        let Some(l) = self.local.get(gi) else {
             return Err(Error::Internal("a collective run without its group".into()));
         };
         let pending = {
             let mut left = l.left.borrow_mut();
-            left.push(run.base);
+            left.push(k);
             left.len()
         };
-        l.fin.set(run.end());
-        l.reach.set(run.end());
+        l.fin.set(k + 1);
+        l.reach.set(k + 1);
         self.unsettled.set(true);
         // Check before the ring runs out (a slot of the oldest step is needed again `RING`
-        // steps later), inside a pass: we read members' ops.
+        // steps later), inside a pass: we read members' ops. Once half the ring is pending,
+        // every [`SETTLE_EVERY`] steps: a member that far behind gains a step or so between
+        // two calls, and checking at every call (reading its `done` and slot) took those lines
+        // from it at every call — a loop of 8-byte broadcasts at world 2 went from 120 to 250
+        // ns a call once the root was half a ring ahead.
         if pending >= RING / 2
+            && pending % SETTLE_EVERY == 0
             && let Some(_busy) = self.shared.enter(self.rank)
-            && let Some(gi) = run.group
         {
             self.settle_group(gi)?;
         }
@@ -1223,7 +1240,7 @@ impl LocalBackend {
                 .done
                 .0
                 .store(l.fin.get().min(hold), Ordering::Release);
-            self.shared.wake(self.others(g));
+            self.wake_others(g);
         }
         drop(left);
         if waiting.is_some() || l.reach.get() == 0 {
@@ -1776,6 +1793,29 @@ impl LocalBackend {
     /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
     /// over from where it stands, with the deadlock detector and every check.
     fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
+        if sig.leaves_early() {
+            let (gi, me) = self.group_state(op.desc.group)?;
+            let k = self.steps[gi];
+            let short = match self.groups[gi].as_deref() {
+                Some(g) if self.slot_free(Some(gi), g, k, op) => {
+                    if op.desc.peer == Some(self.rank) {
+                        Some(None)
+                    } else {
+                        let root = kernels::root_member(&op.desc, &g.members);
+                        // The root's slot, if it holds the step with our signature; stable
+                        // until we finish the step.
+                        let ready = g.eager_slot(root, k).read(k).filter(|&(s, _)| s == sig);
+                        ready.map(|(_, data)| Some(data))
+                    }
+                }
+                _ => None,
+            };
+            match short {
+                Some(None) => return self.lead(op, sig, gi),
+                Some(Some(data)) => return self.follow(op, sig, gi, me, data),
+                None => {}
+            }
+        }
         let mut run = self.numbered(crate::plan::target(op), 0, 1)?;
         let ops = std::slice::from_ref(op);
         self.guarded(|b| {
@@ -1784,7 +1824,7 @@ impl LocalBackend {
             }
             let g = b.post_coll(ops, &mut run, Some(sig), false);
             fail_point!("post");
-            b.shared.wake(b.others(g));
+            b.wake_others(g);
             // A broadcast's or scatter's root that filled its slot is done once it has its own
             // part (a scatter's): the members copy from the slot.
             if run.eager.is_some_and(Sig::leaves_early)
@@ -1795,7 +1835,7 @@ impl LocalBackend {
                     // distinct tensors.
                     unsafe { eager::copy_from(op, op.input.ptr.cast_const(), run.me) };
                 }
-                return b.leave(&run);
+                return b.leave(gi_of(&run)?, run.base);
             }
             // With ranks outnumbering cores, the member we wait for may need our core: give it
             // up at once rather than spin (measured at worlds 3, 4 and 8: 20–35 % faster per
@@ -1811,7 +1851,7 @@ impl LocalBackend {
                     Eager::Done => {
                         // Our `done` moved: see `progress_coll` for who may wait for it.
                         if sig.leaves_early() {
-                            b.shared.wake(b.others(g));
+                            b.wake_others(g);
                         }
                         return Ok(());
                     }
@@ -1824,6 +1864,75 @@ impl LocalBackend {
         })
     }
 
+    /// A lone small broadcast's or scatter's root, whose eager slot for the step is free:
+    /// fills it, posts the step, and leaves (see `eager`) — what `execute_eager` does for it,
+    /// without the run a step that waits needs. A root that loops over small broadcasts is
+    /// the side that bounds the loop, and each store it makes waits behind the one that takes
+    /// back the slot's line from the member reading it: building the run was 18 of the call's
+    /// 104 stores (counted by `valgrind --tool=lackey`; `docs/decisions.md`, session 41).
+    #[inline(always)]
+    fn lead(&mut self, op: &Op, sig: Sig, gi: usize) -> Result<()> {
+        let k = self.steps[gi];
+        self.steps[gi] = k + 1;
+        self.guarded(|b| {
+            let (Some(g), Some(l)) = (b.groups[gi].as_deref(), b.local.get(gi)) else {
+                return Err(Error::Internal("a broadcast without its group".into()));
+            };
+            let me = l.me;
+            b.post_one(g, me, k, op, sig);
+            fail_point!("post");
+            b.wake_others(g);
+            if op.desc.kind == crate::model::OpKind::Scatter {
+                // SAFETY: our input holds every member's part (validated), our output one;
+                // distinct tensors.
+                unsafe { eager::copy_from(op, op.input.ptr.cast_const(), me) };
+            }
+            b.leave(gi, k)
+        })
+    }
+
+    /// A lone small broadcast's or scatter's non-root, whose eager slot for the step is free
+    /// and whose root's slot holds the step with our signature `sig`, its input at `data`:
+    /// posts the step as `execute_eager` would, completes it from the root's data and leaves —
+    /// without the run, the passes, or a wait (see [`LocalBackend::lead`]).
+    #[inline(always)]
+    fn follow(&mut self, op: &Op, sig: Sig, gi: usize, me: usize, data: *const u8) -> Result<()> {
+        let k = self.steps[gi];
+        self.steps[gi] = k + 1;
+        self.guarded(|b| {
+            let (Some(g), Some(l)) = (b.groups[gi].as_deref(), b.local.get(gi)) else {
+                return Err(Error::Internal("a broadcast without its group".into()));
+            };
+            b.post_one(g, me, k, op, sig);
+            fail_point!("post");
+            fail_point!("step");
+            // SAFETY: the root's slot holds step k with our signature, hence an input of our
+            // op's size, and stays until we finish k (`slot_free`); our output is ours.
+            unsafe { eager::copy_from(op, data, me) };
+            b.finish_at(Some(gi), g, me, k + 1);
+            l.reach.set(k + 1);
+            b.unsettled.set(true);
+            // Members that ran the step in place, and a root settling it, wait for our `done`.
+            b.wake_others(g);
+            Ok(())
+        })
+    }
+
+    /// Posts step `k` of `g`, a lone eager `op` with signature `sig`, as member `me`: its slot
+    /// filled, then the run of one published (see `LocalBackend::post_coll`).
+    #[inline(always)]
+    fn post_one(&self, g: &GroupState, me: usize, k: u64, op: &Op, sig: Sig) {
+        // SAFETY: our own slot and data area, whose previous uses every member has finished
+        // (`slot_free`, checked by the caller for step k); `Sig::of` checked the input's size,
+        // host memory.
+        unsafe { g.eager_slot(me, k).fill(k, sig, op, || g.eager_data(me, k)) };
+        let slot = &g.slots[me];
+        Lone::describe(None, slot);
+        // Peers only ever read through this pointer.
+        let entries = std::ptr::from_ref(op).cast_mut();
+        slot.announce(k, k + 1, entries, std::ptr::null_mut());
+    }
+
     /// Runs a lone collective that goes in place (too large to go eagerly) while no posted
     /// message needs progress: a batch of one without the batch machinery — no plan, no run
     /// list, whose bookkeeping took 0.1–0.2 µs of a 2.6 µs all_gather of 64 KiB at world 2 —
@@ -1834,7 +1943,7 @@ impl LocalBackend {
         self.guarded(|b| {
             let g = b.post_coll(ops, &mut run, None, false);
             fail_point!("post");
-            b.shared.wake(b.others(g));
+            b.wake_others(g);
             b.lone_step(&mut run, g, op)?;
             if run.complete {
                 return Ok(());
@@ -1886,7 +1995,7 @@ impl LocalBackend {
             unsafe { self.share(run, g, &op.desc, &bufs, own_done) };
         }
         // Members may be waiting for our `done` (see `progress_coll`).
-        self.shared.wake(self.others(g));
+        self.wake_others(g);
         fail_point!("complete");
         let done = || g.slots.iter().all(|s| s.done.0.load(Ordering::Acquire) > k);
         run.complete = spin_until(done);
@@ -1900,7 +2009,7 @@ impl LocalBackend {
     /// the deadlock detector and every check.
     #[inline(always)]
     fn await_slot(&self, run: &TargetRun, op: &Op) -> Result<()> {
-        if self.slot_free(run, self.group_of(run), op) {
+        if self.slot_free(run.group, self.group_of(run), run.base, op) {
             return Ok(()); // the rule: the root stays less than a ring ahead
         }
         self.await_slot_slow(run, op)
@@ -1914,7 +2023,7 @@ impl LocalBackend {
             return Ok(());
         };
         let mut since: Option<Instant> = None;
-        while !self.slot_free(run, g, op) {
+        while !self.slot_free(Some(gi), g, run.base, op) {
             let Some(_busy) = self.shared.enter(self.rank) else {
                 return Ok(()); // aborted: the next step reports it
             };

@@ -44,6 +44,18 @@ pub(crate) struct CollSlot {
 
 const _: () = assert!(std::mem::offset_of!(CollSlot, lone_output) == 56);
 
+impl CollSlot {
+    /// Publishes the member's run of steps `base..end`: its ops `entries` and their pack table
+    /// `packs` (or null), `posted` last (Release), after everything the run describes.
+    #[inline(always)]
+    pub(crate) fn announce(&self, base: u64, end: u64, entries: *mut Op, packs: *mut PackEntry) {
+        self.base.store(base, Ordering::Relaxed);
+        self.entries.store(entries, Ordering::Relaxed);
+        self.packs.store(packs, Ordering::Relaxed);
+        self.posted.store(end, Ordering::Release);
+    }
+}
+
 /// A communicator: its members, one slot per member, and a ring of eager slots per member.
 pub(crate) struct GroupState {
     pub members: Box<[usize]>,
@@ -339,6 +351,13 @@ impl WorldState {
     /// asleep in a busy program.
     #[inline(always)]
     pub(crate) fn wake(&self, targets: impl IntoIterator<Item = usize>) {
+        self.wake_with(|| targets);
+    }
+
+    /// [`WorldState::wake`] with the targets made only if some rank is asleep (rarely: made
+    /// at every call, they are stores that wait behind the call's stores to shared lines).
+    #[inline(always)]
+    pub(crate) fn wake_with<I: IntoIterator<Item = usize>>(&self, targets: impl FnOnce() -> I) {
         // Pairs with the fence in `announce`: either the sleeper's re-check sees our progress,
         // or we see its announcement here. The light side of an asymmetric fence: this runs on
         // every call that makes progress, `announce` after hundreds of microseconds of waiting.
@@ -346,7 +365,7 @@ impl WorldState {
         if self.parked.load(Ordering::Relaxed) == 0 {
             return;
         }
-        self.wake_parked(targets);
+        self.wake_parked(targets());
     }
 
     /// [`WorldState::wake`] once some rank is asleep.
