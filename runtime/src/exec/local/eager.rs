@@ -336,29 +336,20 @@ impl EagerSlot {
             // If the kept op was made for the same signature (an exact encoding of everything
             // but the group, which is the slot's, and the site), only the site, the sizes and
             // where the data is are left to compare.
-            let was = (*body).kept_sig;
-            let kept = &mut (*body).kept;
-            let at = |b: Buf| {
-                if b.is_none() {
-                    b
-                } else {
-                    Buf { ptr: data, ..b }
+            // (Compared field by field, without closures: their captures went to the stack,
+            // stores that wait behind the slot's.)
+            if sig.leaves_early() {
+                let input = at_data(op.input, data);
+                let same = (*body).kept_sig == sig
+                    && (*body).kept.as_ref().is_some_and(|k| {
+                        crate::exec::same_site(&k.desc.site, &op.desc.site)
+                            && k.input.len == op.input.len
+                            && k.output.len == op.output.len
+                            && k.input.ptr == input.ptr
+                    });
+                if !same {
+                    keep(body, sig, op, input, at_data(op.output, data));
                 }
-            };
-            let same = |k: &Op| {
-                was == sig
-                    && crate::exec::same_site(&k.desc.site, &op.desc.site)
-                    && k.input.len == op.input.len
-                    && k.output.len == op.output.len
-                    && k.input.ptr == at(op.input).ptr
-            };
-            if sig.leaves_early() && !kept.as_ref().is_some_and(same) {
-                *kept = Some(Op {
-                    desc: op.desc.clone(),
-                    input: at(op.input),
-                    output: at(op.output),
-                });
-                (*body).kept_sig = sig;
             }
         }
         self.seq.store(step + 1, Ordering::Release);
@@ -397,6 +388,35 @@ impl EagerSlot {
         // raw pointer to the data, not a reference: it stays valid (slots and areas live as
         // long as the world).
         unsafe { Some(((*body).sig, (*body).data)) }
+    }
+}
+
+/// `b` pointing at an eager step's `data` (a missing buffer stays missing).
+#[inline(always)]
+fn at_data(b: Buf, data: *mut u8) -> Buf {
+    if b.is_none() {
+        b
+    } else {
+        Buf { ptr: data, ..b }
+    }
+}
+
+/// Keeps a copy of `op` in the slot body (see [`EagerSlot::fill`]), its buffers `input` and
+/// `output` pointing at the step's data, made for signature `sig`. Out of line: a loop of the
+/// same call finds its copy there already.
+///
+/// # Safety
+/// As for [`EagerSlot::fill`]: no peer reads the body now.
+#[inline(never)]
+unsafe fn keep(body: *mut Body, sig: Sig, op: &Op, input: Buf, output: Buf) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (*body).kept = Some(Op {
+            desc: op.desc.clone(),
+            input,
+            output,
+        });
+        (*body).kept_sig = sig;
     }
 }
 

@@ -1581,22 +1581,48 @@ impl LocalBackend {
     }
 }
 
-/// Stops the world and waits out peers' accesses when dropped; see `LocalBackend::guarded`.
+/// Stops the world and waits out peers' accesses when dropped — by a panic unwinding through
+/// it — or ended with an error; see `LocalBackend::guarded`. Two words: it lives in memory
+/// (the unwinding path needs it), written at every call.
 struct Posted<'a> {
     shared: &'a WorldState,
     rank: usize,
-    /// Why we leave early; `None` while unwinding from a panic.
-    reason: Option<Abort>,
+}
+
+impl Posted<'_> {
+    /// Ends the guard with what it covered: disarmed on success; on an error, the world stops
+    /// with it as the cause.
+    #[inline(always)]
+    fn end(self, result: Result<()>) -> Result<()> {
+        match result {
+            Ok(()) => {
+                std::mem::forget(self);
+                // A fresh `Ok`, not the result moved: copying the whole (large) `Result` out
+                // of the slot just written stalls on the store.
+                Ok(())
+            }
+            Err(e) => {
+                self.stop(Abort::for_error(self.rank, &e));
+                std::mem::forget(self);
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops the world for `cause` and waits until no peer is inside a pass.
+    #[cold]
+    fn stop(&self, cause: Abort) {
+        self.shared.abort(cause);
+        self.shared.quiesce(self.rank);
+    }
 }
 
 impl Drop for Posted<'_> {
     fn drop(&mut self) {
-        let cause = self.reason.take().unwrap_or_else(|| Abort::Failed {
+        self.stop(Abort::Failed {
             peer: self.rank,
             reason: PeerFailure::Panicked("panicked inside the local backend".into()),
         });
-        self.shared.abort(cause);
-        self.shared.quiesce(self.rank);
     }
 }
 
@@ -1811,7 +1837,7 @@ impl LocalBackend {
                 _ => None,
             };
             match short {
-                Some(None) => return self.lead(op, sig, gi),
+                Some(None) => return self.lead(op, sig, gi, me),
                 Some(Some(data)) => return self.follow(op, sig, gi, me, data),
                 None => {}
             }
@@ -1871,24 +1897,25 @@ impl LocalBackend {
     /// back the slot's line from the member reading it: building the run was 18 of the call's
     /// 104 stores (counted by `valgrind --tool=lackey`; `docs/decisions.md`, session 41).
     #[inline(always)]
-    fn lead(&mut self, op: &Op, sig: Sig, gi: usize) -> Result<()> {
+    fn lead(&mut self, op: &Op, sig: Sig, gi: usize, me: usize) -> Result<()> {
         let k = self.steps[gi];
         self.steps[gi] = k + 1;
-        self.guarded(|b| {
-            let (Some(g), Some(l)) = (b.groups[gi].as_deref(), b.local.get(gi)) else {
-                return Err(Error::Internal("a broadcast without its group".into()));
-            };
-            let me = l.me;
-            b.post_one(g, me, k, op, sig);
-            fail_point!("post");
-            b.wake_others(g);
-            if op.desc.kind == crate::model::OpKind::Scatter {
-                // SAFETY: our input holds every member's part (validated), our output one;
-                // distinct tensors.
-                unsafe { eager::copy_from(op, op.input.ptr.cast_const(), me) };
-            }
-            b.leave(gi, k)
-        })
+        let Some(g) = self.groups[gi].as_deref() else {
+            return Err(Error::Internal("a broadcast without its group".into()));
+        };
+        let posted = self.guard();
+        self.post_one(g, me, k, op, sig);
+        fail_point!("post");
+        self.wake_others(g);
+        if op.desc.kind == crate::model::OpKind::Scatter {
+            // SAFETY: our input holds every member's part (validated), our output one;
+            // distinct tensors.
+            unsafe { eager::copy_from(op, op.input.ptr.cast_const(), me) };
+        }
+        if let Err(e) = self.leave(gi, k) {
+            return posted.end(Err(e));
+        }
+        posted.end(Ok(()))
     }
 
     /// A lone small broadcast's or scatter's non-root, whose eager slot for the step is free
@@ -1899,23 +1926,22 @@ impl LocalBackend {
     fn follow(&mut self, op: &Op, sig: Sig, gi: usize, me: usize, data: *const u8) -> Result<()> {
         let k = self.steps[gi];
         self.steps[gi] = k + 1;
-        self.guarded(|b| {
-            let (Some(g), Some(l)) = (b.groups[gi].as_deref(), b.local.get(gi)) else {
-                return Err(Error::Internal("a broadcast without its group".into()));
-            };
-            b.post_one(g, me, k, op, sig);
-            fail_point!("post");
-            fail_point!("step");
-            // SAFETY: the root's slot holds step k with our signature, hence an input of our
-            // op's size, and stays until we finish k (`slot_free`); our output is ours.
-            unsafe { eager::copy_from(op, data, me) };
-            b.finish_at(Some(gi), g, me, k + 1);
-            l.reach.set(k + 1);
-            b.unsettled.set(true);
-            // Members that ran the step in place, and a root settling it, wait for our `done`.
-            b.wake_others(g);
-            Ok(())
-        })
+        let (Some(g), Some(l)) = (self.groups[gi].as_deref(), self.local.get(gi)) else {
+            return Err(Error::Internal("a broadcast without its group".into()));
+        };
+        let posted = self.guard();
+        self.post_one(g, me, k, op, sig);
+        fail_point!("post");
+        fail_point!("step");
+        // SAFETY: the root's slot holds step k with our signature, hence an input of our op's
+        // size, and stays until we finish k (`slot_free`); our output is ours.
+        unsafe { eager::copy_from(op, data, me) };
+        self.finish_at(Some(gi), g, me, k + 1);
+        l.reach.set(k + 1);
+        self.unsettled.set(true);
+        // Members that ran the step in place, and a root settling it, wait for our `done`.
+        self.wake_others(g);
+        posted.end(Ok(()))
     }
 
     /// Posts step `k` of `g`, a lone eager `op` with signature `sig`, as member `me`: its slot
@@ -2040,23 +2066,19 @@ impl LocalBackend {
     /// Runs `f`, which may publish buffers peers then read. If it leaves early — an error, or
     /// a panic unwinding through here — the world must stop and every access under way must
     /// end before the buffers are freed; the guard does that on every path out but success.
+    #[inline(always)]
     fn guarded(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<()> {
-        let mut posted = Posted {
+        let posted = self.guard();
+        posted.end(f(self))
+    }
+
+    /// The guard of [`LocalBackend::guarded`], for a caller that ends it itself
+    /// ([`Posted::end`]): without a closure, whose captures a long one stores to the stack.
+    #[inline(always)]
+    fn guard(&self) -> Posted<'_> {
+        Posted {
             shared: &self.shared,
             rank: self.rank,
-            reason: None,
-        };
-        match f(self) {
-            Ok(()) => {
-                std::mem::forget(posted);
-                // A fresh `Ok`, not `f`'s result moved: copying the whole (large) `Result` out
-                // of the slot just written stalls on the store.
-                Ok(())
-            }
-            Err(e) => {
-                posted.reason = Some(Abort::for_error(self.rank, &e));
-                Err(e)
-            }
         }
     }
 }
