@@ -733,7 +733,11 @@ fn broadcasts_left_early_still_report_every_disagreement_to_every_rank() {
     use Way::{Alone, Batched};
     // Past the slot ring (512 slots; 8 under Miri) at the last, its roots more than half a
     // ring ahead of the check they must make.
-    let befores: &[u64] = if cfg!(miri) { &[0, 10] } else { &[0, 5, 70, 600] };
+    let befores: &[u64] = if cfg!(miri) {
+        &[0, 10]
+    } else {
+        &[0, 5, 70, 600]
+    };
     let wayss: &[[Way; 3]] = if cfg!(miri) {
         &[[Alone; 3], [Alone, Batched, Alone]]
     } else {

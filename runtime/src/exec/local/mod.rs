@@ -1819,6 +1819,10 @@ impl LocalBackend {
     /// the way in and out, which costs more than the step itself. If the step cannot complete
     /// eagerly within a spin — a member is late, runs it in place, or disagrees — `drive` takes
     /// over from where it stands, with the deadlock detector and every check.
+    ///
+    /// A broadcast or scatter whose slot is free goes shorter still when nothing needs waiting
+    /// for: its root always ([`LocalBackend::lead`]), a member whose root's slot already holds
+    /// the step with its signature ([`LocalBackend::follow`]).
     fn execute_eager(&mut self, op: &Op, sig: Sig) -> Result<()> {
         if sig.leaves_early() {
             let (gi, me) = self.group_state(op.desc.group)?;
