@@ -52,6 +52,14 @@ fn program(
     }
     let mut small = Tensor::full([3], r as f32)?;
     ctx.all_reduce(&mut small, ReduceOp::Sum)?;
+    // Small broadcasts: the root's short path (`lead`), and, for the second, members that find
+    // the root's data already there (`follow`).
+    let mut cast = Tensor::full([2], r as f32)?;
+    ctx.broadcast(&mut cast, 1)?;
+    if r != 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ctx.broadcast(&mut cast, 1)?;
     let mut big = Tensor::full([2100], 1.0f32)?;
     ctx.all_reduce(&mut big, ReduceOp::Sum)?;
     let x = Tensor::full([2], r as f32)?;
@@ -68,7 +76,7 @@ fn program(
     let mut b = ctx.batch();
     b.send(&x, (r + 1) % w).recv(&mut got, (r + w - 1) % w);
     b.run()?;
-    Ok(small.to_vec()[0] + big.to_vec()[0] + got.to_vec()[0])
+    Ok(small.to_vec()[0] + big.to_vec()[0] + got.to_vec()[0] + cast.to_vec()[0])
 }
 
 #[test]
