@@ -485,7 +485,12 @@ fn main() -> Result<()> {
     ];
     if let Some((rank, _)) = ranks.iter().next() {
         for (what, count) in counts.into_iter().filter(|&(_, count)| count > 0) {
-            eprintln!("rank {rank}: {what}: {count}");
+            // In one write: `eprintln!` writes its pieces one by one to the unbuffered stderr,
+            // and under mpirun another rank's line could land between them (seen in CI:
+            // "rank rank 1: …" then "0: …").
+            let line = format!("rank {rank}: {what}: {count}\n");
+            std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes())
+                .map_err(|e| rankwise::Error::Internal(format!("stderr: {e}")))?;
         }
     }
     Ok(())
