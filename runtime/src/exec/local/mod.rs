@@ -392,6 +392,14 @@ enum Eager {
     InPlace,
 }
 
+/// The short way a lone small broadcast or scatter takes (see `LocalBackend::execute_eager`).
+enum Short {
+    /// As its root.
+    Lead,
+    /// As a member whose root's slot holds the step: its data.
+    Follow(*const u8),
+}
+
 /// A batch's runs, in plan order.
 type Runs = SmallVec<[TargetRun; 4]>;
 
@@ -593,20 +601,20 @@ impl LocalBackend {
             // Passed in, not read back from `run`: a signature just stored there field by
             // field and loaded whole stalls the load until the stores retire.
             let sig = sig.filter(|_| self.slot_free(run.group, g, run.base, op));
-            if let Some(sig) = sig {
-                // SAFETY: our own slot and data area, whose previous uses every member has
-                // finished (`slot_free`); `Sig::of` checked the input's size, host memory.
-                unsafe {
-                    let area = || g.eager_data(run.me, run.base);
-                    g.eager_slot(run.me, run.base).fill(run.base, sig, op, area)
-                };
-            }
             run.eager = sig;
+            if let Some(sig) = sig {
+                // Its slot filled, and the run published with nothing packing (`numbered`
+                // gave a run of one the empty table) and no lone description.
+                run.lone = None;
+                self.post_one(g, run.me, run.base, op, sig);
+                return g;
+            }
         }
         let slot = &g.slots[run.me];
         // A run of one going in place describes itself in the line peers read `posted` from;
-        // an earlier description is cleared (eager steps skip both: they never read it).
-        let lone = if run.len == 1 && run.eager.is_none() {
+        // an earlier description is cleared (eager steps, above, only clear it: they never
+        // read it).
+        let lone = if run.len == 1 {
             Lone::of(&ops[run.start], &g.members, run.me)
         } else {
             None
@@ -657,6 +665,18 @@ impl LocalBackend {
             None => u64::MAX,
         };
         g.slots[me].done.0.store(upto.min(hold), Ordering::Release);
+    }
+
+    /// Member `me` of communicator `gi`, `g`, has completed broadcast step `k` from its root's
+    /// slot and leaves it (see `eager`): its `done` passes `k`, and before its next call of
+    /// another kind it waits for every member to reach `k` (`settle`).
+    #[inline(always)]
+    fn left_as_member(&self, gi: Option<usize>, g: &GroupState, me: usize, k: u64) {
+        self.finish_at(gi, g, me, k + 1);
+        if let Some(l) = gi.and_then(|i| self.local.get(i)) {
+            l.reach.set(k + 1);
+            self.unsettled.set(true);
+        }
     }
 
     /// Publishes a send run on its channel if every earlier message there is delivered (the
@@ -1080,12 +1100,8 @@ impl LocalBackend {
                 // SAFETY: the root's slot holds step k with our signature, hence an input of
                 // our op's size, and stays until we finish k (`slot_free`); our output is ours.
                 unsafe { eager::copy_from(op, data, run.me) };
-                self.finish(run, g, k + 1);
+                self.left_as_member(run.group, g, run.me, k);
                 run.next = k + 1;
-                if let Some(l) = run.group.and_then(|i| self.local.get(i)) {
-                    l.reach.set(k + 1);
-                    self.unsettled.set(true);
-                }
                 Ok(Eager::Done)
             }
             Slotted::Filled(..) => self.eager_mismatch(run, g, ops).map(Eager::Wait),
@@ -1830,20 +1846,20 @@ impl LocalBackend {
             let short = match self.groups[gi].as_deref() {
                 Some(g) if self.slot_free(Some(gi), g, k, op) => {
                     if op.desc.peer == Some(self.rank) {
-                        Some(None)
+                        Some(Short::Lead)
                     } else {
                         let root = kernels::root_member(&op.desc, &g.members);
                         // The root's slot, if it holds the step with our signature; stable
                         // until we finish the step.
                         let ready = g.eager_slot(root, k).read(k).filter(|&(s, _)| s == sig);
-                        ready.map(|(_, data)| Some(data))
+                        ready.map(|(_, data)| Short::Follow(data))
                     }
                 }
                 _ => None,
             };
             match short {
-                Some(None) => return self.lead(op, sig, gi, me),
-                Some(Some(data)) => return self.follow(op, sig, gi, me, data),
+                Some(Short::Lead) => return self.lead(op, sig, gi, me),
+                Some(Short::Follow(data)) => return self.follow(op, sig, gi, me, data),
                 None => {}
             }
         }
@@ -1861,12 +1877,7 @@ impl LocalBackend {
             if run.eager.is_some_and(Sig::leaves_early)
                 && kernels::root_member(&op.desc, &g.members) == run.me
             {
-                if op.desc.kind == crate::model::OpKind::Scatter {
-                    // SAFETY: our input holds every member's part (validated), our output one;
-                    // distinct tensors.
-                    unsafe { eager::copy_from(op, op.input.ptr.cast_const(), run.me) };
-                }
-                return b.leave(gi_of(&run)?, run.base);
+                return b.root_leaves(op, gi_of(&run)?, run.me, run.base);
             }
             // With ranks outnumbering cores, the member we wait for may need our core: give it
             // up at once rather than spin (measured at worlds 3, 4 and 8: 20–35 % faster per
@@ -1912,15 +1923,23 @@ impl LocalBackend {
         self.post_one(g, me, k, op, sig);
         fail_point!("post");
         self.wake_others(g);
+        if let Err(e) = self.root_leaves(op, gi, me, k) {
+            return posted.end(Err(e));
+        }
+        posted.end(Ok(()))
+    }
+
+    /// The root (member `me`) of step `k` of communicator `gi`, a small broadcast or scatter
+    /// that filled its slot, is done once it has its own part (a scatter's; the members copy
+    /// from the slot), and leaves the step.
+    #[inline(always)]
+    fn root_leaves(&self, op: &Op, gi: usize, me: usize, k: u64) -> Result<()> {
         if op.desc.kind == crate::model::OpKind::Scatter {
             // SAFETY: our input holds every member's part (validated), our output one;
             // distinct tensors.
             unsafe { eager::copy_from(op, op.input.ptr.cast_const(), me) };
         }
-        if let Err(e) = self.leave(gi, k) {
-            return posted.end(Err(e));
-        }
-        posted.end(Ok(()))
+        self.leave(gi, k)
     }
 
     /// A lone small broadcast's or scatter's non-root, whose eager slot for the step is free
@@ -1931,7 +1950,7 @@ impl LocalBackend {
     fn follow(&mut self, op: &Op, sig: Sig, gi: usize, me: usize, data: *const u8) -> Result<()> {
         let k = self.steps[gi];
         self.steps[gi] = k + 1;
-        let (Some(g), Some(l)) = (self.groups[gi].as_deref(), self.local.get(gi)) else {
+        let Some(g) = self.groups[gi].as_deref() else {
             return Err(Error::Internal("a broadcast without its group".into()));
         };
         let posted = self.guard();
@@ -1941,9 +1960,7 @@ impl LocalBackend {
         // SAFETY: the root's slot holds step k with our signature, hence an input of our op's
         // size, and stays until we finish k (`slot_free`); our output is ours.
         unsafe { eager::copy_from(op, data, me) };
-        self.finish_at(Some(gi), g, me, k + 1);
-        l.reach.set(k + 1);
-        self.unsettled.set(true);
+        self.left_as_member(Some(gi), g, me, k);
         // Members that ran the step in place, and a root settling it, wait for our `done`.
         self.wake_others(g);
         posted.end(Ok(()))
