@@ -1916,12 +1916,7 @@ impl LocalBackend {
     fn lead(&mut self, op: &Op, sig: Sig, gi: usize, me: usize) -> Result<()> {
         let k = self.steps[gi];
         self.steps[gi] = k + 1;
-        let Some(g) = self.groups[gi].as_deref() else {
-            return Err(Error::Internal("a broadcast without its group".into()));
-        };
-        let posted = self.guard();
-        self.post_one(g, me, k, op, sig);
-        fail_point!("post");
+        let (g, posted) = self.post_short(gi, me, k, op, sig)?;
         self.wake_others(g);
         if let Err(e) = self.root_leaves(op, gi, me, k) {
             return posted.end(Err(e));
@@ -1950,12 +1945,7 @@ impl LocalBackend {
     fn follow(&mut self, op: &Op, sig: Sig, gi: usize, me: usize, data: *const u8) -> Result<()> {
         let k = self.steps[gi];
         self.steps[gi] = k + 1;
-        let Some(g) = self.groups[gi].as_deref() else {
-            return Err(Error::Internal("a broadcast without its group".into()));
-        };
-        let posted = self.guard();
-        self.post_one(g, me, k, op, sig);
-        fail_point!("post");
+        let (g, posted) = self.post_short(gi, me, k, op, sig)?;
         fail_point!("step");
         // SAFETY: the root's slot holds step k with our signature, hence an input of our op's
         // size, and stays until we finish k (`slot_free`); our output is ours.
@@ -1964,6 +1954,26 @@ impl LocalBackend {
         // Members that ran the step in place, and a root settling it, wait for our `done`.
         self.wake_others(g);
         posted.end(Ok(()))
+    }
+
+    /// [`LocalBackend::post_one`] for the short ways (`lead`, `follow`) of step `k` of
+    /// communicator `gi`, under the guard returned for the caller to end.
+    #[inline(always)]
+    fn post_short(
+        &self,
+        gi: usize,
+        me: usize,
+        k: u64,
+        op: &Op,
+        sig: Sig,
+    ) -> Result<(&GroupState, Posted<'_>)> {
+        let Some(g) = self.groups[gi].as_deref() else {
+            return Err(Error::Internal("a broadcast without its group".into()));
+        };
+        let posted = self.guard();
+        self.post_one(g, me, k, op, sig);
+        fail_point!("post");
+        Ok((g, posted))
     }
 
     /// Posts step `k` of `g`, a lone eager `op` with signature `sig`, as member `me`: its slot
