@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         long size = atol(argv[a]);
         /* Samples per figure, as `plan` in collectives.rs. */
-        int samples = size >= (16L << 20) ? 5 : 11;
+        int samples = size >= (16L << 20) ? 9 : 11;
         /* The benchmark's buffers: n floats in the larger buffer, n / world per part; the
          * floors' two buffers of `size` bytes. */
         long n = size / 4 > 0 ? size / 4 : 1;
