@@ -39,7 +39,7 @@ pub struct Ctx {
     ordinals: HashMap<Vec<usize>, u32>,
     /// The record of every call, when tracing is on (see `trace`).
     trace: Option<Recorder>,
-    /// The last batch's ops, as recorded (see [`Batch::record_repeat`]), and beside each the
+    /// The last batch's ops, as recorded (see [`Batch::repeat`]), and beside each the
     /// key of the call that made it, as words (`None` for calls that never repeat): the next
     /// batch compares each call it records with the key at the same place and keeps that op if
     /// the call repeats it. A program that runs the same bucket every step then neither
@@ -99,21 +99,21 @@ struct CallKey<'t> {
     /// The buffers, as the call's tensors give them (the output's writable).
     input: (*mut u8, usize),
     output: (*mut u8, usize),
-    /// By reference: the site is made field by field from the caller's `Location`, and a copy
-    /// into the key would read it back in one wide load, which waits for those stores. `None`
-    /// for a lone call, whose site is its `Location` (see [`Ctx::recall`]).
-    site: Option<&'t CallSite>,
+    /// Where a batched call was written: its `Location`, compared by address (one place in
+    /// the source has one; a copy of it elsewhere only makes the call look new). `None` for a
+    /// lone call, which [`Ctx::recall`] matches by its `Location` first.
+    site: Option<Loc>,
 }
 
-/// A call's key ([`CallKey`]) in thirteen words, kept by a batch beside each op for the next
-/// batch's call at that place (see [`Batch::record_repeat`]): equal words, equal keys, so one
+/// A call's key ([`CallKey`]) in ten words, kept by a batch beside each op for the next
+/// batch's call at that place (see [`Batch::repeat`]): equal words, equal keys, so one
 /// comparison of two small arrays decides a repeat. `None` when a part does not fit its field
 /// (see [`dims_word`]; a `dim` from 2^16, a root from 2^31): such calls are described anew.
-type CallWords = [u64; 13];
+type CallWords = [u64; 10];
 
 #[inline(always)] // so that a call's key never needs to be in memory
 fn call_words(k: &CallKey<'_>) -> Option<CallWords> {
-    let mut words = [0; 13];
+    let mut words = [0; 10];
     each_word(k, |i, w| {
         words[i] = w;
         true
@@ -158,8 +158,10 @@ fn each_word(k: &CallKey<'_>, mut f: impl FnMut(usize, u64) -> bool) -> bool {
         Some(ReduceOp::BitOr) => (8, 0),
         Some(ReduceOp::BitXor) => (9, 0),
     };
-    f(0, k.kind as u64 | (k.dtype as u64) << 8 | dim << 16 | peer << 32)
-        && f(1, u64::from(k.group.0) | op << 32)
+    f(
+        0,
+        k.kind as u64 | (k.dtype as u64) << 8 | dim << 16 | peer << 32,
+    ) && f(1, u64::from(k.group.0) | op << 32)
         && f(2, scale)
         && f(3, word(k.input.0.addr()))
         && f(4, word(k.input.1))
@@ -167,15 +169,7 @@ fn each_word(k: &CallKey<'_>, mut f: impl FnMut(usize, u64) -> bool) -> bool {
         && f(6, word(k.output.1))
         && dims_word(k.shape).is_some_and(|w| f(7, w))
         && dims_word(k.output_shape).is_some_and(|w| f(8, w))
-        // The file by address and length: the same `file!()` text usually has one address,
-        // and a copy elsewhere only makes the call look new.
-        && f(9, word(site.file.as_ptr().addr()))
-        && f(10, word(site.file.len()))
-        // Line and column apart: one 8-byte load of the two 4-byte fields, stored separately
-        // just before, would wait for both stores to complete (a store-forwarding stall that
-        // took half of the time of recording a repeated call).
-        && f(11, u64::from(site.line))
-        && f(12, u64::from(site.column))
+        && f(9, word(std::ptr::from_ref(site).addr()))
 }
 
 /// A shape as one word, injectively: its length in the top three bits, then its dimensions —
@@ -666,7 +660,7 @@ macro_rules! lone_sinks {
 }
 
 /// The same forms for [`Batch`] and [`BatchComm`]: recorded, a call that repeats the last
-/// batch's op at the same place keeping that op ([`Batch::record_repeat`]).
+/// batch's op at the same place keeping that op ([`Batch::repeat`]).
 macro_rules! recorded_sinks {
     ($a:lifetime) => {
         fn sink_in_place<T: Element>(
@@ -677,14 +671,20 @@ macro_rules! recorded_sinks {
             root: Option<usize>,
             op: Option<ReduceOp>,
         ) -> &mut Self {
-            let site = CallSite::from(loc);
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let seen = match in_place_key(id, Some(&site), kind, t, root, op) {
+            let seen = match in_place_key(id, Some(loc), kind, t, root, op) {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
-            batch.record_repeat(group, &site, seen, move |c| c.in_place(kind, t, root, op));
+            // The closure that describes a new call is made on that branch alone.
+            match seen {
+                Seen::Repeat(input, output) => batch.repeat(group, loc, (input, output)),
+                Seen::New(words) => {
+                    let build = move |c: &Caller<'_>| c.in_place(kind, t, root, op);
+                    batch.record(group, CallSite::from(loc), words, build)
+                }
+            };
             self
         }
 
@@ -697,14 +697,19 @@ macro_rules! recorded_sinks {
             op: Option<ReduceOp>,
             dim: usize,
         ) -> &mut Self {
-            let site = CallSite::from(loc);
             let (batch, group) = self.recorder();
             let id = group.unwrap_or(&batch.ctx.world_group).id();
-            let seen = match in_out_key(id, Some(&site), kind, x, &mut *out, op, dim) {
+            let seen = match in_out_key(id, Some(loc), kind, x, &mut *out, op, dim) {
                 Some(ref key) => batch.check_repeat(key),
                 None => Seen::New(None),
             };
-            batch.record_repeat(group, &site, seen, move |c| c.in_out(kind, x, out, op, dim));
+            match seen {
+                Seen::Repeat(input, output) => batch.repeat(group, loc, (input, output)),
+                Seen::New(words) => {
+                    let build = move |c: &Caller<'_>| c.in_out(kind, x, out, op, dim);
+                    batch.record(group, CallSite::from(loc), words, build)
+                }
+            };
             self
         }
     };
@@ -1187,10 +1192,10 @@ impl Ctx {
     /// op builds no `Caller` only to drop it: its copy of the call site, just stored, stalls the
     /// loads that read it back (measured on a bucket's recording).
     #[inline(always)]
-    fn admit(&self, group: &Group, site: &CallSite) -> Result<()> {
+    fn admit(&self, group: &Group, site: impl crate::guard::Site) -> Result<()> {
         crate::guard::Guard::check(site)?;
         if group.world_id() != self.world_group.world_id() {
-            return Err(self.foreign(group, *site));
+            return Err(self.foreign(group, site.site()));
         }
         Ok(())
     }
@@ -1445,7 +1450,7 @@ fn repeats(op: &Op, output_shape: &[usize], call: &CallKey<'_>) -> bool {
 #[inline(always)]
 fn in_place_key<'t, T: Element>(
     group: GroupId,
-    site: Option<&'t CallSite>,
+    site: Option<Loc>,
     kind: OpKind,
     t: &'t mut Tensor<T>,
     root: Option<usize>,
@@ -1475,7 +1480,7 @@ fn in_place_key<'t, T: Element>(
 #[inline(always)]
 fn in_out_key<'t, T: Element>(
     group: GroupId,
-    site: Option<&'t CallSite>,
+    site: Option<Loc>,
     kind: OpKind,
     x: &'t Tensor<T>,
     out: &'t mut Tensor<T>,
@@ -1544,7 +1549,7 @@ fn traced_members(op: &Op, group: &Group) -> Arc<[usize]> {
 pub struct Batch<'c, 'a> {
     ctx: &'c mut Ctx,
     /// The ops recorded (the first `recorded`), then the rest of the last batch's, which the
-    /// calls still to come are compared with (see [`Batch::record_repeat`]).
+    /// calls still to come are compared with (see [`Batch::repeat`]).
     ops: Vec<Op>,
     /// Beside each op, the key of the call that made it (see [`CallWords`]); as long as `ops`.
     words: Vec<Option<CallWords>>,
@@ -1634,25 +1639,19 @@ impl<'c, 'a> Batch<'c, 'a> {
         }
     }
 
-    /// Records a broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all, as
-    /// [`Batch::check_repeat`] saw it: a call that repeats the last batch's call at the same
-    /// place keeps that call's op, with this call's buffers, instead of describing and
-    /// validating the call again; another is [`Batch::record`]ed, with its key's words. The
-    /// guard's check of the call site and of the group handle run either way.
-    fn record_repeat<B: Parts>(
-        &mut self,
-        group: Option<&Group>,
-        site: &CallSite,
-        seen: Seen,
-        build: impl FnOnce(&Caller<'_>) -> Result<B>,
-    ) -> &mut Self {
-        let bufs = match seen {
-            Seen::Repeat(input, output) if self.error.is_none() => (input, output),
-            Seen::Repeat(..) => return self, // the batch is refused already
-            Seen::New(words) => return self.record(group, *site, words, build),
-        };
+    /// Records a broadcast, reduce, all_reduce, all_gather, reduce_scatter or all_to_all made
+    /// at `loc` that [`Batch::check_repeat`] found repeating the last batch's call at the same
+    /// place: keeps that call's op, with this call's buffers `bufs` (input, output), instead of
+    /// describing and validating the call again (another call is [`Batch::record`]ed, with its
+    /// key's words). The guard's check of the call site and of the group handle run as for a
+    /// new call.
+    #[inline(always)] // the path of every call of a repeated bucket
+    fn repeat(&mut self, group: Option<&Group>, loc: Loc, bufs: (*mut u8, *mut u8)) -> &mut Self {
+        if self.error.is_some() {
+            return self; // the batch is refused already
+        }
         let g = group.unwrap_or(&self.ctx.world_group);
-        if let Err(e) = self.ctx.admit(g, site) {
+        if let Err(e) = self.ctx.admit(g, loc) {
             self.error = Some(e);
             return self;
         }
@@ -1666,7 +1665,7 @@ impl<'c, 'a> Batch<'c, 'a> {
             return self;
         };
         // The repeat names the kept call's root (it is part of what repeats).
-        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, site) {
+        if let Err(e) = crate::guard::Guard::check_peer(op.desc.peer, loc) {
             self.error = Some(e);
             return self;
         }
@@ -1689,7 +1688,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         self.record(None, site, None, build)
     }
 
-    /// This batch and the whole world, for the forms recorded by `record_repeat`.
+    /// This batch and the whole world, for the forms recorded by `Batch::repeat` (or described anew).
     fn recorder(&mut self) -> (&mut Batch<'c, 'a>, Option<&Group>) {
         (self, None)
     }
@@ -1752,7 +1751,7 @@ impl<'c, 'a> Batch<'c, 'a> {
 
 impl Drop for Batch<'_, '_> {
     /// Hands the ops recorded back to the context, for the next batch to compare its calls
-    /// with (see `Batch::record_repeat`); the borrows of tensors they stand for end here,
+    /// with (see `Batch::repeat`); the borrows of tensors they stand for end here,
     /// and their pointers are not read again.
     fn drop(&mut self) {
         let (mut ops, mut words) = (
@@ -1789,7 +1788,7 @@ impl<'c, 'a> BatchComm<'_, 'c, 'a> {
         self
     }
 
-    /// The batch and this group, for the forms recorded by `record_repeat`.
+    /// The batch and this group, for the forms recorded by `Batch::repeat` (or described anew).
     fn recorder(&mut self) -> (&mut Batch<'c, 'a>, Option<&Group>) {
         (self.batch, Some(self.group))
     }
@@ -1842,7 +1841,9 @@ mod tests {
     #[test]
     fn call_words_tell_apart_keys_that_differ_in_any_part() {
         let (mut a, mut b, mut c) = ([0u8; 8], [0u8; 8], [0u8; 8]);
-        let site = CallSite::caller();
+        // Two places on one line, and one on the next.
+        let (site, next_column) = (Location::caller(), Location::caller());
+        let next_line = Location::caller();
         let base = CallKey {
             kind: OpKind::AllReduce,
             group: GroupId(3),
@@ -1854,22 +1855,10 @@ mod tests {
             output_shape: &[],
             input: (a.as_mut_ptr(), 6),
             output: (a.as_mut_ptr(), 6),
-            site: Some(&site),
+            site: Some(site),
         };
         let words = call_words(&base).expect("fits");
         assert!(words_match(&words, &base));
-        let other_file = CallSite {
-            file: "elsewhere.rs",
-            ..site
-        };
-        let next_line = CallSite {
-            line: site.line + 1,
-            ..site
-        };
-        let next_column = CallSite {
-            column: site.column + 1,
-            ..site
-        };
         let changed: Vec<CallKey<'_>> = vec![
             CallKey {
                 kind: OpKind::Reduce,
@@ -1930,15 +1919,11 @@ mod tests {
                 ..base
             },
             CallKey {
-                site: Some(&other_file),
+                site: Some(next_line),
                 ..base
             },
             CallKey {
-                site: Some(&next_line),
-                ..base
-            },
-            CallKey {
-                site: Some(&next_column),
+                site: Some(next_column),
                 ..base
             },
         ];

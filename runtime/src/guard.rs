@@ -27,6 +27,28 @@ use crate::Ctx;
 use crate::error::{Error, Result};
 use crate::model::CallSite;
 
+/// A call's site as the guard's checks take it: a [`CallSite`], or the `Location` it is made
+/// from — made into one only when a guard is active, so that a call without a guard (most of
+/// them) never copies its site.
+pub(crate) trait Site: Copy {
+    /// The site itself.
+    fn site(self) -> CallSite;
+}
+
+impl Site for &CallSite {
+    #[inline(always)]
+    fn site(self) -> CallSite {
+        *self
+    }
+}
+
+impl Site for &'static std::panic::Location<'static> {
+    #[inline(always)]
+    fn site(self) -> CallSite {
+        CallSite::from(self)
+    }
+}
+
 /// In [`Table::sites`]: a call that names no peer or root (or whose is not checked).
 pub(crate) const NO_PEER: u32 = u32::MAX;
 
@@ -162,11 +184,11 @@ impl Guard {
     /// no guard is active on this thread). Inlined: every call passes here, most of them
     /// without a guard, and a call would cost more than the test.
     #[inline(always)]
-    pub(crate) fn check(site: &CallSite) -> Result<()> {
+    pub(crate) fn check(site: impl Site) -> Result<()> {
         if !ANY.with(Cell::get) {
             return Ok(());
         }
-        Self::check_active(site)
+        Self::check_active(&site.site())
     }
 
     /// After [`Guard::check`] admitted the call at `site`: checks that the peer or root it
@@ -176,11 +198,11 @@ impl Guard {
     /// run a call nobody verified — so the rank leaves its schedule here, with an error, before
     /// anything is posted.
     #[inline(always)]
-    pub(crate) fn check_peer(peer: Option<usize>, site: &CallSite) -> Result<()> {
+    pub(crate) fn check_peer(peer: Option<usize>, site: impl Site) -> Result<()> {
         if !ANY.with(Cell::get) {
             return Ok(());
         }
-        Self::check_peer_active(peer, site)
+        Self::check_peer_active(peer, &site.site())
     }
 
     /// [`Guard::check_peer`] with a guard active.
