@@ -138,8 +138,8 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 // SAFETY: `lo < numel`, inside the root's output (agreed shape).
                 SmallVec::from_slice(&[unsafe { root.add(lo * es) }])
             };
-            // SAFETY (pointer offsets): `lo < numel`, inside every member's input.
             let srcs: SmallVec<[*const u8; 8]> = (step.bufs.iter())
+                // SAFETY: `lo < numel`, inside every member's input (agreed shape).
                 .map(|b| unsafe { b.0.cast_const().add(lo * es) })
                 .collect();
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
@@ -161,8 +161,8 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 let r = Reducer::<T>::new(op, n);
                 if outer == 1 {
                     // One row: block `me` of every input, contiguous, in one pass.
-                    // SAFETY (offsets): `me * chunk < row`, inside every input.
                     let from: SmallVec<[*const u8; 8]> = (srcs.iter())
+                        // SAFETY: `me * chunk < row`, inside every input (agreed shape).
                         .map(|&p| unsafe { p.add(me * chunk * es) })
                         .collect();
                     // SAFETY: `chunk` elements of each input's block and of our output, which
