@@ -288,9 +288,10 @@ per_dtype!(
 );
 
 /// All_reduces and reduces large enough that each member reduces its own slice (8 KiB and up,
-/// for every element size: 9,001 elements), and reduce_scatters of 2,251 elements a member,
-/// with every operator the dtype supports, every root, at worlds 1 to 5: bit for bit the
-/// sequential reference. The counts are odd, so members' slices end inside a group of lanes.
+/// for every element size: 9,001 elements), and reduce_scatters of 2,251 elements a member, in
+/// one row and along the second dimension of three rows, with every operator the dtype
+/// supports, every root, at worlds 1 to 5: bit for bit the sequential reference. The counts are
+/// odd, so members' slices end inside a group of lanes.
 fn sliced_reductions<T: Num>() {
     const NUMEL: usize = 9001;
     const CHUNK: usize = 2251;
@@ -314,6 +315,10 @@ fn sliced_reductions<T: Num>() {
                 let x = Tensor::from_vec([CHUNK * world], data::<T>(r, c, CHUNK * world))?;
                 let mut out = Tensor::zeros([CHUNK])?;
                 ctx.reduce_scatter(&x, &mut out, op, 0)?;
+                outs.push(out.into_vec());
+                let x = Tensor::from_vec([3, CHUNK * world], data::<T>(r, c, 3 * CHUNK * world))?;
+                let mut out = Tensor::zeros([3, CHUNK])?;
+                ctx.reduce_scatter(&x, &mut out, op, 1)?;
                 outs.push(out.into_vec());
             }
             Ok(outs)
@@ -347,6 +352,16 @@ fn sliced_reductions<T: Num>() {
                 assert!(
                     outs.next() == Some(want),
                     "reduce_scatter {op:?}, world {world}, rank {r}"
+                );
+                let ins: Vec<Vec<T>> = (0..world).map(|q| data(q, c, 3 * CHUNK * world)).collect();
+                let all = reduce(&ins, op);
+                let row = CHUNK * world;
+                let want: Vec<T> = (0..3)
+                    .flat_map(|i| all[i * row + r * CHUNK..i * row + (r + 1) * CHUNK].to_vec())
+                    .collect();
+                assert!(
+                    outs.next() == Some(want),
+                    "reduce_scatter by rows {op:?}, world {world}"
                 );
             }
         }

@@ -157,22 +157,17 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                 step.bufs.iter().map(|b| b.0.cast_const()).collect();
             let dst = [step.output(me)];
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
+            // Column block `me` of every input's first row.
+            let from: SmallVec<[*const u8; 8]> = (srcs.iter())
+                // SAFETY: `me * chunk <= row`, within every input's first row (agreed shape).
+                .map(|&p| unsafe { p.add(me * chunk * es) })
+                .collect();
             with_dtype!(desc.dtype, T => {
-                let r = Reducer::<T>::new(op, n);
-                if outer == 1 {
-                    // One row: block `me` of every input, contiguous, in one pass.
-                    let from: SmallVec<[*const u8; 8]> = (srcs.iter())
-                        // SAFETY: `me * chunk < row`, inside every input (agreed shape).
-                        .map(|&p| unsafe { p.add(me * chunk * es) })
-                        .collect();
-                    // SAFETY: `chunk` elements of each input's block and of our output, which
-                    // is ours and no input.
-                    let across = unsafe { Across::<T>::new(&from, &dst, chunk) };
-                    return r.fold(across);
-                }
-                // SAFETY: inputs are [outer, row] on every member, our output [outer, chunk];
-                // column block `me` of the inputs is read only, and our output is ours.
-                unsafe { reduce_strided::<T>(&r, &srcs, row, me * chunk, &dst, chunk, outer, chunk) }
+                // SAFETY: inputs are [outer, row] on every member and our output [outer, chunk];
+                // `chunk` elements of each row's block `me` of each input and of each row of
+                // our output, which is ours and no input.
+                let across = unsafe { Across::<T>::rows(&from, &dst, chunk, (outer, row, chunk)) };
+                Reducer::<T>::new(op, n).fold(across)
             })
         }
         OpKind::AllGather => {
@@ -441,28 +436,47 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
     }
 }
 
-/// A stretch of a reduction done in one pass over every member's buffer (see [`fold_across`]):
-/// what a member owns of an all_reduce or a reduce too large to go whole to one member, or its
-/// block of a one-row reduce_scatter. One pass, not an accumulator block per source and then a
-/// copy per destination: at world 2, a member's half of a 64 KiB all_reduce took 1.13 µs
-/// against 1.25 (one thread, a scratch loop), a 64 KiB reduce_scatter 1.80–1.88 µs against
+/// A stretch of a reduction done in one pass over every member's buffer (see [`fold_across`]),
+/// row by row: what a member owns of an all_reduce or a reduce too large to go whole to one
+/// member, or its block of a reduce_scatter. One pass, not an accumulator block per source and
+/// then a copy per destination: at world 2, a member's half of a 64 KiB all_reduce took 1.13
+/// µs against 1.25 (one thread, a scratch loop), a 64 KiB reduce_scatter 1.80–1.88 µs against
 /// 2.17–2.42 (`docs/decisions.md`, session 42).
 struct Across<T> {
     srcs: SmallVec<[*const T; 8]>,
     dsts: SmallVec<[*mut T; 8]>,
+    /// Elements per row.
     numel: usize,
+    /// Rows, and the elements from one row to the next in the sources and in the destinations.
+    rows: (usize, usize, usize),
 }
 
 impl<T> Across<T> {
-    /// The slice of `numel` elements from each of `srcs` into each of `dsts`.
+    /// One row of `numel` elements from each of `srcs` into each of `dsts`.
     ///
     /// # Safety
     /// As for [`fold_across`], until the fold is done.
     unsafe fn new(srcs: &[*const u8], dsts: &[*mut u8], numel: usize) -> Self {
+        // SAFETY: the caller's contract.
+        unsafe { Self::rows(srcs, dsts, numel, (1, 0, 0)) }
+    }
+
+    /// `rows.0` rows of `numel` elements, row `r` starting `r * rows.1` elements past each of
+    /// `srcs` and `r * rows.2` past each of `dsts`.
+    ///
+    /// # Safety
+    /// As for [`fold_across`], for every row, until the fold is done.
+    unsafe fn rows(
+        srcs: &[*const u8],
+        dsts: &[*mut u8],
+        numel: usize,
+        rows: (usize, usize, usize),
+    ) -> Self {
         Across {
             srcs: srcs.iter().map(|p| p.cast()).collect(),
             dsts: dsts.iter().map(|p| p.cast()).collect(),
             numel,
+            rows,
         }
     }
 }
@@ -476,8 +490,22 @@ impl<T: Arith> Fold<T> for Across<T> {
         combine: impl Fn(T, T) -> T + Copy,
         finish: impl Fn(T) -> T + Copy,
     ) {
-        // SAFETY: `Across::new`'s contract.
-        unsafe { fold_across(&self.srcs, &self.dsts, self.numel, start, combine, finish) }
+        let (rows, src_pitch, dst_pitch) = self.rows;
+        let (mut srcs, mut dsts) = (self.srcs, self.dsts);
+        // One choice of width for all the rows.
+        crate::reduce::widest(|| {
+            for r in 0..rows {
+                if r > 0 {
+                    // SAFETY: row `r < rows` of every buffer (`Across::rows`' contract).
+                    unsafe {
+                        srcs.iter_mut().for_each(|p| *p = p.add(src_pitch));
+                        dsts.iter_mut().for_each(|p| *p = p.add(dst_pitch));
+                    }
+                }
+                // SAFETY: `Across::rows`' contract, for row `r`.
+                unsafe { fold_across_loops(&srcs, &dsts, self.numel, start, combine, finish) }
+            }
+        })
     }
 }
 
@@ -565,6 +593,17 @@ unsafe fn fold_across_loops<T: Arith>(
         // SAFETY: elements at..at + LANES are within every buffer (contract).
         unsafe { fold_group::<T, LANES>(first, rest, dsts, at, start, combine, finish) };
         at += LANES;
+    }
+    // A short rest (a narrow reduce_scatter's rows are all rest) in halving groups.
+    if numel - at >= LANES / 2 {
+        // SAFETY: elements at..at + LANES / 2 are within every buffer (contract).
+        unsafe { fold_group::<T, { LANES / 2 }>(first, rest, dsts, at, start, combine, finish) };
+        at += LANES / 2;
+    }
+    if numel - at >= LANES / 4 {
+        // SAFETY: elements at..at + LANES / 4 are within every buffer (contract).
+        unsafe { fold_group::<T, { LANES / 4 }>(first, rest, dsts, at, start, combine, finish) };
+        at += LANES / 4;
     }
     while at < numel {
         // SAFETY: element at is within every buffer (contract).
@@ -758,106 +797,6 @@ fn owned_range(
     (lo < hi).then_some((lo, hi))
 }
 
-/// For each of `rows` rows: `dst[row][..width] = reduce_j src_j[row][col..col + width]`, with
-/// source rows `src_pitch` elements apart and destination rows `dst_pitch` apart.
-///
-/// Works through cache-sized blocks so that each destination byte is written once and each
-/// source byte read once — the memory-traffic floor.
-///
-/// # Safety
-/// Every source must be valid for reads and every destination for writes over the geometry;
-/// no other thread may write the destination ranges, and a destination may alias a source only
-/// at the same element positions (in-place all_reduce).
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn reduce_strided<T: Arith>(
-    r: &Reducer<T>,
-    srcs: &[*const u8],
-    src_pitch: usize,
-    col: usize,
-    dsts: &[*mut u8],
-    dst_pitch: usize,
-    rows: usize,
-    width: usize,
-) {
-    // 2048 elements: at most 16 KiB, so a block of the accumulator stays in L1.
-    // SAFETY: the caller's contract, passed on unchanged.
-    unsafe { reduce_blocks::<T, 2048>(r, srcs, src_pitch, col, dsts, dst_pitch, rows, width) }
-}
-
-/// [`reduce_strided`] with the accumulator block size `B` (elements) as a parameter.
-///
-/// # Safety
-/// As for [`reduce_strided`].
-#[allow(clippy::too_many_arguments)]
-unsafe fn reduce_blocks<T: Arith, const B: usize>(
-    r: &Reducer<T>,
-    srcs: &[*const u8],
-    src_pitch: usize,
-    col: usize,
-    dsts: &[*mut u8],
-    dst_pitch: usize,
-    rows: usize,
-    width: usize,
-) {
-    // Left uninitialised: every block copies its first input in before anything reads it.
-    let mut block = std::mem::MaybeUninit::<[T; B]>::uninit();
-    let acc_ptr = block.as_mut_ptr() as *mut T;
-    for row in 0..rows {
-        let mut start = 0;
-        while start < width {
-            let m = (width - start).min(B);
-            let at = row * src_pitch + col + start;
-            let to = row * dst_pitch + start;
-            // SAFETY: `at` is within source 0 per the contract.
-            let first = unsafe { (srcs[0] as *const T).add(at) };
-            // SAFETY: `to` is within destination 0 per the contract.
-            let out0 = unsafe { (dsts[0] as *mut T).add(to) };
-            // In place (all_reduce): destination 0 *is* source 0, so it can be the accumulator,
-            // saving two passes over the block. A lone destination that is no source (a
-            // reduce_scatter's output) can be too, saving the copy out. Otherwise (several
-            // destinations, or a reduce whose root is not member 0: its output is its input,
-            // still to be read) accumulate in `block`. Tensors alias only whole, so a source
-            // that overlaps destination 0 starts where it does.
-            let in_place = std::ptr::eq(first, out0);
-            let aliased = || {
-                (srcs.iter())
-                    // SAFETY: `at` is within every source per the contract.
-                    .any(|&s| std::ptr::eq(unsafe { (s as *const T).add(at) }, out0))
-            };
-            let acc_is_dst = in_place || (dsts.len() == 1 && !aliased());
-            let acc_at = if acc_is_dst { out0 } else { acc_ptr };
-            if !in_place {
-                // SAFETY: source 0 holds `m` elements at `at`; `block` (B >= m) or destination
-                // 0 (`m` elements at `to`) has room, and neither is source 0.
-                unsafe { copy_bytes(acc_at.cast(), first.cast(), m * size_of::<T>()) };
-            }
-            // SAFETY: `m` initialised elements, written by no one else: our own slice of
-            // destination 0 (which no other source aliases), or our stack block.
-            let acc = unsafe { std::slice::from_raw_parts_mut(acc_at, m) };
-            r.start(acc);
-            for &s in &srcs[1..] {
-                // SAFETY: within this source per the contract; the slice is dropped before any
-                // destination (which may alias it) is written.
-                let x = unsafe { std::slice::from_raw_parts((s as *const T).add(at), m) };
-                r.combine(acc, x);
-            }
-            r.finish(acc);
-            for &d in &dsts[usize::from(acc_is_dst)..] {
-                // SAFETY: within destination d per the contract, written only by us; distinct
-                // from the accumulator (destinations are distinct tensors).
-                unsafe {
-                    copy_bytes(
-                        (d as *mut T).add(to).cast(),
-                        acc_at.cast(),
-                        m * size_of::<T>(),
-                    )
-                };
-            }
-            start += m;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -946,7 +885,7 @@ mod tests {
         fn check<T: Arith>(ops: &[crate::ReduceOp], value: impl Fn(usize) -> T) {
             for &op in ops {
                 for n in 1..=4 {
-                    for numel in [0, 1, 15, 16, 17, 40] {
+                    for numel in [0, 1, 4, 8, 13, 15, 16, 17, 28, 40] {
                         let inputs: Vec<Vec<T>> = (0..n)
                             .map(|j| (0..numel).map(|i| value(7 * i + 3 * j + 1)).collect())
                             .collect();
