@@ -909,23 +909,19 @@ mod tests {
                         {
                             let mut bufs = inputs.clone();
                             let mut outs: Vec<Vec<T>> = vec![vec![T::default(); numel]; outputs];
-                            let srcs: Vec<*const T> = bufs
+                            let srcs: Vec<*const u8> = bufs
                                 .iter_mut()
-                                .map(|b| b.as_mut_ptr().cast_const())
+                                .map(|b| b.as_mut_ptr().cast_const().cast())
                                 .collect();
                             // outputs == 0 stands for "in place": each member's own buffer.
-                            let dsts: Vec<*mut T> = if outputs == 0 {
+                            let dsts: Vec<*mut u8> = if outputs == 0 {
                                 srcs.iter().map(|p| p.cast_mut()).collect()
                             } else {
-                                outs.iter_mut().map(|o| o.as_mut_ptr()).collect()
+                                outs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect()
                             };
                             // SAFETY: every buffer holds `numel` elements; destinations are
                             // distinct, and in place each is exactly its member's source.
-                            let probe = Probe {
-                                srcs: &srcs,
-                                dsts: &dsts,
-                                numel,
-                            };
+                            let probe = unsafe { Across::<T>::new(&srcs, &dsts, numel) };
                             if narrow {
                                 crate::reduce::narrow(|| r.fold(probe));
                             } else {
@@ -941,23 +937,6 @@ mod tests {
                         }
                     }
                 }
-            }
-        }
-        struct Probe<'a, T> {
-            srcs: &'a [*const T],
-            dsts: &'a [*mut T],
-            numel: usize,
-        }
-        impl<T: Arith> Fold<T> for Probe<'_, T> {
-            type Output = ();
-            fn fold(
-                self,
-                start: impl Fn(T) -> T + Copy,
-                combine: impl Fn(T, T) -> T + Copy,
-                finish: impl Fn(T) -> T + Copy,
-            ) {
-                // SAFETY: as the caller above says.
-                unsafe { fold_across(self.srcs, self.dsts, self.numel, start, combine, finish) }
             }
         }
         let float = |k: usize| ((k * 37 % 101) as f32 - 50.0) / 8.0;
