@@ -271,16 +271,17 @@ fn check_dtype<T: Num>() {
     }
 }
 
+/// One test per dtype, each running `$check` for its type.
 macro_rules! per_dtype {
-    ($($name:ident => $t:ty),*) => {$(
+    ($check:ident: $($name:ident => $t:ty),*) => {$(
         #[test]
         fn $name() {
-            check_dtype::<$t>()
+            $check::<$t>()
         }
     )*};
 }
 
-per_dtype!(
+per_dtype!(check_dtype:
     every_collective_f32 => f32, every_collective_f64 => f64, every_collective_f16 => f16,
     every_collective_bf16 => bf16, every_collective_i8 => i8, every_collective_u8 => u8,
     every_collective_i32 => i32, every_collective_u32 => u32, every_collective_i64 => i64,
@@ -368,16 +369,7 @@ fn sliced_reductions<T: Num>() {
     }
 }
 
-macro_rules! sliced_per_dtype {
-    ($($name:ident => $t:ty),*) => {$(
-        #[test]
-        fn $name() {
-            sliced_reductions::<$t>()
-        }
-    )*};
-}
-
-sliced_per_dtype!(
+per_dtype!(sliced_reductions:
     sliced_reductions_f32 => f32, sliced_reductions_f64 => f64, sliced_reductions_f16 => f16,
     sliced_reductions_bf16 => bf16, sliced_reductions_i8 => i8, sliced_reductions_u8 => u8,
     sliced_reductions_i32 => i32, sliced_reductions_u32 => u32, sliced_reductions_i64 => i64,
