@@ -1688,7 +1688,7 @@ impl<'c, 'a> Batch<'c, 'a> {
         self.record(None, site, None, build)
     }
 
-    /// This batch and the whole world, for the forms recorded by `Batch::repeat` (or described anew).
+    /// This batch and the whole world, for the forms `Batch::repeat` keeps (or describes anew).
     fn recorder(&mut self) -> (&mut Batch<'c, 'a>, Option<&Group>) {
         (self, None)
     }
@@ -1788,7 +1788,7 @@ impl<'c, 'a> BatchComm<'_, 'c, 'a> {
         self
     }
 
-    /// The batch and this group, for the forms recorded by `Batch::repeat` (or described anew).
+    /// The batch and this group, for the forms `Batch::repeat` keeps (or describes anew).
     fn recorder(&mut self) -> (&mut Batch<'c, 'a>, Option<&Group>) {
         (self.batch, Some(self.group))
     }
