@@ -153,14 +153,12 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::ReduceScatter => {
             let (outer, row) = rows(&desc.shape, desc.dim);
             let chunk = row / n;
-            let srcs: SmallVec<[*const u8; 8]> =
-                step.bufs.iter().map(|b| b.0.cast_const()).collect();
             let dst = [step.output(me)];
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
             // Column block `me` of every input's first row.
-            let from: SmallVec<[*const u8; 8]> = (srcs.iter())
+            let from: SmallVec<[*const u8; 8]> = (step.bufs.iter())
                 // SAFETY: `me * chunk <= row`, within every input's first row (agreed shape).
-                .map(|&p| unsafe { p.add(me * chunk * es) })
+                .map(|b| unsafe { b.0.cast_const().add(me * chunk * es) })
                 .collect();
             with_dtype!(desc.dtype, T => {
                 // SAFETY: inputs are [outer, row] on every member and our output [outer, chunk];
