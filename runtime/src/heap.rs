@@ -1,20 +1,27 @@
-//! Where host tensors' memory comes from: the process's heap, or a *shared heap* that the other
-//! processes of the job on this host have mapped too.
+//! Where host tensors' memory comes from: 64-byte-aligned blocks of the process's heap, or of a
+//! *shared heap* that the other processes of the job on this host have mapped too.
+//!
+//! Host tensors that rankwise allocates (`Tensor::full`, `zeros`, `from_fn`, copies) start on
+//! a cache line, as PyTorch's CPU allocator places its tensors: the kernels read and write
+//! whole lines, and a vector loop over a tensor that starts mid-line touches one line more
+//! per group and splits its loads (a `Vec` starts 16 bytes past a line as often as not; at
+//! world 2 a 64 KiB all_gather took 1.53–1.56 µs aligned against 1.68–1.71, a reduce_scatter
+//! 1.36–1.39 against 1.54–1.60; `docs/decisions.md`, session 43). A tensor built from the
+//! caller's own `Vec` (`from_vec`, `From<Vec>`) keeps that `Vec`: its bytes are never copied
+//! just to be aligned or shared.
 //!
 //! Under MPI, ranks are processes, and a collective through shared memory could only copy each
 //! tensor into a shared window and the results back out, because a peer cannot see another
 //! process's heap. When a backend installs a shared heap ([`install`]; the MPI backend's
-//! `arena`), host tensors that rankwise allocates (`Tensor::full`, `zeros`, `from_fn`, copies)
-//! take their memory from it, and the backend can read and write them where they are, as the
-//! threads backend does. A tensor built from the caller's own `Vec` (`from_vec`, `From<Vec>`)
-//! keeps that `Vec`: its bytes are never copied just to be shared.
+//! `arena`), tensors that rankwise allocates take their memory from it, and the backend can
+//! read and write them where they are, as the threads backend does.
 //!
 //! Nothing else changes for the user: a tensor's memory is its own until it is dropped, and a
 //! peer touches it only inside a collective that borrows the tensor (the call holds `&mut`),
 //! on this rank's behalf.
 
-// Only the MPI backend installs a shared heap (and counts its steps); without it, the
-// allocator and those hooks are there but unused.
+// Only the MPI backend installs a shared heap (and counts its steps); without it, those hooks
+// are there but unused.
 #![cfg_attr(not(feature = "mpi"), allow(dead_code))]
 
 use std::ops::{Deref, DerefMut};
@@ -24,10 +31,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::element::Element;
 
-/// A heap other processes can read: blocks of at least `bytes`, 64-byte aligned.
-pub(crate) trait SharedHeap: Send + Sync {
-    /// A block of `bytes` (> 0) bytes, or `None` when the heap has no room (the caller then
-    /// uses the process's heap).
+/// Where blocks of host tensors come from: blocks of at least `bytes`, 64-byte aligned. The
+/// process's heap ([`PROCESS`]), or a heap other processes can read ([`install`]).
+pub(crate) trait Heap: Send + Sync {
+    /// A block of `bytes` (> 0) bytes, or `None` when the heap has no room (a shared heap's
+    /// caller then uses the process's heap).
     fn alloc(&self, bytes: usize) -> Option<NonNull<u8>>;
 
     /// Gives back a block.
@@ -38,7 +46,32 @@ pub(crate) trait SharedHeap: Send + Sync {
     unsafe fn free(&self, block: NonNull<u8>, bytes: usize);
 }
 
-static HEAP: OnceLock<&'static dyn SharedHeap> = OnceLock::new();
+static HEAP: OnceLock<&'static dyn Heap> = OnceLock::new();
+
+/// The alignment of every block: a cache line.
+const ALIGN: usize = 64;
+
+/// The process's heap, through the global allocator, in 64-byte-aligned blocks.
+pub(crate) struct Process;
+
+/// The process's heap.
+pub(crate) static PROCESS: Process = Process;
+
+impl Heap for Process {
+    fn alloc(&self, bytes: usize) -> Option<NonNull<u8>> {
+        let layout = std::alloc::Layout::from_size_align(bytes, ALIGN).ok()?;
+        // SAFETY: `bytes > 0` (the trait's contract), so the layout is not zero-sized.
+        NonNull::new(unsafe { std::alloc::alloc(layout) })
+    }
+
+    unsafe fn free(&self, block: NonNull<u8>, bytes: usize) {
+        // `alloc` made a block of this size, so the layout is valid.
+        if let Ok(layout) = std::alloc::Layout::from_size_align(bytes, ALIGN) {
+            // SAFETY: the block came from `alloc` with this layout (the trait's contract).
+            unsafe { std::alloc::dealloc(block.as_ptr(), layout) };
+        }
+    }
+}
 
 /// Steps of a shared-memory collective this process ran on tensors where they are.
 static DIRECT_STEPS: AtomicU64 = AtomicU64::new(0);
@@ -72,12 +105,12 @@ pub fn handed_back() -> u64 {
 
 /// Makes `heap` the source of host tensors' memory for the rest of the process (the first
 /// call wins: one backend per process).
-pub(crate) fn install(heap: &'static dyn SharedHeap) {
+pub(crate) fn install(heap: &'static dyn Heap) {
     let _ = HEAP.set(heap);
 }
 
 /// The shared heap, if a backend installed one.
-fn shared() -> Option<&'static dyn SharedHeap> {
+fn shared() -> Option<&'static dyn Heap> {
     HEAP.get().copied()
 }
 
@@ -170,17 +203,17 @@ impl Classes {
     }
 }
 
-/// A host tensor's elements: a `Vec` on the process's heap, or a block of the shared heap.
+/// A host tensor's elements: the caller's own `Vec` (`from_vec`), or a block of a [`Heap`].
 pub(crate) enum HostMem<T: Element> {
-    Heap(Vec<T>),
-    Shared(Block<T>),
+    Vec(Vec<T>),
+    Block(Block<T>),
 }
 
-/// `len` elements in a block of a shared heap, given back when dropped.
+/// `len` elements in a block of a [`Heap`], given back when dropped.
 pub(crate) struct Block<T: Element> {
     ptr: NonNull<T>,
     len: usize,
-    heap: &'static dyn SharedHeap,
+    heap: &'static dyn Heap,
 }
 
 // SAFETY: a block belongs to this value alone (the heap hands each block out once, until this
@@ -190,38 +223,78 @@ unsafe impl<T: Element> Send for Block<T> {}
 // SAFETY: as above; `&Block` gives only shared access to the elements.
 unsafe impl<T: Element> Sync for Block<T> {}
 
-impl<T: Element> HostMem<T> {
-    /// `len` elements, each `f(i)`: in the shared heap if there is one with room, else in a
-    /// `Vec` (whose allocation failure is `Err(bytes)`, not an abort).
-    pub(crate) fn build(len: usize, mut f: impl FnMut(usize) -> T) -> Result<Self, usize> {
-        let bytes = len.saturating_mul(std::mem::size_of::<T>());
-        if let Some(heap) = shared().filter(|_| bytes > 0)
-            && let Some(block) = heap.alloc(bytes)
-        {
-            let ptr = block.cast::<T>();
-            for i in 0..len {
-                // SAFETY: the block holds `bytes` bytes, 64-byte aligned (a multiple of every
-                // element's alignment), so element `i < len` is in bounds; writing does not
-                // read the old bytes.
-                unsafe { ptr.as_ptr().add(i).write(f(i)) };
-            }
-            return Ok(HostMem::Shared(Block { ptr, len, heap }));
+/// A block whose elements are still being written: given back if writing them panics (a
+/// user's `from_fn` closure).
+struct Unfilled {
+    block: NonNull<u8>,
+    bytes: usize,
+    heap: &'static dyn Heap,
+}
+
+impl Drop for Unfilled {
+    fn drop(&mut self) {
+        // SAFETY: the block came from `heap.alloc(bytes)` and holds no element anyone reads.
+        unsafe { self.heap.free(self.block, self.bytes) };
+    }
+}
+
+impl<T: Element> Block<T> {
+    /// The block `block` of `heap` with its `len` elements written, each `f(i)`; given back to
+    /// the heap if `f` panics.
+    ///
+    /// # Safety
+    /// `block` came from `heap.alloc(len * size_of::<T>())` (a size that did not overflow) and
+    /// is used by nothing else.
+    unsafe fn fill(
+        block: NonNull<u8>,
+        heap: &'static dyn Heap,
+        len: usize,
+        mut f: impl FnMut(usize) -> T,
+    ) -> Self {
+        let bytes = len * std::mem::size_of::<T>();
+        let unfilled = Unfilled { block, bytes, heap };
+        let ptr = block.cast::<T>();
+        for i in 0..len {
+            // SAFETY: the block holds `bytes` bytes, 64-byte aligned (a multiple of every
+            // element's alignment), so element `i < len` is in bounds; writing does not read
+            // the old bytes.
+            unsafe { ptr.as_ptr().add(i).write(f(i)) };
         }
-        let mut v = Vec::new();
-        v.try_reserve_exact(len).map_err(|_| bytes)?;
-        v.extend((0..len).map(f));
-        Ok(HostMem::Heap(v))
+        std::mem::forget(unfilled); // every element written: the block is the tensor's now
+        Block { ptr, len, heap }
+    }
+}
+
+impl<T: Element> HostMem<T> {
+    /// `len` elements, each `f(i)`, in a block of the shared heap if there is one with room,
+    /// else of the process's heap (whose allocation failure is `Err(bytes)`, not an abort).
+    pub(crate) fn build(len: usize, f: impl FnMut(usize) -> T) -> Result<Self, usize> {
+        let Some(bytes) = len.checked_mul(std::mem::size_of::<T>()) else {
+            return Err(usize::MAX);
+        };
+        if bytes == 0 {
+            return Ok(HostMem::Vec(Vec::new())); // no elements: nothing to place
+        }
+        let (block, heap) = match shared().and_then(|h| Some((h.alloc(bytes)?, h))) {
+            Some(found) => found,
+            None => (
+                PROCESS.alloc(bytes).ok_or(bytes)?,
+                &PROCESS as &'static dyn Heap,
+            ),
+        };
+        // SAFETY: a new block of `heap` of `len` elements' bytes.
+        Ok(HostMem::Block(unsafe { Block::fill(block, heap, len, f) }))
     }
 
-    /// The elements as a `Vec`: the `Vec` itself, or a copy of a shared block (then freed).
+    /// The elements as a `Vec`: the caller's `Vec` itself, or a copy of a block (then freed).
     pub(crate) fn into_vec(self) -> Vec<T> {
         match self {
-            HostMem::Heap(v) => v,
-            shared => shared.to_vec(),
+            HostMem::Vec(v) => v,
+            block => block.to_vec(),
         }
     }
 
-    /// A copy, in the shared heap if there is room (as a new tensor would be).
+    /// A copy, placed as a new tensor would be.
     pub(crate) fn duplicate(&self) -> Result<Self, usize> {
         let from: &[T] = self;
         HostMem::build(from.len(), |i| from[i])
@@ -232,11 +305,11 @@ impl<T: Element> Deref for HostMem<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         match self {
-            HostMem::Heap(v) => v,
+            HostMem::Vec(v) => v,
             // SAFETY: the block holds `len` initialised elements (`build` wrote each), owned
             // by this value; every bit pattern other processes may leave is a valid element
             // (plain integers and IEEE floats).
-            HostMem::Shared(b) => unsafe { std::slice::from_raw_parts(b.ptr.as_ptr(), b.len) },
+            HostMem::Block(b) => unsafe { std::slice::from_raw_parts(b.ptr.as_ptr(), b.len) },
         }
     }
 }
@@ -244,9 +317,9 @@ impl<T: Element> Deref for HostMem<T> {
 impl<T: Element> DerefMut for HostMem<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         match self {
-            HostMem::Heap(v) => v,
+            HostMem::Vec(v) => v,
             // SAFETY: as in `deref`; `&mut self` is the only access.
-            HostMem::Shared(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr.as_ptr(), b.len) },
+            HostMem::Block(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr.as_ptr(), b.len) },
         }
     }
 }
@@ -365,7 +438,7 @@ mod tests {
         }
     }
 
-    impl SharedHeap for Plain {
+    impl Heap for Plain {
         fn alloc(&self, bytes: usize) -> Option<NonNull<u8>> {
             let c = Classes::class_of(bytes)?;
             let at = self.state.lock().ok()?.take(c, PLAIN_BYTES, |_| true)?;
@@ -391,13 +464,9 @@ mod tests {
             state: std::sync::Mutex::new(Classes::new()),
         });
         let make = |len: usize, k: f32| -> HostMem<f32> {
-            let block = heap.alloc((len * 4).max(1)).expect("room");
-            let ptr = block.cast::<f32>();
-            for i in 0..len {
-                // SAFETY: in the block just taken.
-                unsafe { ptr.as_ptr().add(i).write(k + i as f32) };
-            }
-            HostMem::Shared(Block { ptr, len, heap })
+            let block = heap.alloc(len * 4).expect("room");
+            // SAFETY: a block just taken from `heap`, of `len` f32s.
+            HostMem::Block(unsafe { Block::fill(block, heap, len, |i| k + i as f32) })
         };
         let a = make(300, 1.0);
         let mut b = make(300, 1000.0);
@@ -413,5 +482,95 @@ mod tests {
         assert_eq!(d[..2], [5.0, 6.0]);
         assert_ne!(d.as_ptr(), c.as_ptr());
         assert_eq!(b.into_vec()[..2], [-1.0, 1001.0]);
+    }
+
+    /// Blocks of the process's heap start on a cache line and hold exactly the elements
+    /// written, for element types of every size and lengths around the line; copies and
+    /// `into_vec` keep the elements, and no elements means no block.
+    #[test]
+    fn process_blocks_are_aligned_and_hold_their_elements() {
+        fn check<T: Element>(make: impl Fn(usize) -> T) {
+            for len in [1usize, 3, 15, 16, 17, 63, 64, 65, 1000, 4097] {
+                let m = HostMem::build(len, &make).expect("memory");
+                assert!(matches!(m, HostMem::Block(_)));
+                assert_eq!(m.as_ptr() as usize % 64, 0, "{len} elements");
+                assert!((0..len).all(|i| m[i] == make(i)), "{len} elements");
+                let d = m.duplicate().expect("memory");
+                assert_eq!(d.as_ptr() as usize % 64, 0);
+                assert_ne!(d.as_ptr(), m.as_ptr());
+                assert!(*d == *m);
+                assert_eq!(m.into_vec(), (0..len).map(&make).collect::<Vec<_>>());
+            }
+            let empty = HostMem::<T>::build(0, &make).expect("nothing to allocate");
+            assert!(matches!(empty, HostMem::Vec(ref v) if v.is_empty()));
+        }
+        check(|i| i as u8);
+        check(|i| half::f16::from_f32(i as f32));
+        check(|i| i as f32 * 0.5);
+        check(|i| i as i64 - 7);
+        check(|i| i as f64 / 3.0);
+        let too_many = HostMem::<f64>::build(usize::MAX / 4, |_| 0.0);
+        assert!(
+            too_many.is_err(),
+            "more bytes than a size holds is an error, not an abort"
+        );
+        if !cfg!(miri) {
+            let too_big = HostMem::<u8>::build(1 << 50, |_| 0);
+            assert!(too_big.is_err(), "a petabyte is an error, not an abort");
+        }
+    }
+
+    /// The process's heap, counting the blocks it hands out and gets back.
+    struct Counted(AtomicU64, AtomicU64);
+
+    impl Heap for Counted {
+        fn alloc(&self, bytes: usize) -> Option<NonNull<u8>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            PROCESS.alloc(bytes)
+        }
+        unsafe fn free(&self, block: NonNull<u8>, bytes: usize) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the block came from `PROCESS.alloc(bytes)` (the caller's contract).
+            unsafe { PROCESS.free(block, bytes) }
+        }
+    }
+
+    static COUNTED: Counted = Counted(AtomicU64::new(0), AtomicU64::new(0));
+
+    /// A block whose elements' closure panics (a user's `from_fn`) goes back to its heap; one
+    /// filled whole goes back when its tensor is dropped, once.
+    #[test]
+    fn a_block_goes_back_once_even_when_filling_it_panics() {
+        let take = || COUNTED.alloc(400).expect("memory");
+        let panicked = std::panic::catch_unwind(|| {
+            // SAFETY: a new block of 100 f32s from `COUNTED`.
+            unsafe {
+                Block::fill(take(), &COUNTED, 100, |i| {
+                    if i < 40 { 1.0 } else { panic!("at {i}") }
+                })
+            }
+        });
+        assert!(panicked.is_err());
+        assert_eq!(
+            COUNTED.1.load(Ordering::Relaxed),
+            1,
+            "given back after the panic"
+        );
+        // SAFETY: as above.
+        let whole = unsafe { Block::<f32>::fill(take(), &COUNTED, 100, |i| i as f32) };
+        assert_eq!(
+            COUNTED.1.load(Ordering::Relaxed),
+            1,
+            "kept while the tensor lives"
+        );
+        let mem = HostMem::Block(whole);
+        assert_eq!(mem[99], 99.0);
+        drop(mem);
+        assert_eq!(COUNTED.0.load(Ordering::Relaxed), 2);
+        assert_eq!(
+            COUNTED.1.load(Ordering::Relaxed),
+            2,
+            "given back when dropped"
+        );
     }
 }

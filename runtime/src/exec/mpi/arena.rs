@@ -32,7 +32,7 @@ use mpi::topology::{Communicator, SimpleCommunicator};
 
 use super::raw;
 use crate::error::Result;
-use crate::heap::{Classes, SharedHeap};
+use crate::heap::{Classes, Heap};
 use crate::vars::{self, Choice};
 
 /// Addresses each rank's file reserves in every mapping (no memory until allocated).
@@ -84,7 +84,7 @@ unsafe impl Send for Arena {}
 // SAFETY: as above.
 unsafe impl Sync for Arena {}
 
-impl SharedHeap for Arena {
+impl Heap for Arena {
     fn alloc(&self, bytes: usize) -> Option<NonNull<u8>> {
         let class = Classes::class_of(bytes)?;
         let mut state = self.state.lock().ok()?;
