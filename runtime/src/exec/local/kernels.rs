@@ -31,6 +31,11 @@ const SLICE_MIN_BYTES: usize = 8 * 1024;
 /// and writes its inputs between calls); at 16 MiB neither wins.
 const PUSH_MAX_BYTES: usize = 4 << 20;
 
+/// Slices of a large reduction up to this many bytes are reduced from both ends towards their
+/// middle ([`Across::slice`]); larger ones stream through memory from start to end, where a few
+/// lines at the edges are noise (and a descending stream from memory gained nothing).
+const MEET_MAX_BYTES: usize = 1 << 20;
+
 /// One collective step as seen by member `me` of `n`: its description (ours; every member's
 /// agrees) and every member's buffers, input and output, in member order.
 pub(crate) struct Step<'a> {
@@ -146,7 +151,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             with_dtype!(desc.dtype, T => {
                 // SAFETY: [lo, hi) is within every member's buffer and owned by us alone; the
                 // ops are in place (validated), so a destination is its member's source.
-                let across = unsafe { Across::<T>::new(&srcs, &dsts, hi - lo) };
+                let across = unsafe { Across::<T>::slice(&srcs, &dsts, hi - lo) };
                 Reducer::<T>::new(op, n).fold(across)
             })
         }
@@ -447,6 +452,9 @@ struct Across<T> {
     numel: usize,
     /// Rows, and the elements from one row to the next in the sources and in the destinations.
     rows: (usize, usize, usize),
+    /// A slice of buffers other members slice too: reduced from both ends towards its middle
+    /// (see [`Across::slice`]).
+    meet: bool,
 }
 
 impl<T> Across<T> {
@@ -457,6 +465,28 @@ impl<T> Across<T> {
     unsafe fn new(srcs: &[*const u8], dsts: &[*mut u8], numel: usize) -> Self {
         // SAFETY: the caller's contract.
         unsafe { Self::rows(srcs, dsts, numel, (1, 0, 0)) }
+    }
+
+    /// Member `me`'s slice of `numel` elements of buffers whose neighbouring slices other
+    /// members reduce at the same time (a large all_reduce or reduce), reduced from both of its
+    /// ends towards its middle: the upper half from its end down, then the lower half up.
+    ///
+    /// A core streaming through memory prefetches past the end of its stream. Ending at a
+    /// slice's edge, it took the first lines of the next member's slice out of that member's
+    /// cache just after that member had written them, and at world 2 the second member's half
+    /// of a 64 KiB all_reduce took 120–200 ns longer than the first's, which then waited for
+    /// it. Streams that start at the edges and end inside the slice keep each member's lines
+    /// its own: in a scratch loop, 807 and 919 ns became 771 and 765 (`docs/decisions.md`,
+    /// session 43). The elements and the order each is combined in are the same either way.
+    ///
+    /// # Safety
+    /// As for [`Across::new`].
+    unsafe fn slice(srcs: &[*const u8], dsts: &[*mut u8], numel: usize) -> Self {
+        // SAFETY: the caller's contract.
+        let mut across = unsafe { Self::new(srcs, dsts, numel) };
+        // A few lines a call: nothing beside a slice that streams through memory.
+        across.meet = numel.saturating_mul(std::mem::size_of::<T>()) <= MEET_MAX_BYTES;
+        across
     }
 
     /// `rows.0` rows of `numel` elements, row `r` starting `r * rows.1` elements past each of
@@ -475,6 +505,7 @@ impl<T> Across<T> {
             dsts: dsts.iter().map(|p| p.cast()).collect(),
             numel,
             rows,
+            meet: false,
         }
     }
 }
@@ -490,6 +521,24 @@ impl<T: Arith> Fold<T> for Across<T> {
     ) {
         let (rows, src_pitch, dst_pitch) = self.rows;
         let (mut srcs, mut dsts) = (self.srcs, self.dsts);
+        if self.meet {
+            let mid = self.numel / 2 / LANES * LANES;
+            let up_srcs: SmallVec<[*const T; 8]> = (srcs.iter())
+                // SAFETY: `mid <= numel`, within every source (`Across::new`'s contract).
+                .map(|p| unsafe { p.add(mid) })
+                .collect();
+            let up_dsts: SmallVec<[*mut T; 8]> = (dsts.iter())
+                // SAFETY: as above, for every destination.
+                .map(|p| unsafe { p.add(mid) })
+                .collect();
+            return crate::reduce::widest(|| {
+                // SAFETY: `Across::new`'s contract, for elements `mid..numel` and then `..mid`.
+                unsafe {
+                    fold_across_down(&up_srcs, &up_dsts, self.numel - mid, start, combine, finish);
+                    fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
+                }
+            });
+        }
         // One choice of width for all the rows.
         crate::reduce::widest(|| {
             for r in 0..rows {
@@ -592,7 +641,55 @@ unsafe fn fold_across_loops<T: Arith>(
         unsafe { fold_group::<T, LANES>(first, rest, dsts, at, start, combine, finish) };
         at += LANES;
     }
-    // A short rest (a narrow reduce_scatter's rows are all rest) in halving groups.
+    // SAFETY: the elements from `whole` on (contract).
+    unsafe { fold_rest(first, rest, dsts, whole, numel, start, combine, finish) }
+}
+
+/// [`fold_across_loops`]' elements in the other order: the rest past the last whole group
+/// first, then the whole groups from the last down.
+///
+/// # Safety
+/// As for [`fold_across`].
+#[inline(always)]
+unsafe fn fold_across_down<T: Arith>(
+    srcs: &[*const T],
+    dsts: &[*mut T],
+    numel: usize,
+    start: impl Fn(T) -> T + Copy,
+    combine: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
+) {
+    let Some((&first, rest)) = srcs.split_first() else {
+        return;
+    };
+    let whole = numel - numel % LANES;
+    // SAFETY: the elements from `whole` on (contract).
+    unsafe { fold_rest(first, rest, dsts, whole, numel, start, combine, finish) };
+    let mut at = whole;
+    while at > 0 {
+        at -= LANES;
+        // SAFETY: elements at..at + LANES are within every buffer (contract).
+        unsafe { fold_group::<T, LANES>(first, rest, dsts, at, start, combine, finish) };
+    }
+}
+
+/// Elements `at..numel` of [`fold_across`], fewer than [`LANES`] (a narrow reduce_scatter's
+/// rows are all rest), in halving groups.
+///
+/// # Safety
+/// As for [`fold_across`], for those elements.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn fold_rest<T: Arith>(
+    first: *const T,
+    rest: &[*const T],
+    dsts: &[*mut T],
+    mut at: usize,
+    numel: usize,
+    start: impl Fn(T) -> T + Copy,
+    combine: impl Fn(T, T) -> T + Copy,
+    finish: impl Fn(T) -> T + Copy,
+) {
     if numel - at >= LANES / 2 {
         // SAFETY: elements at..at + LANES / 2 are within every buffer (contract).
         unsafe { fold_group::<T, { LANES / 2 }>(first, rest, dsts, at, start, combine, finish) };
@@ -883,7 +980,7 @@ mod tests {
         fn check<T: Arith>(ops: &[crate::ReduceOp], value: impl Fn(usize) -> T) {
             for &op in ops {
                 for n in 1..=4 {
-                    for numel in [0, 1, 4, 8, 13, 15, 16, 17, 28, 40] {
+                    for numel in [0, 1, 4, 8, 13, 15, 16, 17, 28, 40, 47, 100] {
                         let inputs: Vec<Vec<T>> = (0..n)
                             .map(|j| (0..numel).map(|i| value(7 * i + 3 * j + 1)).collect())
                             .collect();
@@ -901,10 +998,11 @@ mod tests {
                         });
                         // Under Miri both variants are the baseline loops: checked once.
                         let variants: &[bool] = if cfg!(miri) { &[true] } else { &[true, false] };
-                        for (outputs, &narrow) in [n, 1, 0]
-                            .into_iter()
-                            .flat_map(|o| variants.iter().map(move |v| (o, v)))
-                        {
+                        // Every number of outputs, both loop variants, both orders.
+                        let cases = [n, 1, 0].into_iter().flat_map(|o| {
+                            (variants.iter()).flat_map(move |&v| [(o, v, false), (o, v, true)])
+                        });
+                        for (outputs, narrow, meet) in cases {
                             let mut bufs = inputs.clone();
                             let mut outs: Vec<Vec<T>> = vec![vec![T::default(); numel]; outputs];
                             let srcs: Vec<*const u8> = bufs
@@ -919,7 +1017,13 @@ mod tests {
                             };
                             // SAFETY: every buffer holds `numel` elements; destinations are
                             // distinct, and in place each is exactly its member's source.
-                            let probe = unsafe { Across::<T>::new(&srcs, &dsts, numel) };
+                            let probe = unsafe {
+                                if meet {
+                                    Across::<T>::slice(&srcs, &dsts, numel)
+                                } else {
+                                    Across::<T>::new(&srcs, &dsts, numel)
+                                }
+                            };
                             if narrow {
                                 crate::reduce::narrow(|| r.fold(probe));
                             } else {
@@ -929,7 +1033,8 @@ mod tests {
                             for g in &got {
                                 assert!(
                                     g == &want,
-                                    "{op:?} n={n} numel={numel} outputs={outputs} narrow={narrow}"
+                                    "{op:?} n={n} numel={numel} outputs={outputs} narrow={narrow} \
+                                     meet={meet}"
                                 );
                             }
                         }
