@@ -523,19 +523,11 @@ impl<T: Arith> Fold<T> for Across<T> {
         let (rows, src_pitch, dst_pitch) = self.rows;
         let (mut srcs, mut dsts) = (self.srcs, self.dsts);
         if self.meet {
-            let mid = self.numel / 2 / LANES * LANES;
-            let up_srcs: SmallVec<[*const T; 8]> = (srcs.iter())
-                // SAFETY: `mid <= numel`, within every source (`Across::new`'s contract).
-                .map(|p| unsafe { p.add(mid) })
-                .collect();
-            let up_dsts: SmallVec<[*mut T; 8]> = (dsts.iter())
-                // SAFETY: as above, for every destination.
-                .map(|p| unsafe { p.add(mid) })
-                .collect();
+            let (mid, numel) = (self.numel / 2 / LANES * LANES, self.numel);
             return crate::reduce::widest(|| {
                 // SAFETY: `Across::new`'s contract, for elements `mid..numel` and then `..mid`.
                 unsafe {
-                    fold_across_down(&up_srcs, &up_dsts, self.numel - mid, start, combine, finish);
+                    fold_across_down(&srcs, &dsts, mid, numel, start, combine, finish);
                     fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
                 }
             });
@@ -646,15 +638,16 @@ unsafe fn fold_across_loops<T: Arith>(
     unsafe { fold_rest(first, rest, dsts, whole, numel, start, combine, finish) }
 }
 
-/// [`fold_across_loops`]' elements in the other order: the rest past the last whole group
-/// first, then the whole groups from the last down.
+/// Elements `from..numel` of [`fold_across`] from the top down: the rest past the last whole
+/// group first, then the whole groups from the last down to `from`.
 ///
 /// # Safety
-/// As for [`fold_across`].
+/// As for [`fold_across`]; `from <= numel`.
 #[inline(always)]
 unsafe fn fold_across_down<T: Arith>(
     srcs: &[*const T],
     dsts: &[*mut T],
+    from: usize,
     numel: usize,
     start: impl Fn(T) -> T + Copy,
     combine: impl Fn(T, T) -> T + Copy,
@@ -663,11 +656,11 @@ unsafe fn fold_across_down<T: Arith>(
     let Some((&first, rest)) = srcs.split_first() else {
         return;
     };
-    let whole = numel - numel % LANES;
+    let whole = numel - (numel - from) % LANES;
     // SAFETY: the elements from `whole` on (contract).
     unsafe { fold_rest(first, rest, dsts, whole, numel, start, combine, finish) };
     let mut at = whole;
-    while at > 0 {
+    while at > from {
         at -= LANES;
         // SAFETY: elements at..at + LANES are within every buffer (contract).
         unsafe { fold_group::<T, LANES>(first, rest, dsts, at, start, combine, finish) };
