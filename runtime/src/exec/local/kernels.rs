@@ -469,14 +469,15 @@ impl<T> Across<T> {
         unsafe { Self::rows(srcs, dsts, numel, (1, 0, 0)) }
     }
 
-    /// Member `me`'s slice of `numel` elements of buffers whose neighbouring slices other
-    /// members reduce at the same time (a large all_reduce or reduce), reduced from both of its
-    /// ends towards its middle: the upper half from its end down, then the lower half up.
+    /// A member's slice of `numel` elements (one row) of buffers whose neighbouring slices
+    /// other members reduce at the same time (a large all_reduce or reduce), reduced from both
+    /// of its ends towards its middle: the upper half from its end down, then the lower half up
+    /// (up to [`MEET_MAX_BYTES`]; a larger slice from start to end).
     ///
     /// A core streaming through memory prefetches past the end of its stream. Ending at a
     /// slice's edge, it took the first lines of the next member's slice out of that member's
     /// cache just after that member had written them, and at world 2 the second member's half
-    /// of a 64 KiB all_reduce took 120–200 ns longer than the first's, which then waited for
+    /// of a 64 KiB all_reduce took 110–230 ns longer than the first's, which then waited for
     /// it. Streams that start at the edges and end inside the slice keep each member's lines
     /// its own: in a scratch loop, 807 and 919 ns became 771 and 765 (`docs/decisions.md`,
     /// session 43). The elements and the order each is combined in are the same either way.
