@@ -64,6 +64,8 @@ fn a_device_tensor_is_read_by_copying_not_by_pointer() {
         let host = t.to_host()?;
         assert_eq!(host.device(), Device::Host);
         assert_eq!(host.as_slice()?, &[1.0, 2.0, 3.0, 4.0]);
+        // Placed as a host tensor rankwise allocates: on a cache line.
+        assert!((host.as_slice()?.as_ptr() as usize).is_multiple_of(64));
         // A copy is its own memory on the same device.
         let copy = t.clone();
         t.fill(9.0);
