@@ -525,10 +525,13 @@ impl<T: Arith> Fold<T> for Across<T> {
         let (mut srcs, mut dsts) = (self.srcs, self.dsts);
         if self.meet {
             let (mid, numel) = (self.numel / 2 / LANES * LANES, self.numel);
+            let Some((&first, rest)) = srcs.split_first() else {
+                return;
+            };
             return crate::reduce::widest(|| {
                 // SAFETY: `Across::new`'s contract, for elements `mid..numel` and then `..mid`.
                 unsafe {
-                    fold_across_down(&srcs, &dsts, mid, numel, start, combine, finish);
+                    fold_across_down((first, rest), &dsts, mid, numel, start, combine, finish);
                     fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
                 }
             });
@@ -639,14 +642,16 @@ unsafe fn fold_across_loops<T: Arith>(
     unsafe { fold_rest(first, rest, dsts, whole, numel, start, combine, finish) }
 }
 
-/// Elements `from..numel` of [`fold_across`] from the top down: the rest past the last whole
-/// group first, then the whole groups from the last down to `from`.
+/// Elements `from..numel` of [`fold_across`] from the top down, sources `first` and `rest`:
+/// the rest past the last whole group first, then the whole groups from the last down to
+/// `from`.
 ///
 /// # Safety
 /// As for [`fold_across`]; `from <= numel`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn fold_across_down<T: Arith>(
-    srcs: &[*const T],
+    (first, rest): (*const T, &[*const T]),
     dsts: &[*mut T],
     from: usize,
     numel: usize,
@@ -654,9 +659,6 @@ unsafe fn fold_across_down<T: Arith>(
     combine: impl Fn(T, T) -> T + Copy,
     finish: impl Fn(T) -> T + Copy,
 ) {
-    let Some((&first, rest)) = srcs.split_first() else {
-        return;
-    };
     let whole = numel - (numel - from) % LANES;
     // SAFETY: the elements from `whole` on (contract).
     unsafe { fold_rest(first, rest, dsts, whole, numel, start, combine, finish) };
