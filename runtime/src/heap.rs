@@ -545,7 +545,7 @@ mod tests {
         let panicked = std::panic::catch_unwind(|| {
             // SAFETY: a new block of 100 f32s from `COUNTED`.
             unsafe {
-                Block::fill(take(), &COUNTED, 100, |i| {
+                Block::<f32>::fill(take(), &COUNTED, 100, |i| {
                     if i < 40 { 1.0 } else { panic!("at {i}") }
                 })
             }
