@@ -6,16 +6,40 @@
 //! launchers do by default. Opt-in here: a process that runs several worlds at once (a test
 //! suite) or shares its cores with other work is better left to the scheduler. Pinning is a
 //! hint: where it is unsupported or refused, ranks run unpinned.
+//!
+//! Unpinned ranks still *start* spread over those cores ([`start_on`]), each world from the
+//! core after the last world's, and are then free to move. Left to the scheduler, four ranks
+//! on two cores were placed three to a core in some worlds, for the world's whole life, and
+//! every 1 MiB call was half again slower; started spread, the scheduler mostly keeps them
+//! so (`docs/decisions.md`, session 43).
 
 /// The CPUs the calling thread may run on, in increasing order (empty if unknown); called
 /// before the ranks start, the process's.
 pub(crate) fn allowed_cpus() -> Vec<usize> {
+    // Under Miri, which runs the threads itself, ranks are neither pinned nor placed.
+    if cfg!(miri) {
+        return Vec::new();
+    }
     imp::allowed_cpus()
 }
 
 /// Pins the calling thread to `cpu`; whether it took effect.
 pub(crate) fn pin_current_thread(cpu: usize) -> bool {
     imp::pin_current_thread(cpu)
+}
+
+/// Moves the calling thread to `cpu`, then lets it run on any of `allowed` again (the mask it
+/// had): where an unpinned rank starts, not where it must stay. Should giving the mask back
+/// fail, the thread stays on `cpu`, as a pinned rank would.
+///
+/// Returns the CPU the thread was on while it was pinned there, if it was.
+pub(crate) fn start_on(cpu: usize, allowed: &[usize]) -> Option<usize> {
+    if !imp::pin_current_thread(cpu) {
+        return None;
+    }
+    let on = imp::current_cpu();
+    imp::allow(allowed);
+    on
 }
 
 #[cfg(target_os = "linux")]
@@ -42,6 +66,25 @@ mod imp {
             .collect()
     }
 
+    /// The CPU the calling thread runs on, if the kernel says.
+    pub(super) fn current_cpu() -> Option<usize> {
+        // SAFETY: `sched_getcpu` takes nothing and returns a number or -1.
+        usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+    }
+
+    /// Lets the calling thread run on any of `cpus`; whether it took effect.
+    pub(super) fn allow(cpus: &[usize]) -> bool {
+        let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: as in `pin_current_thread`, for every CPU of the list below the set's size.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in cpus.iter().filter(|&&c| c < max) {
+                libc::CPU_SET(cpu, &mut set);
+            }
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+
     pub(super) fn pin_current_thread(cpu: usize) -> bool {
         if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
             return false;
@@ -65,6 +108,14 @@ mod imp {
     pub(super) fn pin_current_thread(_cpu: usize) -> bool {
         false
     }
+
+    pub(super) fn allow(_cpus: &[usize]) -> bool {
+        false
+    }
+
+    pub(super) fn current_cpu() -> Option<usize> {
+        None
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -86,8 +137,28 @@ mod tests {
         for (rank, mask) in got.iter().enumerate() {
             assert_eq!(mask, &vec![cpus[rank % cpus.len()]], "rank {rank}");
         }
-        // Unpinned ranks keep the process's whole mask.
-        let free = spawn_with(2, Options::default(), |_| Ok(super::allowed_cpus())).unwrap();
-        assert_eq!(free, vec![cpus.clone(), cpus]);
+        // Unpinned ranks keep the process's whole mask: they only start spread, as many ranks
+        // as CPUs and more.
+        for world in [2, cpus.len() + 1] {
+            let free = spawn_with(world, Options::default(), |_| Ok(super::allowed_cpus()));
+            assert_eq!(free.unwrap(), vec![cpus.clone(); world], "world {world}");
+        }
+    }
+
+    /// A thread started on a CPU was there while pinned, and may then run on every CPU it was
+    /// allowed before.
+    #[test]
+    #[cfg_attr(miri, ignore = "calls sched_setaffinity")]
+    fn a_started_thread_begins_on_its_cpu_and_keeps_its_mask() {
+        let cpus = super::allowed_cpus();
+        let last = *cpus.last().expect("some CPU");
+        let (on, mask) = std::thread::spawn(move || {
+            let allowed = super::allowed_cpus();
+            (super::start_on(last, &allowed), super::allowed_cpus())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(on, Some(last));
+        assert_eq!(mask, cpus);
     }
 }

@@ -1,6 +1,7 @@
 //! `spawn`: run a rank program on one thread per rank (≈ `torch.multiprocessing.spawn`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -190,12 +191,28 @@ where
         .collect();
     // Read even when `options` pins: a mistyped value is reported either way.
     let pin_env = pin_from_env()?;
-    let cpus = if options.pin || pin_env {
-        crate::pin::allowed_cpus()
+    let cpus = crate::pin::allowed_cpus();
+    let place = if options.pin || pin_env {
+        Place::Pin(&cpus)
     } else {
-        Vec::new()
+        Place::Start(&cpus, NEXT_START.fetch_add(world, Ordering::Relaxed))
     };
-    run_on(shared, backends, options.trace.clone(), &cpus, f)
+    run_on(shared, backends, options.trace.clone(), place, f)
+}
+
+/// Where the next unpinned world's rank 0 starts, as an index into the allowed CPUs: worlds
+/// that run at once (a test suite's) start on different cores.
+static NEXT_START: AtomicUsize = AtomicUsize::new(0);
+
+/// Where rank threads run (see `pin`).
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    /// Wherever the scheduler puts them.
+    Anywhere,
+    /// Rank `r` on `cpus[r % len]` for good.
+    Pin(&'a [usize]),
+    /// Rank `r` starts on `cpus[(first + r) % len]`, then may run on any of them.
+    Start(&'a [usize], usize),
 }
 
 /// Runs `f` on `world` threads over backends that `make` builds, one per rank in rank order,
@@ -225,20 +242,19 @@ where
             backends.len()
         )));
     }
-    let (results, shared) = run_on(shared, backends, None, &[], &f)?;
+    let (results, shared) = run_on(shared, backends, None, Place::Anywhere, &f)?;
     if results.iter().all(Result::is_ok) {
         return Ok(results.into_iter().filter_map(Result::ok).collect());
     }
     Err(root_cause(results, shared.abort_cause()))
 }
 
-/// Runs rank `r` of `f` on a thread of its own over `backends[r]`, pinned to
-/// `cpus[r % cpus.len()]` unless `cpus` is empty.
+/// Runs rank `r` of `f` on a thread of its own over `backends[r]`, placed by `place`.
 fn run_on<T, F>(
     shared: Arc<WorldState>,
     backends: Vec<Box<dyn Backend>>,
     trace: Option<String>,
-    cpus: &[usize],
+    place: Place<'_>,
     f: &F,
 ) -> Result<RankResults<T>>
 where
@@ -255,13 +271,20 @@ where
         for (rank, backend) in backends.into_iter().enumerate() {
             let rank_shared = Arc::clone(&shared);
             let traces = traces.as_ref();
-            let cpu = (!cpus.is_empty()).then(|| cpus[rank % cpus.len()]);
             let handle = std::thread::Builder::new()
                 .name(format!("rank-{rank}"))
                 .spawn_scoped(scope, move || {
-                    if let Some(cpu) = cpu {
-                        // A hint: a refusal leaves the rank where the scheduler puts it.
-                        crate::pin::pin_current_thread(cpu);
+                    // Hints: a refusal leaves the rank where the scheduler puts it.
+                    match place {
+                        Place::Pin(cpus) if !cpus.is_empty() => {
+                            crate::pin::pin_current_thread(cpus[rank % cpus.len()]);
+                        }
+                        // One CPU: nowhere else to start.
+                        Place::Start(cpus, first) if cpus.len() > 1 => {
+                            let cpu = cpus[first.wrapping_add(rank) % cpus.len()];
+                            crate::pin::start_on(cpu, cpus);
+                        }
+                        _ => {}
                     }
                     run_rank(rank, world, rank_shared, backend, f, traces)
                 });
