@@ -98,7 +98,9 @@ impl Options {
     /// when several worlds run at once or the cores are shared with other work. Small calls
     /// gain the most (rank threads the scheduler would otherwise move, or stack on one core,
     /// hand their cache lines across farther); see BENCHMARKS.md. A hint: where the system
-    /// refuses (or is not Linux), ranks run unpinned.
+    /// refuses (or is not Linux), ranks run unpinned. Unpinned ranks start spread over those
+    /// CPUs all the same (each world from the CPU after the last world's) and are then free
+    /// to move.
     pub fn pin(mut self, on: bool) -> Self {
         self.pin = on;
         self
