@@ -34,6 +34,31 @@ pub(crate) fn pin_current_thread(cpu: usize) -> bool {
 ///
 /// Returns the CPU the thread was on while it was pinned there, if it was.
 pub(crate) fn start_on(cpu: usize, allowed: &[usize]) -> Option<usize> {
+    HOME.with(|h| *h.borrow_mut() = Some((cpu, allowed.to_vec())));
+    move_to(cpu, allowed)
+}
+
+/// After a sleep, moves the calling rank thread back to the CPU it started on, if it was
+/// started on one ([`start_on`]). A rank that slept is woken wherever the scheduler finds room,
+/// often on its waker's core; a long wait in a world with more ranks than cores then left
+/// three ranks on one core for the rest of the world's life. Returns the CPU the thread was
+/// on while pinned there, if it moved.
+pub(crate) fn back_home() -> Option<usize> {
+    HOME.with(|h| {
+        let home = h.borrow();
+        let (cpu, allowed) = home.as_ref()?;
+        move_to(*cpu, allowed)
+    })
+}
+
+thread_local! {
+    /// The CPU this rank thread started on and the CPUs it may use ([`start_on`]).
+    static HOME: std::cell::RefCell<Option<(usize, Vec<usize>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// [`start_on`]'s move: pinned to `cpu`, then free on `allowed` again.
+fn move_to(cpu: usize, allowed: &[usize]) -> Option<usize> {
     if !imp::pin_current_thread(cpu) {
         return None;
     }
@@ -160,5 +185,26 @@ mod tests {
         .unwrap();
         assert_eq!(on, Some(last));
         assert_eq!(mask, cpus);
+    }
+
+    /// A started thread that was moved elsewhere goes back to its CPU after a sleep, again free
+    /// to run anywhere after; a thread never started (the caller's own) stays as it is.
+    #[test]
+    #[cfg_attr(miri, ignore = "calls sched_setaffinity")]
+    fn a_woken_rank_goes_back_to_its_cpu() {
+        let cpus = super::allowed_cpus();
+        let (first, last) = (cpus[0], *cpus.last().expect("some CPU"));
+        let (back, mask) = std::thread::spawn(move || {
+            let allowed = super::allowed_cpus();
+            super::start_on(last, &allowed);
+            super::move_to(first, &allowed); // where a wake-up might have put it
+            (super::back_home(), super::allowed_cpus())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(back, Some(last));
+        assert_eq!(mask, cpus);
+        let stays = std::thread::spawn(super::back_home).join().unwrap();
+        assert_eq!(stays, None, "no home, no move");
     }
 }

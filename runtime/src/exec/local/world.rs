@@ -439,6 +439,8 @@ impl WorldState {
                 }
             };
         }
+        drop(ctl);
+        crate::pin::back_home();
         Ok(())
     }
 }
