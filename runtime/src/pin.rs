@@ -8,10 +8,10 @@
 //! hint: where it is unsupported or refused, ranks run unpinned.
 //!
 //! Unpinned ranks still *start* spread over those cores ([`start_on`]), each world from the
-//! core after the last world's, and are then free to move. Left to the scheduler, four ranks
-//! on two cores were placed three to a core in some worlds, for the world's whole life, and
-//! every 1 MiB call was half again slower; started spread, the scheduler mostly keeps them
-//! so (`docs/decisions.md`, session 43).
+//! core after the last world's, go back to their core when they wake from a sleep
+//! ([`back_home`]), and are otherwise free to move. Left to the scheduler, four ranks on two
+//! cores were placed three to a core in some worlds, for the world's whole life, and every
+//! 1 MiB call was half again slower (`docs/decisions.md`, session 43).
 
 /// The CPUs the calling thread may run on, in increasing order (empty if unknown); called
 /// before the ranks start, the process's.
