@@ -39,14 +39,18 @@ pub(crate) fn start_on(cpu: usize, allowed: &[usize]) -> Option<usize> {
 }
 
 /// After a sleep, moves the calling rank thread back to the CPU it started on, if it was
-/// started on one ([`start_on`]). A rank that slept is woken wherever the scheduler finds room,
-/// often on its waker's core; a long wait in a world with more ranks than cores then left
-/// three ranks on one core for the rest of the world's life. Returns the CPU the thread was
-/// on while pinned there, if it moved.
+/// started on one ([`start_on`]) and its mask is still the one it started with (a program that
+/// set its rank thread's affinity itself keeps it). A rank that slept is woken wherever the
+/// scheduler finds room, often on its waker's core; a long wait in a world with more ranks
+/// than cores then left three ranks on one core for the rest of the world's life. Returns the
+/// CPU the thread was on while pinned there, if it moved.
 pub(crate) fn back_home() -> Option<usize> {
     HOME.with(|h| {
         let home = h.borrow();
         let (cpu, allowed) = home.as_ref()?;
+        if imp::allowed_cpus() != *allowed {
+            return None;
+        }
         move_to(*cpu, allowed)
     })
 }
@@ -193,7 +197,8 @@ mod tests {
     #[cfg_attr(miri, ignore = "calls sched_setaffinity")]
     fn a_woken_rank_goes_back_to_its_cpu() {
         let cpus = super::allowed_cpus();
-        let (first, last) = (cpus[0], *cpus.last().expect("some CPU"));
+        let first = *cpus.first().expect("some CPU");
+        let last = *cpus.last().expect("some CPU");
         let (back, mask) = std::thread::spawn(move || {
             let allowed = super::allowed_cpus();
             super::start_on(last, &allowed);
@@ -206,5 +211,20 @@ mod tests {
         assert_eq!(mask, cpus);
         let stays = std::thread::spawn(super::back_home).join().unwrap();
         assert_eq!(stays, None, "no home, no move");
+        // A rank whose program bound it to a CPU of its own choosing stays bound there (with
+        // one CPU, that is the whole mask: nothing to tell apart).
+        if cpus.len() < 2 {
+            return;
+        }
+        let (kept, mask) = std::thread::spawn(move || {
+            let allowed = super::allowed_cpus();
+            super::start_on(last, &allowed);
+            super::pin_current_thread(first);
+            (super::back_home(), super::allowed_cpus())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(kept, None);
+        assert_eq!(mask, vec![first]);
     }
 }
