@@ -975,9 +975,16 @@ mod tests {
     fn fold_across_matches_the_slice_reducer() {
         use crate::ReduceOp::*;
         fn check<T: Arith>(ops: &[crate::ReduceOp], value: impl Fn(usize) -> T) {
+            // Under Miri, which checks the pointers and not the arithmetic, one operator and
+            // the lengths that reach every loop in both orders (the whole run took 420 s there).
+            let (ops, lengths): (&[_], &[usize]) = if cfg!(miri) {
+                (&ops[..1], &[0, 1, 13, 17, 40, 47])
+            } else {
+                (ops, &[0, 1, 4, 8, 13, 15, 16, 17, 28, 40, 47, 100])
+            };
             for &op in ops {
                 for n in 1..=4 {
-                    for numel in [0, 1, 4, 8, 13, 15, 16, 17, 28, 40, 47, 100] {
+                    for &numel in lengths {
                         let inputs: Vec<Vec<T>> = (0..n)
                             .map(|j| (0..numel).map(|i| value(7 * i + 3 * j + 1)).collect())
                             .collect();
