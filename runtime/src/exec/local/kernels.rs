@@ -134,44 +134,40 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             let Some((lo, hi)) = owned_range(numel, es, n, me, red) else {
                 return;
             };
-            // SAFETY (pointer offsets): `lo < numel`, inside every member's buffer.
-            let dsts: SmallVec<[*mut u8; 8]> = if desc.kind == OpKind::AllReduce {
-                (0..n)
-                    // SAFETY: `lo < numel`, inside every member's output (agreed shape).
-                    .map(|j| unsafe { step.output(j).add(lo * es) })
-                    .collect()
-            } else {
-                let root = step.output(step.root(members));
-                // SAFETY: `lo < numel`, inside the root's output (agreed shape).
-                SmallVec::from_slice(&[unsafe { root.add(lo * es) }])
-            };
-            let srcs: SmallVec<[*const u8; 8]> = (step.bufs.iter())
-                // SAFETY: `lo < numel`, inside every member's input (agreed shape).
-                .map(|b| unsafe { b.0.cast_const().add(lo * es) })
-                .collect();
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
+            let all = desc.kind == OpKind::AllReduce;
             with_dtype!(desc.dtype, T => {
+                // Element `lo` of every member's input, and of every output the step writes:
+                // every member's, or the root's (`lo < numel`, inside every member's buffers:
+                // agreed shape; only the fold below reads or writes through them).
+                let at = |p: *mut u8| p.cast::<T>().wrapping_add(lo);
+                let srcs = step.bufs.iter().map(|b| at(b.0).cast_const()).collect();
+                let dsts = if all {
+                    (0..n).map(|j| at(step.output(j))).collect()
+                } else {
+                    SmallVec::from_elem(at(step.output(step.root(members))), 1)
+                };
                 // SAFETY: [lo, hi) is within every member's buffer and owned by us alone; the
                 // ops are in place (validated), so a destination is its member's source.
-                let across = unsafe { Across::<T>::slice(&srcs, &dsts, hi - lo) };
+                let across = unsafe { Across::slice(srcs, dsts, hi - lo) };
                 Reducer::<T>::new(op, n).fold(across)
             })
         }
         OpKind::ReduceScatter => {
             let (outer, row) = rows(&desc.shape, desc.dim);
             let chunk = row / n;
-            let dst = [step.output(me)];
             let op = desc.op.unwrap_or(crate::ReduceOp::Sum);
-            // Column block `me` of every input's first row.
-            let from: SmallVec<[*const u8; 8]> = (step.bufs.iter())
-                // SAFETY: `me * chunk <= row`, within every input's first row (agreed shape).
-                .map(|b| unsafe { b.0.cast_const().add(me * chunk * es) })
-                .collect();
             with_dtype!(desc.dtype, T => {
+                // Column block `me` of every input's first row (`me * chunk <= row`, within
+                // every input's first row: agreed shape).
+                let from = (step.bufs.iter())
+                    .map(|b| b.0.cast_const().cast::<T>().wrapping_add(me * chunk))
+                    .collect();
+                let dst = SmallVec::from_elem(step.output(me).cast::<T>(), 1);
                 // SAFETY: inputs are [outer, row] on every member and our output [outer, chunk];
                 // `chunk` elements of each row's block `me` of each input and of each row of
                 // our output, which is ours and no input.
-                let across = unsafe { Across::<T>::rows(&from, &dst, chunk, (outer, row, chunk)) };
+                let across = unsafe { Across::rows(from, dst, chunk, (outer, row, chunk)) };
                 Reducer::<T>::new(op, n).fold(across)
             })
         }
@@ -452,23 +448,25 @@ struct Across<T> {
     dsts: SmallVec<[*mut T; 8]>,
     /// Elements per row.
     numel: usize,
-    /// Rows, and the elements from one row to the next in the sources and in the destinations.
-    rows: (usize, usize, usize),
-    /// A slice of buffers other members slice too: reduced from both ends towards its middle
-    /// (see [`Across::slice`]).
-    meet: bool,
+    order: Order,
 }
 
-impl<T> Across<T> {
-    /// One row of `numel` elements from each of `srcs` into each of `dsts`.
-    ///
-    /// # Safety
-    /// As for [`fold_across`], until the fold is done.
-    unsafe fn new(srcs: &[*const u8], dsts: &[*mut u8], numel: usize) -> Self {
-        // SAFETY: the caller's contract.
-        unsafe { Self::rows(srcs, dsts, numel, (1, 0, 0)) }
-    }
+/// The order [`Across`] goes through its elements in.
+enum Order {
+    /// `.0` rows from start to end, row `r` starting `r * .1` elements past each source and
+    /// `r * .2` past each destination.
+    Rows(usize, usize, usize),
+    /// One row that is a slice of buffers other members slice too, from both of its ends
+    /// towards its middle (see [`Across::slice`]).
+    Meet,
+}
 
+/// The typed pointers an [`Across`] reduces from and into.
+type Sources<T> = SmallVec<[*const T; 8]>;
+/// See [`Sources`].
+type Destinations<T> = SmallVec<[*mut T; 8]>;
+
+impl<T> Across<T> {
     /// A member's slice of `numel` elements (one row) of buffers whose neighbouring slices
     /// other members reduce at the same time (a large all_reduce or reduce), reduced from both
     /// of its ends towards its middle: the upper half from its end down, then the lower half up
@@ -483,12 +481,20 @@ impl<T> Across<T> {
     /// session 43). The elements and the order each is combined in are the same either way.
     ///
     /// # Safety
-    /// As for [`Across::new`].
-    unsafe fn slice(srcs: &[*const u8], dsts: &[*mut u8], numel: usize) -> Self {
-        // SAFETY: the caller's contract.
-        let mut across = unsafe { Self::new(srcs, dsts, numel) };
-        across.meet = numel.saturating_mul(std::mem::size_of::<T>()) <= MEET_MAX_BYTES;
-        across
+    /// As for [`fold_across`], until the fold is done.
+    unsafe fn slice(srcs: Sources<T>, dsts: Destinations<T>, numel: usize) -> Self {
+        let meet = numel.saturating_mul(std::mem::size_of::<T>()) <= MEET_MAX_BYTES;
+        let order = if meet {
+            Order::Meet
+        } else {
+            Order::Rows(1, 0, 0)
+        };
+        Across {
+            srcs,
+            dsts,
+            numel,
+            order,
+        }
     }
 
     /// `rows.0` rows of `numel` elements, row `r` starting `r * rows.1` elements past each of
@@ -497,17 +503,17 @@ impl<T> Across<T> {
     /// # Safety
     /// As for [`fold_across`], for every row, until the fold is done.
     unsafe fn rows(
-        srcs: &[*const u8],
-        dsts: &[*mut u8],
+        srcs: Sources<T>,
+        dsts: Destinations<T>,
         numel: usize,
-        rows: (usize, usize, usize),
+        (rows, src_pitch, dst_pitch): (usize, usize, usize),
     ) -> Self {
+        let order = Order::Rows(rows, src_pitch, dst_pitch);
         Across {
-            srcs: srcs.iter().map(|p| p.cast()).collect(),
-            dsts: dsts.iter().map(|p| p.cast()).collect(),
+            srcs,
+            dsts,
             numel,
-            rows,
-            meet: false,
+            order,
         }
     }
 }
@@ -521,21 +527,24 @@ impl<T: Arith> Fold<T> for Across<T> {
         combine: impl Fn(T, T) -> T + Copy,
         finish: impl Fn(T) -> T + Copy,
     ) {
-        let (rows, src_pitch, dst_pitch) = self.rows;
-        let (mut srcs, mut dsts) = (self.srcs, self.dsts);
-        if self.meet {
-            let (mid, numel) = (self.numel / 2 / LANES * LANES, self.numel);
-            let Some((&first, rest)) = srcs.split_first() else {
-                return;
-            };
-            return crate::reduce::widest(|| {
-                // SAFETY: `Across::new`'s contract, for elements `mid..numel` and then `..mid`.
-                unsafe {
-                    fold_across_down((first, rest), &dsts, mid, numel, start, combine, finish);
-                    fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
-                }
-            });
-        }
+        let (mut srcs, mut dsts, numel) = (self.srcs, self.dsts, self.numel);
+        let (rows, src_pitch, dst_pitch) = match self.order {
+            Order::Rows(rows, src_pitch, dst_pitch) => (rows, src_pitch, dst_pitch),
+            Order::Meet => {
+                let Some((&first, rest)) = srcs.split_first() else {
+                    return;
+                };
+                let mid = numel / 2 / LANES * LANES;
+                return crate::reduce::widest(|| {
+                    // SAFETY: `Across::slice`'s contract, for elements `mid..numel` and then
+                    // `..mid`.
+                    unsafe {
+                        fold_across_down((first, rest), &dsts, mid, numel, start, combine, finish);
+                        fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
+                    }
+                });
+            }
+        };
         // One choice of width for all the rows.
         crate::reduce::widest(|| {
             for r in 0..rows {
@@ -547,7 +556,7 @@ impl<T: Arith> Fold<T> for Across<T> {
                     }
                 }
                 // SAFETY: `Across::rows`' contract, for row `r`.
-                unsafe { fold_across_loops(&srcs, &dsts, self.numel, start, combine, finish) }
+                unsafe { fold_across_loops(&srcs, &dsts, numel, start, combine, finish) }
             }
         })
     }
@@ -1009,23 +1018,23 @@ mod tests {
                         for (outputs, narrow, meet) in cases {
                             let mut bufs = inputs.clone();
                             let mut outs: Vec<Vec<T>> = vec![vec![T::default(); numel]; outputs];
-                            let srcs: Vec<*const u8> = bufs
+                            let srcs: Sources<T> = bufs
                                 .iter_mut()
-                                .map(|b| b.as_mut_ptr().cast_const().cast())
+                                .map(|b| b.as_mut_ptr().cast_const())
                                 .collect();
                             // outputs == 0 stands for "in place": each member's own buffer.
-                            let dsts: Vec<*mut u8> = if outputs == 0 {
+                            let dsts: Destinations<T> = if outputs == 0 {
                                 srcs.iter().map(|p| p.cast_mut()).collect()
                             } else {
-                                outs.iter_mut().map(|o| o.as_mut_ptr().cast()).collect()
+                                outs.iter_mut().map(|o| o.as_mut_ptr()).collect()
                             };
                             // SAFETY: every buffer holds `numel` elements; destinations are
                             // distinct, and in place each is exactly its member's source.
                             let probe = unsafe {
                                 if meet {
-                                    Across::<T>::slice(&srcs, &dsts, numel)
+                                    Across::slice(srcs, dsts, numel)
                                 } else {
-                                    Across::<T>::new(&srcs, &dsts, numel)
+                                    Across::rows(srcs, dsts, numel, (1, 0, 0))
                                 }
                             };
                             if narrow {
