@@ -13,6 +13,8 @@
 //! cores were placed three to a core in some worlds, for the world's whole life, and every
 //! 1 MiB call was half again slower (`docs/decisions.md`, session 43).
 
+use std::sync::Arc;
+
 /// The CPUs the calling thread may run on, in increasing order (empty if unknown); called
 /// before the ranks start, the process's.
 pub(crate) fn allowed_cpus() -> Vec<usize> {
@@ -33,8 +35,9 @@ pub(crate) fn pin_current_thread(cpu: usize) -> bool {
 /// fail, the thread stays on `cpu`, as a pinned rank would.
 ///
 /// Returns the CPU the thread was on while it was pinned there, if it was.
-pub(crate) fn start_on(cpu: usize, allowed: &[usize]) -> Option<usize> {
-    HOME.with(|h| *h.borrow_mut() = Some((cpu, allowed.to_vec())));
+/// `allowed` is shared with the world's other rank threads, not copied for each.
+pub(crate) fn start_on(cpu: usize, allowed: &Arc<[usize]>) -> Option<usize> {
+    HOME.with(|h| *h.borrow_mut() = Some((cpu, Arc::clone(allowed))));
     move_to(cpu, allowed)
 }
 
@@ -48,7 +51,7 @@ pub(crate) fn back_home() -> Option<usize> {
     HOME.with(|h| {
         let home = h.borrow();
         let (cpu, allowed) = home.as_ref()?;
-        if imp::allowed_cpus() != *allowed {
+        if imp::allowed_cpus()[..] != allowed[..] {
             return None;
         }
         move_to(*cpu, allowed)
@@ -57,7 +60,7 @@ pub(crate) fn back_home() -> Option<usize> {
 
 thread_local! {
     /// The CPU this rank thread started on and the CPUs it may use ([`start_on`]).
-    static HOME: std::cell::RefCell<Option<(usize, Vec<usize>)>> =
+    static HOME: std::cell::RefCell<Option<(usize, Arc<[usize]>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -182,7 +185,7 @@ mod tests {
         let cpus = super::allowed_cpus();
         let last = *cpus.last().expect("some CPU");
         let (on, mask) = std::thread::spawn(move || {
-            let allowed = super::allowed_cpus();
+            let allowed = super::allowed_cpus().into();
             (super::start_on(last, &allowed), super::allowed_cpus())
         })
         .join()
@@ -200,7 +203,7 @@ mod tests {
         let first = *cpus.first().expect("some CPU");
         let last = *cpus.last().expect("some CPU");
         let (back, mask) = std::thread::spawn(move || {
-            let allowed = super::allowed_cpus();
+            let allowed = super::allowed_cpus().into();
             super::start_on(last, &allowed);
             super::move_to(first, &allowed); // where a wake-up might have put it
             (super::back_home(), super::allowed_cpus())
@@ -217,7 +220,7 @@ mod tests {
             return;
         }
         let (kept, mask) = std::thread::spawn(move || {
-            let allowed = super::allowed_cpus();
+            let allowed = super::allowed_cpus().into();
             super::start_on(last, &allowed);
             super::pin_current_thread(first);
             (super::back_home(), super::allowed_cpus())

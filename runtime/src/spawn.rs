@@ -193,7 +193,7 @@ where
         .collect();
     // Read even when `options` pins: a mistyped value is reported either way.
     let pin_env = pin_from_env()?;
-    let cpus = crate::pin::allowed_cpus();
+    let cpus: Arc<[usize]> = crate::pin::allowed_cpus().into();
     let place = if options.pin || pin_env {
         Place::Pin(&cpus)
     } else {
@@ -214,7 +214,7 @@ enum Place<'a> {
     /// Rank `r` on `cpus[r % len]` for good.
     Pin(&'a [usize]),
     /// Rank `r` starts on `cpus[(first + r) % len]`, then may run on any of them.
-    Start(&'a [usize], usize),
+    Start(&'a Arc<[usize]>, usize),
 }
 
 /// Runs `f` on `world` threads over backends that `make` builds, one per rank in rank order,
