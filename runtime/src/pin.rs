@@ -34,8 +34,9 @@ pub(crate) fn pin_current_thread(cpu: usize) -> bool {
 /// had): where an unpinned rank starts, not where it must stay. Should giving the mask back
 /// fail, the thread stays on `cpu`, as a pinned rank would.
 ///
-/// Returns the CPU the thread was on while it was pinned there, if it was.
 /// `allowed` is shared with the world's other rank threads, not copied for each.
+///
+/// Returns the CPU the thread was on while it was pinned there, if it was.
 pub(crate) fn start_on(cpu: usize, allowed: &Arc<[usize]>) -> Option<usize> {
     HOME.with(|h| *h.borrow_mut() = Some((cpu, Arc::clone(allowed))));
     move_to(cpu, allowed)
