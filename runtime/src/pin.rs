@@ -105,10 +105,12 @@ mod imp {
         usize::try_from(unsafe { libc::sched_getcpu() }).ok()
     }
 
-    /// Lets the calling thread run on any of `cpus`; whether it took effect.
+    /// Lets the calling thread run on any of `cpus` (those beyond the set's size left out);
+    /// whether it took effect.
     pub(super) fn allow(cpus: &[usize]) -> bool {
         let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
-        // SAFETY: as in `pin_current_thread`, for every CPU of the list below the set's size.
+        // SAFETY: as in `mask`; `CPU_SET` sets bits below the set's size (filtered);
+        // `sched_setaffinity` only reads the set.
         unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             for &cpu in cpus.iter().filter(|&&c| c < max) {
@@ -119,16 +121,8 @@ mod imp {
     }
 
     pub(super) fn pin_current_thread(cpu: usize) -> bool {
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            return false;
-        }
-        // SAFETY: as in `mask`; `CPU_SET` sets bit `cpu`, checked above to be within the set;
-        // `sched_setaffinity` only reads the set.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-        }
+        // A CPU beyond the set's size would leave it empty: refused before asking.
+        cpu < 8 * std::mem::size_of::<libc::cpu_set_t>() && allow(&[cpu])
     }
 }
 
