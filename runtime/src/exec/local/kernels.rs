@@ -457,8 +457,15 @@ enum Order {
     /// `r * .2` past each destination.
     Rows(usize, usize, usize),
     /// One row that is a slice of buffers other members slice too, from both of its ends
-    /// towards its middle (see [`Across::slice`]).
-    Meet,
+    /// towards its middle, the lower half first if `.0` (see [`Across::slice`]).
+    Meet(bool),
+}
+
+thread_local! {
+    /// Which half of its slice this rank thread's next [`Order::Meet`] fold takes first: the
+    /// one the last fold took second, whose lines are the ones still in the L1 (see
+    /// [`Across::slice`]).
+    static LOWER_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The typed pointers an [`Across`] reduces from and into.
@@ -485,7 +492,7 @@ impl<T> Across<T> {
     unsafe fn slice(srcs: Sources<T>, dsts: Destinations<T>, numel: usize) -> Self {
         let meet = numel.saturating_mul(std::mem::size_of::<T>()) <= MEET_MAX_BYTES;
         let order = if meet {
-            Order::Meet
+            Order::Meet(LOWER_FIRST.replace(!LOWER_FIRST.get()))
         } else {
             Order::Rows(1, 0, 0)
         };
@@ -530,17 +537,20 @@ impl<T: Arith> Fold<T> for Across<T> {
         let (mut srcs, mut dsts, numel) = (self.srcs, self.dsts, self.numel);
         let (rows, src_pitch, dst_pitch) = match self.order {
             Order::Rows(rows, src_pitch, dst_pitch) => (rows, src_pitch, dst_pitch),
-            Order::Meet => {
+            Order::Meet(lower_first) => {
                 let Some((&first, rest)) = srcs.split_first() else {
                     return;
                 };
                 let mid = numel / 2 / LANES * LANES;
-                return crate::reduce::widest(|| {
-                    // SAFETY: `Across::slice`'s contract, for elements `mid..numel` and then
-                    // `..mid`.
-                    unsafe {
-                        fold_across_down((first, rest), &dsts, mid, numel, start, combine, finish);
-                        fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
+                let upper = (first, rest);
+                // SAFETY: `Across::slice`'s contract, for elements `mid..numel` and `..mid`.
+                return crate::reduce::widest(|| unsafe {
+                    if !lower_first {
+                        fold_across_down(upper, &dsts, mid, numel, start, combine, finish);
+                    }
+                    fold_across_loops(&srcs, &dsts, mid, start, combine, finish);
+                    if lower_first {
+                        fold_across_down(upper, &dsts, mid, numel, start, combine, finish);
                     }
                 });
             }
@@ -1011,9 +1021,11 @@ mod tests {
                         });
                         // Under Miri both variants are the baseline loops: checked once.
                         let variants: &[bool] = if cfg!(miri) { &[true] } else { &[true, false] };
-                        // Every number of outputs, both loop variants, both orders.
+                        // Every number of outputs, both loop variants, every order: start to end
+                        // (`None`), and from both ends, the upper or the lower half first.
+                        let orders = [None, Some(false), Some(true)];
                         let cases = [n, 1, 0].into_iter().flat_map(|o| {
-                            (variants.iter()).flat_map(move |&v| [(o, v, false), (o, v, true)])
+                            (variants.iter()).flat_map(move |&v| orders.map(|m| (o, v, m)))
                         });
                         for (outputs, narrow, meet) in cases {
                             let mut bufs = inputs.clone();
@@ -1031,10 +1043,12 @@ mod tests {
                             // SAFETY: every buffer holds `numel` elements; destinations are
                             // distinct, and in place each is exactly its member's source.
                             let probe = unsafe {
-                                if meet {
-                                    Across::slice(srcs, dsts, numel)
-                                } else {
-                                    Across::rows(srcs, dsts, numel, (1, 0, 0))
+                                match meet {
+                                    Some(lower_first) => Across {
+                                        order: Order::Meet(lower_first),
+                                        ..Across::slice(srcs, dsts, numel)
+                                    },
+                                    None => Across::rows(srcs, dsts, numel, (1, 0, 0)),
                                 }
                             };
                             if narrow {
@@ -1047,7 +1061,7 @@ mod tests {
                                 assert!(
                                     g == &want,
                                     "{op:?} n={n} numel={numel} outputs={outputs} narrow={narrow} \
-                                     meet={meet}"
+                                     meet={meet:?}"
                                 );
                             }
                         }
