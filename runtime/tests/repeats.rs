@@ -568,3 +568,70 @@ fn every_rank_reports_shapes_4_and_2x2(results: &[Result<()>]) {
         }
     }
 }
+
+/// All_gathers and all_to_alls repeated on the same buffers copy forward and backward in turn
+/// (every other call starts with the blocks and pieces the last one ended with). Each of three
+/// calls in a row, along either dimension, at world 2 (the lone path) and 3 (ranks outnumber
+/// this host's cores: the step-by-step path), lands every element where a hand-computed
+/// reference puts it and writes every element of its output; a block's rows cross the backward
+/// copy's pieces (4 KiB; 16 bytes under Miri).
+#[test]
+fn repeated_copies_land_every_element_either_way() {
+    let (rows, cols) = if cfg!(miri) { (3, 7) } else { (3, 1100) };
+    // The value of element (i, j) of rank `q`'s input in call `it`: exact in f32.
+    let value =
+        |it: usize, q: usize, i: usize, j: usize| (((it * 4 + q) * 16 + i) * 4096 + j) as f32;
+    for n in [2, 3] {
+        let errors = spawn(n, move |ctx| {
+            let r = ctx.rank();
+            let mut errors = Vec::new();
+            for (kind, dim) in [("all_gather", 0), ("all_gather", 1), ("all_to_all", 0)]
+                .into_iter()
+                .chain([("all_to_all", 1)])
+            {
+                let gather = kind == "all_gather";
+                // Input and output shapes: a gather's input is one block, an all_to_all's n.
+                let blocks = if gather { 1 } else { n };
+                let grow = |k: usize| if dim == 0 { [k * rows, cols] } else { [rows, k * cols] };
+                let mut x = Tensor::zeros(grow(blocks))?;
+                let mut out = Tensor::zeros(grow(n))?;
+                let xw = if dim == 0 { cols } else { blocks * cols };
+                for it in 0..3 {
+                    for (at, e) in x.as_mut_slice()?.iter_mut().enumerate() {
+                        *e = value(it, r, at / xw, at % xw);
+                    }
+                    out.as_mut_slice()?.fill(-1.0);
+                    if gather {
+                        all_gather(ctx, &x, &mut out, dim)?;
+                    } else {
+                        all_to_all(ctx, &x, &mut out, dim)?;
+                    }
+                    let got = out.to_vec();
+                    let width = if dim == 0 { cols } else { n * cols };
+                    for (at, &g) in got.iter().enumerate() {
+                        let (i, j) = (at / width, at % width);
+                        // Output element (i, j) is element (si, sj) of member q's input.
+                        let (q, si, sj) = match (gather, dim) {
+                            (true, 0) => (i / rows, i % rows, j),
+                            (true, _) => (j / cols, i, j % cols),
+                            (false, 0) => (i / rows, r * rows + i % rows, j),
+                            (false, _) => (j / cols, i, r * cols + j % cols),
+                        };
+                        let want = value(it, q, si, sj);
+                        if g != want {
+                            errors.push(format!(
+                                "{kind} along {dim}, call {it}, element ({i}, {j}): {g}, want {want}"
+                            ));
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(errors)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (rank, e) in errors.iter().enumerate() {
+            assert!(e.is_empty(), "world {n}, rank {rank}: {e:?}");
+        }
+    }
+}

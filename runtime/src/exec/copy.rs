@@ -43,6 +43,54 @@ pub(crate) unsafe fn copy_rows_by(
     rows: usize,
     width: usize,
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { rows_by(copy, false, dst, dst_pitch, src, src_pitch, rows, width) }
+}
+
+/// [`copy_rows`] from the last row to the first, each by [`copy_bytes_back`]: the same bytes,
+/// in the reverse order of pieces (see there).
+///
+/// # Safety
+/// As for [`copy_rows`].
+pub(crate) unsafe fn copy_rows_back(
+    dst: *mut u8,
+    dst_pitch: usize,
+    src: *const u8,
+    src_pitch: usize,
+    rows: usize,
+    width: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        rows_by(
+            copy_bytes_back,
+            true,
+            dst,
+            dst_pitch,
+            src,
+            src_pitch,
+            rows,
+            width,
+        )
+    }
+}
+
+/// The rows of [`copy_rows_by`], from the last to the first if `back`.
+///
+/// # Safety
+/// As for [`copy_rows`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rows_by(
+    copy: CopyFn,
+    back: bool,
+    dst: *mut u8,
+    dst_pitch: usize,
+    src: *const u8,
+    src_pitch: usize,
+    rows: usize,
+    width: usize,
+) {
     if width == 0 || rows == 0 {
         return;
     }
@@ -52,6 +100,7 @@ pub(crate) unsafe fn copy_rows_by(
         return;
     }
     for r in 0..rows {
+        let r = if back { rows - 1 - r } else { r };
         // SAFETY: row r of each region, per the caller's contract.
         unsafe { copy(dst.add(r * dst_pitch), src.add(r * src_pitch), width) };
     }
@@ -85,6 +134,51 @@ pub(crate) unsafe fn copy_bytes(dst: *mut u8, src: *const u8, len: usize) {
         // SAFETY: `[at, at + n)` lies within both regions, per the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) };
         at += n;
+    }
+}
+
+/// Pieces of [`copy_bytes_back`]: small enough that the pieces still in the L1 from the last
+/// copy are whole ones (4 KiB), larger from 1 MiB where the L2 is what keeps them (64 KiB; one
+/// `memcpy` call per 4 KiB cost 5 % there). Under Miri, a few bytes, as for [`PIECE`].
+const BACK_PIECE: [usize; 2] = if cfg!(miri) {
+    [16, 64]
+} else {
+    [4 << 10, 64 << 10]
+};
+
+/// Copies from this many bytes take [`BACK_PIECE`]'s larger pieces.
+const BACK_LARGE_FROM: usize = if cfg!(miri) { 256 } else { 1 << 20 };
+
+/// Copies `len` bytes from `src` to `dst` as [`copy_bytes`] does, but in pieces from the last
+/// to the first (each piece from its start to its end).
+///
+/// Why: a rank that copies the same buffers call after call (an all_to_all or all_gather in a
+/// loop) finds in its caches the lines its last copy touched last. A copy that starts with
+/// those lines hits them; one that starts where the last one started finds them evicted, and
+/// evicts the rest before it gets there. Two threads each copying two 32 KiB blocks per call
+/// (an all_to_all of 64 KiB at world 2) took 1.34–1.40 µs a call going forward every time,
+/// 0.88–0.94 µs with every other call in 4 KiB pieces from the last (`docs/decisions.md`,
+/// session 45). The bytes written are the same either way.
+///
+/// # Safety
+/// As for [`std::ptr::copy_nonoverlapping`].
+pub(crate) unsafe fn copy_bytes_back(dst: *mut u8, src: *const u8, len: usize) {
+    let piece = BACK_PIECE[usize::from(len >= BACK_LARGE_FROM)];
+    let near = len >= NEAR_FROM && near(dst, src);
+    let mut end = len;
+    while end > 0 {
+        let at = (end - 1) / piece * piece;
+        // SAFETY: `[at, end)` lies within both regions (`end <= len`), per the caller's
+        // contract.
+        unsafe {
+            let (d, s, n) = (dst.add(at), src.add(at), end - at);
+            if near {
+                copy_near(d, s, n);
+            } else {
+                std::ptr::copy_nonoverlapping(s, d, n);
+            }
+        }
+        end = at;
     }
 }
 
@@ -132,20 +226,41 @@ unsafe fn copy_near(dst: *mut u8, src: *const u8, len: usize) {
 mod tests {
     use super::*;
 
-    /// Copies in pieces land every byte where one copy would, at and around piece boundaries,
-    /// and touch nothing past the end.
+    /// Copies in pieces, forward and backward, land every byte where one copy would, at and
+    /// around piece boundaries, and touch nothing past the end.
     #[test]
     fn pieces_copy_every_byte_and_no_more() {
-        for len in [0, 1, PIECE - 1, PIECE, PIECE + 1, 3 * PIECE + 17] {
+        let [small, large] = BACK_PIECE;
+        let lens = [
+            0,
+            1,
+            PIECE - 1,
+            PIECE,
+            PIECE + 1,
+            3 * PIECE + 17,
+            small - 1,
+            small,
+        ]
+        .into_iter()
+        .chain([
+            small + 1,
+            5 * small + 3,
+            BACK_LARGE_FROM - 1,
+            BACK_LARGE_FROM,
+        ])
+        .chain([BACK_LARGE_FROM + 1, BACK_LARGE_FROM + 2 * large + 5]);
+        for len in lens {
             let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
-            let mut dst = vec![0xa5u8; len + 64];
-            // SAFETY: both hold at least `len` bytes and do not overlap.
-            unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), len) };
-            assert!(dst[..len] == src[..], "len {len}: bytes differ");
-            assert!(
-                dst[len..].iter().all(|&b| b == 0xa5),
-                "len {len}: wrote past the end"
-            );
+            for (name, copy) in [("forward", copy_bytes as CopyFn), ("back", copy_bytes_back)] {
+                let mut dst = vec![0xa5u8; len + 64];
+                // SAFETY: both hold at least `len` bytes and do not overlap.
+                unsafe { copy(dst.as_mut_ptr(), src.as_ptr(), len) };
+                assert!(dst[..len] == src[..], "{name}, len {len}: bytes differ");
+                assert!(
+                    dst[len..].iter().all(|&b| b == 0xa5),
+                    "{name}, len {len}: wrote past the end"
+                );
+            }
         }
     }
 
@@ -172,45 +287,52 @@ mod tests {
                 if src + len > src_buf.len() || dst + len + 64 > dst_buf.len() {
                     continue;
                 }
-                dst_buf.fill(0xa5);
-                // SAFETY: both ranges lie in their buffers (checked above), which are distinct.
-                let (d, s) = unsafe { (dst_buf.as_mut_ptr().add(dst), src_buf.as_ptr().add(src)) };
-                assert_eq!(near(d, s), (1..64).contains(&dist), "distance {dist}");
-                // SAFETY: as above.
-                unsafe { copy_bytes(d, s, len) };
-                assert!(
-                    dst_buf[dst..dst + len] == src_buf[src..src + len],
-                    "len {len}, distance {dist}: bytes differ"
-                );
-                assert!(
-                    dst_buf[dst + len..dst + len + 64]
-                        .iter()
-                        .all(|&b| b == 0xa5)
-                        && dst_buf[dst - 1] == 0xa5,
-                    "len {len}, distance {dist}: wrote outside the range"
-                );
+                for (name, copy) in [("forward", copy_bytes as CopyFn), ("back", copy_bytes_back)] {
+                    dst_buf.fill(0xa5);
+                    // SAFETY: both ranges lie in their buffers (checked above), which are
+                    // distinct.
+                    let (d, s) =
+                        unsafe { (dst_buf.as_mut_ptr().add(dst), src_buf.as_ptr().add(src)) };
+                    assert_eq!(near(d, s), (1..64).contains(&dist), "distance {dist}");
+                    // SAFETY: as above.
+                    unsafe { copy(d, s, len) };
+                    assert!(
+                        dst_buf[dst..dst + len] == src_buf[src..src + len],
+                        "{name}, len {len}, distance {dist}: bytes differ"
+                    );
+                    assert!(
+                        dst_buf[dst + len..dst + len + 64]
+                            .iter()
+                            .all(|&b| b == 0xa5)
+                            && dst_buf[dst - 1] == 0xa5,
+                        "{name}, len {len}, distance {dist}: wrote outside the range"
+                    );
+                }
             }
         }
     }
 
-    /// Rows wider than a piece, with pitches, copy as rows.
+    /// Rows wider than a piece, with pitches, copy as rows, forward and backward.
     #[test]
     fn wide_strided_rows_copy_in_pieces() {
         let (rows, width) = (3, PIECE + 5);
         let (sp, dp) = (width + 3, width + 11);
         let src: Vec<u8> = (0..rows * sp).map(|i| (i % 253) as u8).collect();
-        let mut dst = vec![0u8; rows * dp];
-        // SAFETY: the geometry fits both buffers, which do not overlap.
-        unsafe { copy_rows(dst.as_mut_ptr(), dp, src.as_ptr(), sp, rows, width) };
-        for r in 0..rows {
-            assert!(
-                dst[r * dp..r * dp + width] == src[r * sp..r * sp + width],
-                "row {r}"
-            );
-            assert!(
-                dst[r * dp + width..(r + 1) * dp].iter().all(|&b| b == 0),
-                "row {r} gap"
-            );
+        type Rows = unsafe fn(*mut u8, usize, *const u8, usize, usize, usize);
+        for (name, copy) in [("forward", copy_rows as Rows), ("back", copy_rows_back)] {
+            let mut dst = vec![0u8; rows * dp];
+            // SAFETY: the geometry fits both buffers, which do not overlap.
+            unsafe { copy(dst.as_mut_ptr(), dp, src.as_ptr(), sp, rows, width) };
+            for r in 0..rows {
+                assert!(
+                    dst[r * dp..r * dp + width] == src[r * sp..r * sp + width],
+                    "{name}: row {r}"
+                );
+                assert!(
+                    dst[r * dp + width..(r + 1) * dp].iter().all(|&b| b == 0),
+                    "{name}: row {r} gap"
+                );
+            }
         }
     }
 }

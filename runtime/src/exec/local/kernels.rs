@@ -14,6 +14,7 @@ use crate::element::with_dtype;
 use crate::exec::Op;
 use crate::exec::copy::copy_bytes;
 pub(crate) use crate::exec::copy::copy_rows;
+use crate::exec::copy::copy_rows_back;
 use crate::model::{OpDesc, OpKind};
 use crate::reduce::{Fold, Reducer};
 use crate::rules::rows;
@@ -174,13 +175,16 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::AllGather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
             let push = outer * n * inner * es <= PUSH_MAX_BYTES;
-            if !step.own_done {
-                // SAFETY: our buffers, agreed and validated.
-                unsafe { own_part(desc, n, me, step.input(me), step.output(me)) };
+            let back = copies_back();
+            // SAFETY: our buffers, agreed and validated.
+            let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
+            if !step.own_done && !back {
+                own();
             }
-            // Pushing, each member starts with its own output (above), so that the members
-            // write to different outputs at any time.
+            // Pushing, each member starts with its own output (above, or ends with it going
+            // back), so that the members write to different outputs at any time.
             for i in 1..n {
+                let i = if back { n - i } else { i };
                 // Pulling, the other inputs in member order.
                 let j = if push {
                     (me + i) % n
@@ -196,8 +200,12 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                     (step.output(me), step.input(j), j)
                 };
                 // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
-                unsafe { gather_block(dst, src, at, n, (outer, inner), es) }
+                unsafe { gather_block(dst, src, at, n, (outer, inner), es, back) }
             }
+            if !step.own_done && back {
+                own();
+            }
+            COPIES_BACK.set(!back);
         }
         OpKind::Gather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
@@ -231,20 +239,32 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::AllToAll => {
             let shape = rows(&desc.shape, desc.dim);
-            if !step.own_done {
-                // SAFETY: our buffers, agreed and validated.
-                unsafe { own_part(desc, n, me, step.input(me), step.output(me)) };
+            let back = copies_back();
+            // SAFETY: our buffers, agreed and validated.
+            let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
+            if !step.own_done && !back {
+                own();
             }
-            for j in (0..n).filter(|&j| j != me) {
+            for i in 0..n {
+                let j = if back { n - 1 - i } else { i };
+                if j == me {
+                    continue;
+                }
+                let (dst, src) = (step.output(me), step.input(j));
                 // SAFETY: inputs and our output are [outer, row] (agreed shape).
-                unsafe { exchange_block(step.output(me), step.input(j), j, me, shape, n, es) }
+                unsafe { exchange_block(dst, src, j, me, (shape, n, es), back) }
             }
+            if !step.own_done && back {
+                own();
+            }
+            COPIES_BACK.set(!back);
         }
     }
 }
 
 /// Member `me`'s part of a step that needs no other member's buffers — an all_gather's or an
-/// all_to_all's own block, from our input to our output — done; whether the step has one. A
+/// all_to_all's own block, from our input to our output, copied backward if `back` (see
+/// [`copies_back`]) — done; whether the step has one. A
 /// member may do it before the others arrive: it is what the step writes there whatever they
 /// do (if they disagree, the call fails, with that block written).
 ///
@@ -257,21 +277,39 @@ pub(crate) unsafe fn own_part(
     me: usize,
     input: *mut u8,
     output: *mut u8,
+    back: bool,
 ) -> bool {
     let es = desc.dtype.size();
+    let shape = rows(&desc.shape, desc.dim);
     match desc.kind {
         OpKind::AllGather => {
             // SAFETY: our output is [outer, n*inner] and our input [outer, inner] (contract).
-            unsafe { gather_block(output, input, me, n, rows(&desc.shape, desc.dim), es) };
+            unsafe { gather_block(output, input, me, n, shape, es, back) };
             true
         }
         OpKind::AllToAll => {
             // SAFETY: our input and output are [outer, row] (contract).
-            unsafe { exchange_block(output, input, me, me, rows(&desc.shape, desc.dim), n, es) };
+            unsafe { exchange_block(output, input, me, me, (shape, n, es), back) };
             true
         }
         _ => false,
     }
+}
+
+thread_local! {
+    /// Whether this rank thread's next all_gather or all_to_all copies backward
+    /// ([`copy_rows_back`], its blocks in reverse order too), as every other one does: it
+    /// then starts with the lines the last one touched last, which the caches still hold
+    /// (`copy_bytes_back` says why and what that is worth).
+    static COPIES_BACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread's next all_gather or all_to_all share copies backward ([`COPIES_BACK`]);
+/// the share flips it when it is done. A member that goes backward does its [`own_part`] last,
+/// not while the others arrive: it holds the lines the last copy started with, which the next
+/// one forward needs first.
+pub(crate) fn copies_back() -> bool {
+    COPIES_BACK.get()
 }
 
 /// An all_gather's input `src`, `[outer, inner]`, into column block `at` of the output `dst`,
@@ -286,10 +324,12 @@ unsafe fn gather_block(
     n: usize,
     (outer, inner): (usize, usize),
     es: usize,
+    back: bool,
 ) {
     let width = inner * es;
+    let copy = if back { copy_rows_back } else { copy_rows };
     // SAFETY: column block `at < n` of `dst`, all of `src` (contract).
-    unsafe { copy_rows(dst.add(at * width), n * width, src, width, outer, width) }
+    unsafe { copy(dst.add(at * width), n * width, src, width, outer, width) }
 }
 
 /// An all_to_all's column block `to` of member `from`'s input `src` into column block `from` of
@@ -303,14 +343,14 @@ unsafe fn exchange_block(
     src: *const u8,
     from: usize,
     to: usize,
-    (outer, row): (usize, usize),
-    n: usize,
-    es: usize,
+    ((outer, row), n, es): ((usize, usize), usize, usize),
+    back: bool,
 ) {
     let width = row / n * es;
+    let copy = if back { copy_rows_back } else { copy_rows };
     // SAFETY: column blocks `from` and `to` of `[outer, row]` buffers (contract).
     unsafe {
-        copy_rows(
+        copy(
             dst.add(from * width),
             row * es,
             src.add(to * width),
@@ -486,6 +526,13 @@ impl<T> Across<T> {
     /// it. Streams that start at the edges and end inside the slice keep each member's lines
     /// its own: in a scratch loop, 807 and 919 ns became 771 and 765 (`docs/decisions.md`,
     /// session 43). The elements and the order each is combined in are the same either way.
+    ///
+    /// Which half goes first alternates from fold to fold on a thread ([`LOWER_FIRST`]). A
+    /// member's share of both tensors of a 64 KiB all_reduce at world 2 is 64 KiB, more than
+    /// the L1 holds, so a fold in one fixed order finds none of its lines there: the lines it
+    /// starts with are the ones the last fold evicted first. Taking first the half the last
+    /// fold ended with starts on lines still in the L1. The same slice folded over and over
+    /// took 570–600 ns instead of 770–800 in a scratch loop (`docs/decisions.md`, session 45).
     ///
     /// # Safety
     /// As for [`fold_across`], until the fold is done.
