@@ -569,55 +569,80 @@ fn every_rank_reports_shapes_4_and_2x2(results: &[Result<()>]) {
     }
 }
 
-/// All_gathers and all_to_alls repeated on the same buffers copy forward and backward in turn
-/// (every other call starts with the blocks and pieces the last one ended with). Each of three
-/// calls in a row, along either dimension, at world 2 (the lone path) and 3 (ranks outnumber
-/// this host's cores: the step-by-step path), lands every element where a hand-computed
-/// reference puts it and writes every element of its output; a block's rows cross the backward
-/// copy's pieces (4 KiB; 16 bytes under Miri).
+/// Shares repeated on the same buffers go through them forward and backward in turn (every
+/// other call starts with the lines the last one ended with): all_gathers and all_to_alls copy
+/// their blocks backward, reduce_scatters fold theirs from the last row up, and all_reduces
+/// fold the other half of their slices first. Each of three calls in a row of each kind, along
+/// either dimension, at world 2 (the lone path) and 3 (ranks outnumber this host's cores: the
+/// step-by-step path), writes every element of its output with what a hand-computed reference
+/// puts there; a block's rows cross the backward copy's pieces (4 KiB; 16 bytes under Miri),
+/// and an all_reduce's slices are long enough to be folded from both ends (8 KiB and more).
 #[test]
-fn repeated_copies_land_every_element_either_way() {
+fn repeated_shares_land_every_element_either_way() {
     let (rows, cols) = if cfg!(miri) { (3, 7) } else { (3, 1100) };
-    // The value of element (i, j) of rank `q`'s input in call `it`: exact in f32.
+    // The value of element (i, j) of rank `q`'s input in call `it`: exact in f32, and so are
+    // sums of three.
     let value =
         |it: usize, q: usize, i: usize, j: usize| (((it * 4 + q) * 16 + i) * 4096 + j) as f32;
+    let kinds = [
+        ("all_gather", 0),
+        ("all_gather", 1),
+        ("all_to_all", 0),
+        ("all_to_all", 1),
+    ];
+    let kinds = kinds
+        .into_iter()
+        .chain([("reduce_scatter", 0), ("reduce_scatter", 1)]);
+    let kinds: Vec<_> = kinds.chain([("all_reduce", 0)]).collect();
     for n in [2, 3] {
+        let kinds = kinds.clone();
         let errors = spawn(n, move |ctx| {
             let r = ctx.rank();
             let mut errors = Vec::new();
-            for (kind, dim) in [("all_gather", 0), ("all_gather", 1), ("all_to_all", 0)]
-                .into_iter()
-                .chain([("all_to_all", 1)])
-            {
-                let gather = kind == "all_gather";
-                // Input and output shapes: a gather's input is one block, an all_to_all's n.
-                let blocks = if gather { 1 } else { n };
-                let grow = |k: usize| if dim == 0 { [k * rows, cols] } else { [rows, k * cols] };
-                let mut x = Tensor::zeros(grow(blocks))?;
-                let mut out = Tensor::zeros(grow(n))?;
-                let xw = if dim == 0 { cols } else { blocks * cols };
+            for &(kind, dim) in &kinds {
+                let along = |k: usize| if dim == 0 { [k * rows, cols] } else { [rows, k * cols] };
+                let (shape_in, shape_out) = match kind {
+                    "all_gather" => (along(1), along(n)),
+                    "all_to_all" => (along(n), along(n)),
+                    "reduce_scatter" => (along(n), along(1)),
+                    // 24 KiB: sliced, and each slice folded from both ends.
+                    _ => ([2048, 3], [2048, 3]),
+                };
+                let mut x = Tensor::zeros(shape_in)?;
+                let mut out = Tensor::zeros(shape_out)?;
                 for it in 0..3 {
+                    let xw = shape_in[1];
                     for (at, e) in x.as_mut_slice()?.iter_mut().enumerate() {
                         *e = value(it, r, at / xw, at % xw);
                     }
                     out.as_mut_slice()?.fill(-1.0);
-                    if gather {
-                        all_gather(ctx, &x, &mut out, dim)?;
-                    } else {
-                        all_to_all(ctx, &x, &mut out, dim)?;
+                    match kind {
+                        "all_gather" => all_gather(ctx, &x, &mut out, dim)?,
+                        "all_to_all" => all_to_all(ctx, &x, &mut out, dim)?,
+                        "reduce_scatter" => ctx.reduce_scatter(&x, &mut out, ReduceOp::Sum, dim)?,
+                        _ => {
+                            out.as_mut_slice()?.copy_from_slice(x.as_slice()?);
+                            all_reduce(ctx, &mut out, ReduceOp::Sum)?;
+                        }
                     }
-                    let got = out.to_vec();
-                    let width = if dim == 0 { cols } else { n * cols };
+                    let (got, width) = (out.to_vec(), shape_out[1]);
                     for (at, &g) in got.iter().enumerate() {
                         let (i, j) = (at / width, at % width);
-                        // Output element (i, j) is element (si, sj) of member q's input.
-                        let (q, si, sj) = match (gather, dim) {
-                            (true, 0) => (i / rows, i % rows, j),
-                            (true, _) => (j / cols, i, j % cols),
-                            (false, 0) => (i / rows, r * rows + i % rows, j),
-                            (false, _) => (j / cols, i, r * cols + j % cols),
+                        // Output element (i, j) is element (si, sj) of member q's input, or
+                        // the sum of that element over every member (`None`).
+                        let (q, si, sj) = match (kind, dim) {
+                            ("all_gather", 0) => (Some(i / rows), i % rows, j),
+                            ("all_gather", _) => (Some(j / cols), i, j % cols),
+                            ("all_to_all", 0) => (Some(i / rows), r * rows + i % rows, j),
+                            ("all_to_all", _) => (Some(j / cols), i, r * cols + j % cols),
+                            ("reduce_scatter", 0) => (None, r * rows + i, j),
+                            ("reduce_scatter", _) => (None, i, r * cols + j),
+                            _ => (None, i, j),
                         };
-                        let want = value(it, q, si, sj);
+                        let want = match q {
+                            Some(q) => value(it, q, si, sj),
+                            None => (0..n).map(|q| value(it, q, si, sj)).sum(),
+                        };
                         if g != want {
                             errors.push(format!(
                                 "{kind} along {dim}, call {it}, element ({i}, {j}): {g}, want {want}"

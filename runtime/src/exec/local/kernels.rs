@@ -165,17 +165,18 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                     .map(|b| b.0.cast_const().cast::<T>().wrapping_add(me * chunk))
                     .collect();
                 let dst = SmallVec::from_elem(step.output(me).cast::<T>(), 1);
+                let (shape, back) = ((outer, (row, chunk)), take_turn(Turn::Rows));
                 // SAFETY: inputs are [outer, row] on every member and our output [outer, chunk];
                 // `chunk` elements of each row's block `me` of each input and of each row of
                 // our output, which is ours and no input.
-                let across = unsafe { Across::rows(from, dst, chunk, (outer, row, chunk)) };
+                let across = unsafe { Across::rows(from, dst, chunk, shape, back) };
                 Reducer::<T>::new(op, n).fold(across)
             })
         }
         OpKind::AllGather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
             let push = outer * n * inner * es <= PUSH_MAX_BYTES;
-            let back = copies_back();
+            let back = take_turn(Turn::Copies);
             // SAFETY: our buffers, agreed and validated.
             let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
             if !step.own_done && !back {
@@ -205,7 +206,6 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             if !step.own_done && back {
                 own();
             }
-            COPIES_BACK.set(!back);
         }
         OpKind::Gather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
@@ -239,7 +239,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::AllToAll => {
             let shape = rows(&desc.shape, desc.dim);
-            let back = copies_back();
+            let back = take_turn(Turn::Copies);
             // SAFETY: our buffers, agreed and validated.
             let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
             if !step.own_done && !back {
@@ -257,14 +257,13 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             if !step.own_done && back {
                 own();
             }
-            COPIES_BACK.set(!back);
         }
     }
 }
 
 /// Member `me`'s part of a step that needs no other member's buffers — an all_gather's or an
 /// all_to_all's own block, from our input to our output, copied backward if `back` (see
-/// [`copies_back`]) — done; whether the step has one. A
+/// [`Turn`]) — done; whether the step has one. A
 /// member may do it before the others arrive: it is what the step writes there whatever they
 /// do (if they disagree, the call fails, with that block written).
 ///
@@ -296,20 +295,46 @@ pub(crate) unsafe fn own_part(
     }
 }
 
-thread_local! {
-    /// Whether this rank thread's next all_gather or all_to_all copies backward
-    /// ([`copy_rows_back`], its blocks in reverse order too), as every other one does: it
-    /// then starts with the lines the last one touched last, which the caches still hold
-    /// (`copy_bytes_back` says why and what that is worth).
-    static COPIES_BACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+/// The kinds of share whose direction through the buffers alternates from call to call on a
+/// rank thread.
+///
+/// A rank that runs the same share on the same buffers call after call (a training loop's
+/// all_to_all, a benchmark) finds in its caches the lines its last call touched last. Going
+/// through the buffers in one fixed order, a call starts on the lines that were evicted first,
+/// and evicts the rest before it reaches them: when they take a little more than the L1, as a
+/// 64 KiB all_reduce's or all_to_all's share at world 2 does, every line is a miss. Every
+/// other call goes the other way and starts on the lines still cached. Each kind has its own
+/// turn, so that two kinds called in turn each still alternate. What a share writes, and the
+/// order each element's contributions are combined in, are the same either way. Measured with
+/// two threads sharing a call's work and its two hand-offs (`docs/decisions.md`, session 45):
+/// a 64 KiB all_reduce's halves 770–800 → 570–600 ns a fold, an all_to_all's two 32 KiB
+/// copies 1.34–1.40 → 0.88–0.94 µs.
+#[derive(Clone, Copy)]
+pub(crate) enum Turn {
+    /// A large all_reduce's or reduce's slice ([`Order::Meet`]): which half goes first.
+    Slice,
+    /// A reduce_scatter's block ([`Order::Rows`]): forward or backward.
+    Rows,
+    /// An all_gather's or all_to_all's blocks ([`copy_rows_back`], the blocks in reverse
+    /// order, our own last).
+    Copies,
 }
 
-/// Whether this thread's next all_gather or all_to_all share copies backward ([`COPIES_BACK`]);
-/// the share flips it when it is done. A member that goes backward does its [`own_part`] last,
-/// not while the others arrive: it holds the lines the last copy started with, which the next
-/// one forward needs first.
-pub(crate) fn copies_back() -> bool {
-    COPIES_BACK.get()
+thread_local! {
+    /// Per [`Turn`], whether this thread's next share of that kind goes the other way.
+    static TURNS: [std::cell::Cell<bool>; 3] = const {
+        [const { std::cell::Cell::new(false) }; 3]
+    };
+}
+
+/// Whether this thread's next share of kind `t` goes the other way ([`Turn`]).
+pub(crate) fn turned(t: Turn) -> bool {
+    TURNS.with(|c| c[t as usize].get())
+}
+
+/// [`turned`], flipped for the next share of the kind: the share itself asks.
+fn take_turn(t: Turn) -> bool {
+    TURNS.with(|c| c[t as usize].replace(!c[t as usize].get()))
 }
 
 /// An all_gather's input `src`, `[outer, inner]`, into column block `at` of the output `dst`,
@@ -492,21 +517,27 @@ struct Across<T> {
 }
 
 /// The order [`Across`] goes through its elements in.
+#[derive(Clone, Copy, Debug)]
 enum Order {
-    /// `.0` rows from start to end, row `r` starting `r * .1` elements past each source and
-    /// `r * .2` past each destination.
-    Rows(usize, usize, usize),
+    /// `rows` rows, row `r` starting `r * pitches.0` elements past each source and
+    /// `r * pitches.1` past each destination: from the first row's start to the last row's
+    /// end, or from there back to the start if `back`.
+    Rows {
+        rows: usize,
+        pitches: (usize, usize),
+        back: bool,
+    },
     /// One row that is a slice of buffers other members slice too, from both of its ends
     /// towards its middle, the lower half first if `.0` (see [`Across::slice`]).
     Meet(bool),
 }
 
-thread_local! {
-    /// Which half of its slice this rank thread's next [`Order::Meet`] fold takes first: the
-    /// one the last fold took second, whose lines are the ones still in the L1 (see
-    /// [`Across::slice`]).
-    static LOWER_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// One row, from start to end.
+const ONE_ROW: Order = Order::Rows {
+    rows: 1,
+    pitches: (0, 0),
+    back: false,
+};
 
 /// The typed pointers an [`Across`] reduces from and into.
 type Sources<T> = SmallVec<[*const T; 8]>;
@@ -527,21 +558,19 @@ impl<T> Across<T> {
     /// its own: in a scratch loop, 807 and 919 ns became 771 and 765 (`docs/decisions.md`,
     /// session 43). The elements and the order each is combined in are the same either way.
     ///
-    /// Which half goes first alternates from fold to fold on a thread ([`LOWER_FIRST`]). A
-    /// member's share of both tensors of a 64 KiB all_reduce at world 2 is 64 KiB, more than
-    /// the L1 holds, so a fold in one fixed order finds none of its lines there: the lines it
-    /// starts with are the ones the last fold evicted first. Taking first the half the last
-    /// fold ended with starts on lines still in the L1. The same slice folded over and over
-    /// took 570–600 ns instead of 770–800 in a scratch loop (`docs/decisions.md`, session 45).
+    /// Which half goes first alternates from fold to fold on a thread ([`Turn::Slice`]): the
+    /// lines of the half the last fold ended with are the ones still in the L1. A 64 KiB
+    /// all_reduce's half at world 2, folded over and over by two threads, took 570–600 ns a
+    /// fold that way against 770–800 with the upper half always first.
     ///
     /// # Safety
     /// As for [`fold_across`], until the fold is done.
     unsafe fn slice(srcs: Sources<T>, dsts: Destinations<T>, numel: usize) -> Self {
         let meet = numel.saturating_mul(std::mem::size_of::<T>()) <= MEET_MAX_BYTES;
         let order = if meet {
-            Order::Meet(LOWER_FIRST.replace(!LOWER_FIRST.get()))
+            Order::Meet(take_turn(Turn::Slice))
         } else {
-            Order::Rows(1, 0, 0)
+            ONE_ROW
         };
         Across {
             srcs,
@@ -551,8 +580,9 @@ impl<T> Across<T> {
         }
     }
 
-    /// `rows.0` rows of `numel` elements, row `r` starting `r * rows.1` elements past each of
-    /// `srcs` and `r * rows.2` past each of `dsts`.
+    /// `rows` rows of `numel` elements, row `r` starting `r * pitches.0` elements past each of
+    /// `srcs` and `r * pitches.1` past each of `dsts`, from the last row's end back to the
+    /// first's start if `back` (see [`Turn`]).
     ///
     /// # Safety
     /// As for [`fold_across`], for every row, until the fold is done.
@@ -560,9 +590,14 @@ impl<T> Across<T> {
         srcs: Sources<T>,
         dsts: Destinations<T>,
         numel: usize,
-        (rows, src_pitch, dst_pitch): (usize, usize, usize),
+        (rows, pitches): (usize, (usize, usize)),
+        back: bool,
     ) -> Self {
-        let order = Order::Rows(rows, src_pitch, dst_pitch);
+        let order = Order::Rows {
+            rows,
+            pitches,
+            back,
+        };
         Across {
             srcs,
             dsts,
@@ -582,8 +617,12 @@ impl<T: Arith> Fold<T> for Across<T> {
         finish: impl Fn(T) -> T + Copy,
     ) {
         let (mut srcs, mut dsts, numel) = (self.srcs, self.dsts, self.numel);
-        let (rows, src_pitch, dst_pitch) = match self.order {
-            Order::Rows(rows, src_pitch, dst_pitch) => (rows, src_pitch, dst_pitch),
+        let (rows, (src_pitch, dst_pitch), back) = match self.order {
+            Order::Rows {
+                rows,
+                pitches,
+                back,
+            } => (rows, pitches, back),
             Order::Meet(lower_first) => {
                 let Some((&first, rest)) = srcs.split_first() else {
                     return;
@@ -604,16 +643,35 @@ impl<T: Arith> Fold<T> for Across<T> {
         };
         // One choice of width for all the rows.
         crate::reduce::widest(|| {
-            for r in 0..rows {
-                if r > 0 {
-                    // SAFETY: row `r < rows` of every buffer (`Across::rows`' contract).
-                    unsafe {
-                        srcs.iter_mut().for_each(|p| *p = p.add(src_pitch));
-                        dsts.iter_mut().for_each(|p| *p = p.add(dst_pitch));
+            // From the first row down, or from the last row up. The pointers move in place,
+            // a row at a time: a narrow reduce_scatter has thousands of rows of a few elements.
+            let (from, dir) = if back {
+                (rows.saturating_sub(1), -1)
+            } else {
+                (0, 1)
+            };
+            let (ds, dd) = (dir * src_pitch as isize, dir * dst_pitch as isize);
+            for i in 0..rows {
+                // SAFETY: row `from` of every buffer, then the row before or after the one
+                // just folded, while one is left (`Across::rows`' contract).
+                unsafe {
+                    if i == 0 {
+                        srcs.iter_mut().for_each(|p| *p = p.add(from * src_pitch));
+                        dsts.iter_mut().for_each(|p| *p = p.add(from * dst_pitch));
+                    } else {
+                        srcs.iter_mut().for_each(|p| *p = p.offset(ds));
+                        dsts.iter_mut().for_each(|p| *p = p.offset(dd));
                     }
                 }
-                // SAFETY: `Across::rows`' contract, for row `r`.
-                unsafe { fold_across_loops(&srcs, &dsts, numel, start, combine, finish) }
+                // SAFETY: `Across::rows`' contract, for this row.
+                unsafe {
+                    match srcs.split_first() {
+                        Some((&first, rest)) if back => {
+                            fold_across_down((first, rest), &dsts, 0, numel, start, combine, finish)
+                        }
+                        _ => fold_across_loops(&srcs, &dsts, numel, start, combine, finish),
+                    }
+                }
             }
         })
     }
@@ -1068,13 +1126,22 @@ mod tests {
                         });
                         // Under Miri both variants are the baseline loops: checked once.
                         let variants: &[bool] = if cfg!(miri) { &[true] } else { &[true, false] };
-                        // Every number of outputs, both loop variants, every order: start to end
-                        // (`None`), and from both ends, the upper or the lower half first.
-                        let orders = [None, Some(false), Some(true)];
+                        // Every number of outputs, both loop variants, every order: from start to
+                        // end and back, and from both ends, the upper or the lower half first.
+                        let orders = [
+                            ONE_ROW,
+                            Order::Rows {
+                                rows: 1,
+                                pitches: (0, 0),
+                                back: true,
+                            },
+                            Order::Meet(false),
+                            Order::Meet(true),
+                        ];
                         let cases = [n, 1, 0].into_iter().flat_map(|o| {
                             (variants.iter()).flat_map(move |&v| orders.map(|m| (o, v, m)))
                         });
-                        for (outputs, narrow, meet) in cases {
+                        for (outputs, narrow, order) in cases {
                             let mut bufs = inputs.clone();
                             let mut outs: Vec<Vec<T>> = vec![vec![T::default(); numel]; outputs];
                             let srcs: Sources<T> = bufs
@@ -1090,12 +1157,9 @@ mod tests {
                             // SAFETY: every buffer holds `numel` elements; destinations are
                             // distinct, and in place each is exactly its member's source.
                             let probe = unsafe {
-                                match meet {
-                                    Some(lower_first) => Across {
-                                        order: Order::Meet(lower_first),
-                                        ..Across::slice(srcs, dsts, numel)
-                                    },
-                                    None => Across::rows(srcs, dsts, numel, (1, 0, 0)),
+                                Across {
+                                    order,
+                                    ..Across::slice(srcs, dsts, numel)
                                 }
                             };
                             if narrow {
@@ -1108,7 +1172,7 @@ mod tests {
                                 assert!(
                                     g == &want,
                                     "{op:?} n={n} numel={numel} outputs={outputs} narrow={narrow} \
-                                     meet={meet:?}"
+                                     order={order:?}"
                                 );
                             }
                         }
