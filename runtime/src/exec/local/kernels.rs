@@ -165,7 +165,8 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                     .map(|b| b.0.cast_const().cast::<T>().wrapping_add(me * chunk))
                     .collect();
                 let dst = SmallVec::from_elem(step.output(me).cast::<T>(), 1);
-                let (shape, back) = ((outer, (row, chunk)), take_turn(Turn::Rows));
+                let back = Turn::Rows.take(outer * chunk * es);
+                let shape = (outer, (row, chunk));
                 // SAFETY: inputs are [outer, row] on every member and our output [outer, chunk];
                 // `chunk` elements of each row's block `me` of each input and of each row of
                 // our output, which is ours and no input.
@@ -176,7 +177,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::AllGather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
             let push = outer * n * inner * es <= PUSH_MAX_BYTES;
-            let back = take_turn(Turn::Copies);
+            let back = Turn::Copies.take(copied_bytes(desc, n));
             // SAFETY: our buffers, agreed and validated.
             let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
             if !step.own_done && !back {
@@ -239,7 +240,7 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         }
         OpKind::AllToAll => {
             let shape = rows(&desc.shape, desc.dim);
-            let back = take_turn(Turn::Copies);
+            let back = Turn::Copies.take(copied_bytes(desc, n));
             // SAFETY: our buffers, agreed and validated.
             let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
             if !step.own_done && !back {
@@ -310,7 +311,7 @@ pub(crate) unsafe fn own_part(
 /// a 64 KiB all_reduce's halves 770–800 → 570–600 ns a fold, an all_to_all's two 32 KiB
 /// copies 1.34–1.40 → 0.88–0.94 µs.
 #[derive(Clone, Copy)]
-pub(crate) enum Turn {
+enum Turn {
     /// A large all_reduce's or reduce's slice ([`Order::Meet`]): which half goes first.
     Slice,
     /// A reduce_scatter's block ([`Order::Rows`]): forward or backward.
@@ -327,14 +328,48 @@ thread_local! {
     };
 }
 
-/// Whether this thread's next share of kind `t` goes the other way ([`Turn`]).
-pub(crate) fn turned(t: Turn) -> bool {
-    TURNS.with(|c| c[t as usize].get())
+impl Turn {
+    /// Whether this thread's next share of this kind goes the other way, given its size:
+    /// `bytes` of a reduction's slice or block in one buffer, or of a copy's output. Only up
+    /// to [`Turn::max_bytes`]: past it, forward always.
+    fn now(self, bytes: usize) -> bool {
+        bytes <= self.max_bytes() && TURNS.with(|c| c[self as usize].get())
+    }
+
+    /// [`Turn::now`], and the turn flipped for the next share of the kind (the share's own
+    /// question; past [`Turn::max_bytes`] nothing flips).
+    fn take(self, bytes: usize) -> bool {
+        bytes <= self.max_bytes()
+            && TURNS.with(|c| c[self as usize].replace(!c[self as usize].get()))
+    }
+
+    /// The largest share of the kind that alternates. A fold going down a slice or block
+    /// larger than [`MEET_MAX_BYTES`] streams worse from the outer caches than it gains (see
+    /// there). Copies go down piece by piece, each piece up, and gained at every size up to 4
+    /// MiB of output a member (an all_to_all at world 2 and 4 MiB: 333 → 262–276 µs a call,
+    /// two threads copying); at 16 MiB they were even, and at 64 MiB the benchmark's rows came
+    /// out 3–5 % slower in one run.
+    fn max_bytes(self) -> usize {
+        match self {
+            Turn::Slice | Turn::Rows => MEET_MAX_BYTES,
+            Turn::Copies => 4 << 20,
+        }
+    }
 }
 
-/// [`turned`], flipped for the next share of the kind: the share itself asks.
-fn take_turn(t: Turn) -> bool {
-    TURNS.with(|c| c[t as usize].replace(!c[t as usize].get()))
+/// The bytes an all_gather's or all_to_all's share `desc` on `n` members writes: its output.
+fn copied_bytes(desc: &OpDesc, n: usize) -> usize {
+    let (outer, inner) = rows(&desc.shape, desc.dim);
+    let blocks = if desc.kind == OpKind::AllGather { n } else { 1 };
+    (outer * inner * blocks).saturating_mul(desc.dtype.size())
+}
+
+/// Whether this thread's next share of the all_gather or all_to_all `desc` on `n` members
+/// copies backward ([`Turn::Copies`]): it then does its [`own_part`] last, not while the
+/// others arrive, since it holds the lines the last copy started with, which the next one
+/// forward needs first.
+pub(crate) fn copies_back(desc: &OpDesc, n: usize) -> bool {
+    Turn::Copies.now(copied_bytes(desc, n))
 }
 
 /// An all_gather's input `src`, `[outer, inner]`, into column block `at` of the output `dst`,
@@ -566,9 +601,9 @@ impl<T> Across<T> {
     /// # Safety
     /// As for [`fold_across`], until the fold is done.
     unsafe fn slice(srcs: Sources<T>, dsts: Destinations<T>, numel: usize) -> Self {
-        let meet = numel.saturating_mul(std::mem::size_of::<T>()) <= MEET_MAX_BYTES;
-        let order = if meet {
-            Order::Meet(take_turn(Turn::Slice))
+        let bytes = numel.saturating_mul(std::mem::size_of::<T>());
+        let order = if bytes <= MEET_MAX_BYTES {
+            Order::Meet(Turn::Slice.take(bytes))
         } else {
             ONE_ROW
         };

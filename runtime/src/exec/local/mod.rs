@@ -2031,7 +2031,7 @@ impl LocalBackend {
         // call fails with it done: see `kernels::own_part`; a fall back to `drive` redoes it)
         // — unless this share copies backward, which does it last.
         let (input, output) = (op.input.ptr, op.output.ptr);
-        let own_done = !kernels::turned(kernels::Turn::Copies)
+        let own_done = !kernels::copies_back(&op.desc, n)
             // SAFETY: our own buffers, which fit the step (`Lone::of` checked them before we
             // published `sig`); nobody else writes that block.
             && unsafe { kernels::own_part(&op.desc, n, run.me, input, output, false) };
