@@ -364,12 +364,26 @@ fn copied_bytes(desc: &OpDesc, n: usize) -> usize {
     (outer * inner * blocks).saturating_mul(desc.dtype.size())
 }
 
-/// Whether this thread's next share of the all_gather or all_to_all `desc` on `n` members
-/// copies backward ([`Turn::Copies`]): it then does its [`own_part`] last, not while the
-/// others arrive, since it holds the lines the last copy started with, which the next one
-/// forward needs first.
-pub(crate) fn copies_back(desc: &OpDesc, n: usize) -> bool {
-    Turn::Copies.now(copied_bytes(desc, n))
+/// [`own_part`], done ahead of the share while the other members arrive, unless this
+/// thread's next share of the step copies backward ([`Turn::Copies`]): that one does its own
+/// part last, since it holds the lines the last copy started with, which the next one forward
+/// needs first. Whether it is done.
+///
+/// # Safety
+/// As for [`own_part`].
+#[inline(always)]
+pub(crate) unsafe fn own_part_ahead(
+    desc: &OpDesc,
+    n: usize,
+    me: usize,
+    input: *mut u8,
+    output: *mut u8,
+) -> bool {
+    let copies = matches!(desc.kind, OpKind::AllGather | OpKind::AllToAll);
+    // SAFETY: the caller's contract.
+    copies
+        && !Turn::Copies.now(copied_bytes(desc, n))
+        && unsafe { own_part(desc, n, me, input, output, false) }
 }
 
 /// An all_gather's input `src`, `[outer, inner]`, into column block `at` of the output `dst`,

@@ -2030,11 +2030,10 @@ impl LocalBackend {
         // What needs nobody else's buffers is done while they arrive (if they disagree, the
         // call fails with it done: see `kernels::own_part`; a fall back to `drive` redoes it)
         // — unless this share copies backward, which does it last.
-        let (input, output) = (op.input.ptr, op.output.ptr);
-        let own_done = !kernels::copies_back(&op.desc, n)
-            // SAFETY: our own buffers, which fit the step (`Lone::of` checked them before we
-            // published `sig`); nobody else writes that block.
-            && unsafe { kernels::own_part(&op.desc, n, run.me, input, output, false) };
+        // SAFETY: our own buffers, which fit the step (`Lone::of` checked them before we
+        // published `sig`); nobody else writes that block.
+        let own_done =
+            unsafe { kernels::own_part_ahead(&op.desc, n, run.me, op.input.ptr, op.output.ptr) };
         let posted = || g.slots.iter().all(|s| s.posted.load(Ordering::Acquire) > k);
         if !spin_until(posted) {
             return Ok(());
