@@ -24,64 +24,23 @@ pub(crate) unsafe fn copy_rows(
     width: usize,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { copy_rows_by(copy_bytes, dst, dst_pitch, src, src_pitch, rows, width) }
+    unsafe {
+        copy_rows_by(
+            copy_bytes, false, dst, dst_pitch, src, src_pitch, rows, width,
+        )
+    }
 }
 
 /// A contiguous copy: [`copy_bytes`], or [`copy_to_shared`] into memory another process reads.
 pub(crate) type CopyFn = unsafe fn(*mut u8, *const u8, usize);
 
-/// [`copy_rows`], each contiguous stretch copied by `copy`.
-///
-/// # Safety
-/// As for [`copy_rows`].
-pub(crate) unsafe fn copy_rows_by(
-    copy: CopyFn,
-    dst: *mut u8,
-    dst_pitch: usize,
-    src: *const u8,
-    src_pitch: usize,
-    rows: usize,
-    width: usize,
-) {
-    // SAFETY: the caller's contract.
-    unsafe { rows_by(copy, false, dst, dst_pitch, src, src_pitch, rows, width) }
-}
-
-/// [`copy_rows`] from the last row to the first, each by [`copy_bytes_back`]: the same bytes,
-/// in the reverse order of pieces (see there).
-///
-/// # Safety
-/// As for [`copy_rows`].
-pub(crate) unsafe fn copy_rows_back(
-    dst: *mut u8,
-    dst_pitch: usize,
-    src: *const u8,
-    src_pitch: usize,
-    rows: usize,
-    width: usize,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        rows_by(
-            copy_bytes_back,
-            true,
-            dst,
-            dst_pitch,
-            src,
-            src_pitch,
-            rows,
-            width,
-        )
-    }
-}
-
-/// The rows of [`copy_rows_by`], from the last to the first if `back`.
+/// [`copy_rows`], each contiguous stretch copied by `copy`, the rows from the last to the first
+/// if `back` (with [`copy_bytes_back`]: the same bytes, in the reverse order of pieces).
 ///
 /// # Safety
 /// As for [`copy_rows`].
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn rows_by(
+pub(crate) unsafe fn copy_rows_by(
     copy: CopyFn,
     back: bool,
     dst: *mut u8,
@@ -318,11 +277,24 @@ mod tests {
         let (rows, width) = (3, PIECE + 5);
         let (sp, dp) = (width + 3, width + 11);
         let src: Vec<u8> = (0..rows * sp).map(|i| (i % 253) as u8).collect();
-        type Rows = unsafe fn(*mut u8, usize, *const u8, usize, usize, usize);
-        for (name, copy) in [("forward", copy_rows as Rows), ("back", copy_rows_back)] {
+        for (name, copy, back) in [
+            ("forward", copy_bytes as CopyFn, false),
+            ("back", copy_bytes_back, true),
+        ] {
             let mut dst = vec![0u8; rows * dp];
             // SAFETY: the geometry fits both buffers, which do not overlap.
-            unsafe { copy(dst.as_mut_ptr(), dp, src.as_ptr(), sp, rows, width) };
+            unsafe {
+                copy_rows_by(
+                    copy,
+                    back,
+                    dst.as_mut_ptr(),
+                    dp,
+                    src.as_ptr(),
+                    sp,
+                    rows,
+                    width,
+                )
+            };
             for r in 0..rows {
                 assert!(
                     dst[r * dp..r * dp + width] == src[r * sp..r * sp + width],

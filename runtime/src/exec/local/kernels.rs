@@ -14,7 +14,7 @@ use crate::element::with_dtype;
 use crate::exec::Op;
 use crate::exec::copy::copy_bytes;
 pub(crate) use crate::exec::copy::copy_rows;
-use crate::exec::copy::copy_rows_back;
+use crate::exec::copy::{copy_bytes_back, copy_rows_by};
 use crate::model::{OpDesc, OpKind};
 use crate::reduce::{Fold, Reducer};
 use crate::rules::rows;
@@ -316,7 +316,7 @@ enum Turn {
     Slice,
     /// A reduce_scatter's block ([`Order::Rows`]): forward or backward.
     Rows,
-    /// An all_gather's or all_to_all's blocks ([`copy_rows_back`], the blocks in reverse
+    /// An all_gather's or all_to_all's blocks ([`copy_bytes_back`], the blocks in reverse
     /// order, our own last).
     Copies,
 }
@@ -401,9 +401,20 @@ unsafe fn gather_block(
     back: bool,
 ) {
     let width = inner * es;
-    let copy = if back { copy_rows_back } else { copy_rows };
+    let copy = if back { copy_bytes_back } else { copy_bytes };
     // SAFETY: column block `at < n` of `dst`, all of `src` (contract).
-    unsafe { copy(dst.add(at * width), n * width, src, width, outer, width) }
+    unsafe {
+        copy_rows_by(
+            copy,
+            back,
+            dst.add(at * width),
+            n * width,
+            src,
+            width,
+            outer,
+            width,
+        )
+    }
 }
 
 /// An all_to_all's column block `to` of member `from`'s input `src` into column block `from` of
@@ -421,18 +432,15 @@ unsafe fn exchange_block(
     back: bool,
 ) {
     let width = row / n * es;
-    let copy = if back { copy_rows_back } else { copy_rows };
-    // SAFETY: column blocks `from` and `to` of `[outer, row]` buffers (contract).
-    unsafe {
-        copy(
-            dst.add(from * width),
-            row * es,
-            src.add(to * width),
-            row * es,
-            outer,
-            width,
-        )
-    }
+    let copy = if back { copy_bytes_back } else { copy_bytes };
+    let (dst, src, pitch) = (
+        dst.wrapping_add(from * width),
+        src.wrapping_add(to * width),
+        row * es,
+    );
+    // SAFETY: column block `from` of `dst` and `to` of `src`, `[outer, row]` buffers
+    // (contract).
+    unsafe { copy_rows_by(copy, back, dst, pitch, src, pitch, outer, width) }
 }
 
 /// Member `me`'s share of a stretch of `len` small reductions, from its first step `first`:

@@ -1297,6 +1297,7 @@ unsafe fn write_seg(o: &Op, dst: *mut u8, to: usize, n: usize, len: usize, copy:
                 };
                 copy_rows_by(
                     copy,
+                    false,
                     dst,
                     width,
                     o.input.ptr.add(to * width),
