@@ -264,9 +264,9 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
 
 /// Member `me`'s part of a step that needs no other member's buffers — an all_gather's or an
 /// all_to_all's own block, from our input to our output, copied backward if `back` (see
-/// [`Turn`]) — done; whether the step has one. A
-/// member may do it before the others arrive: it is what the step writes there whatever they
-/// do (if they disagree, the call fails, with that block written).
+/// [`Turn`]) — done; whether the step has one. A member may do it before the others arrive: it
+/// is what the step writes there whatever they do (if they disagree, the call fails, with that
+/// block written).
 ///
 /// # Safety
 /// `input` and `output` are member `me`'s buffers for a step described by `desc` on `n`
@@ -700,8 +700,9 @@ impl<T: Arith> Fold<T> for Across<T> {
         };
         // One choice of width for all the rows.
         crate::reduce::widest(|| {
-            // From the first row down, or from the last row up. The pointers move in place,
-            // a row at a time: a narrow reduce_scatter has thousands of rows of a few elements.
+            // Rows first to last, or last to first (each row then from its end). The pointers
+            // move in place, a row at a time: a narrow reduce_scatter has thousands of rows of
+            // a few elements.
             let (from, dir) = if back {
                 (rows.saturating_sub(1), -1)
             } else {
