@@ -178,35 +178,31 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
             let (outer, inner) = rows(&desc.shape, desc.dim);
             let push = outer * n * inner * es <= PUSH_MAX_BYTES;
             let back = Turn::Copies.take(copied_bytes(desc, n));
-            // SAFETY: our buffers, agreed and validated.
-            let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
-            if !step.own_done && !back {
-                own();
-            }
-            // Pushing, each member starts with its own output (above, or ends with it going
-            // back), so that the members write to different outputs at any time.
-            for i in 1..n {
-                let i = if back { n - i } else { i };
-                // Pulling, the other inputs in member order.
-                let j = if push {
-                    (me + i) % n
-                } else {
-                    i - usize::from(i <= me)
-                };
-                // Push: our input into column block `me` of member j's output. Pull: member
-                // j's input into column block j of ours. Either way each column block of each
-                // output has one writer.
-                let (dst, src, at) = if push {
-                    (step.output(j), step.input(me), me)
-                } else {
-                    (step.output(me), step.input(j), j)
-                };
-                // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
-                unsafe { gather_block(dst, src, at, n, (outer, inner), es, back) }
-            }
-            if !step.own_done && back {
-                own();
-            }
+            // Pushing, each member starts with its own output (or ends with it going back), so
+            // that the members write to different outputs at any time.
+            let peers = || {
+                for i in 1..n {
+                    let i = if back { n - i } else { i };
+                    // Pulling, the other inputs in member order.
+                    let j = if push {
+                        (me + i) % n
+                    } else {
+                        i - usize::from(i <= me)
+                    };
+                    // Push: our input into column block `me` of member j's output. Pull: member
+                    // j's input into column block j of ours. Either way each column block of each
+                    // output has one writer.
+                    let (dst, src, at) = if push {
+                        (step.output(j), step.input(me), me)
+                    } else {
+                        (step.output(me), step.input(j), j)
+                    };
+                    // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
+                    unsafe { gather_block(dst, src, at, n, (outer, inner), es, back) }
+                }
+            };
+            // SAFETY: the caller's contract.
+            unsafe { around_own_part(step, back, peers) };
         }
         OpKind::Gather => {
             let (outer, inner) = rows(&desc.shape, desc.dim);
@@ -241,24 +237,40 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
         OpKind::AllToAll => {
             let shape = rows(&desc.shape, desc.dim);
             let back = Turn::Copies.take(copied_bytes(desc, n));
-            // SAFETY: our buffers, agreed and validated.
-            let own = || unsafe { own_part(desc, n, me, step.input(me), step.output(me), back) };
-            if !step.own_done && !back {
-                own();
-            }
-            for i in 0..n {
-                let j = if back { n - 1 - i } else { i };
-                if j == me {
-                    continue;
+            let peers = || {
+                for i in 0..n {
+                    let j = if back { n - 1 - i } else { i };
+                    if j == me {
+                        continue;
+                    }
+                    let (dst, src) = (step.output(me), step.input(j));
+                    // SAFETY: inputs and our output are [outer, row] (agreed shape).
+                    unsafe { exchange_block(dst, src, j, me, (shape, n, es), back) }
                 }
-                let (dst, src) = (step.output(me), step.input(j));
-                // SAFETY: inputs and our output are [outer, row] (agreed shape).
-                unsafe { exchange_block(dst, src, j, me, (shape, n, es), back) }
-            }
-            if !step.own_done && back {
-                own();
-            }
+            };
+            // SAFETY: the caller's contract.
+            unsafe { around_own_part(step, back, peers) };
         }
+    }
+}
+
+/// A copying share's copies between peers (`peers`), with our [`own_part`] before them going
+/// forward and after them going back (`back`, see [`Turn::Copies`]), unless it was done
+/// ahead.
+///
+/// # Safety
+/// As for [`run_share`]: the step's buffers are agreed and validated.
+#[inline(always)]
+unsafe fn around_own_part(step: &Step<'_>, back: bool, peers: impl FnOnce()) {
+    let (me, n) = (step.me, step.n());
+    // SAFETY: our buffers, agreed and validated (contract).
+    let own = || unsafe { own_part(step.desc, n, me, step.input(me), step.output(me), back) };
+    if !step.own_done && !back {
+        own();
+    }
+    peers();
+    if !step.own_done && back {
+        own();
     }
 }
 
@@ -703,20 +715,22 @@ impl<T: Arith> Fold<T> for Across<T> {
             // Rows first to last, or last to first (each row then from its end). The pointers
             // move in place, a row at a time: a narrow reduce_scatter has thousands of rows of
             // a few elements.
-            let (from, dir) = if back {
-                (rows.saturating_sub(1), -1)
-            } else {
-                (0, 1)
-            };
+            let dir = if back { -1 } else { 1 };
             let (ds, dd) = (dir * src_pitch as isize, dir * dst_pitch as isize);
-            for i in 0..rows {
-                // SAFETY: row `from` of every buffer, then the row before or after the one
-                // just folded, while one is left (`Across::rows`' contract).
+            if back && rows > 1 {
+                // SAFETY: the last row of every buffer (`Across::rows`' contract).
                 unsafe {
-                    if i == 0 {
-                        srcs.iter_mut().for_each(|p| *p = p.add(from * src_pitch));
-                        dsts.iter_mut().for_each(|p| *p = p.add(from * dst_pitch));
-                    } else {
+                    srcs.iter_mut()
+                        .for_each(|p| *p = p.add((rows - 1) * src_pitch));
+                    dsts.iter_mut()
+                        .for_each(|p| *p = p.add((rows - 1) * dst_pitch));
+                }
+            }
+            for i in 0..rows {
+                if i > 0 {
+                    // SAFETY: the row after or before the one just folded, one of the `rows`
+                    // rows of every buffer (`Across::rows`' contract).
+                    unsafe {
                         srcs.iter_mut().for_each(|p| *p = p.offset(ds));
                         dsts.iter_mut().for_each(|p| *p = p.offset(dd));
                     }
