@@ -116,6 +116,15 @@ pub(crate) const DATA_RING: u64 = if cfg!(miri) { 4 } else { 64 };
 
 const _: () = assert!(RING.is_multiple_of(DATA_RING) && INLINE_BYTES <= EAGER_BYTES);
 
+/// How many steps ahead a member that found its root's slot filled asks for the root's slot of
+/// a later step (see [`EagerSlot::prefetch`]). A root that loops over small broadcasts runs
+/// ahead of its members (it waits for nobody), so a member reads each of its slots after the
+/// root wrote it: one miss to the root's core a call, which took most of the member's time, and
+/// made the member the side that bounds the loop. Asked for early, the line is there when the
+/// member comes to it. Eight steps: 8-byte broadcasts at world 2 took 79–86 ns a call on the
+/// member without it, 48–51 with it (2: 46–50, 16: 49–50; `docs/decisions.md`, session 46).
+pub(crate) const FOLLOW_AHEAD: u64 = 8;
+
 /// How many steps apart two uses of the storage of an eager step with an input of `bytes` bytes
 /// are: a member may fill its slot for step `t` once every member has finished step
 /// `t - ring_for(bytes)`.
@@ -374,6 +383,21 @@ impl EagerSlot {
             body.kept.as_ref()
         } else {
             None
+        }
+    }
+
+    /// Asks the core to bring the slot's first line — its step, signature and in-line input —
+    /// into its cache, ahead of a [`EagerSlot::read`] (see [`FOLLOW_AHEAD`]). A hint: it changes
+    /// nothing the program sees, and if the member has not written the slot yet, the line is
+    /// only fetched again when it has.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self) {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: a prefetch reads nothing the program observes and cannot fault; the address
+        // is that of this live slot.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(self).cast());
         }
     }
 

@@ -1852,6 +1852,9 @@ impl LocalBackend {
                         // The root's slot, if it holds the step with our signature; stable
                         // until we finish the step.
                         let ready = g.eager_slot(root, k).read(k).filter(|&(s, _)| s == sig);
+                        if ready.is_some() {
+                            g.eager_slot(root, k + eager::FOLLOW_AHEAD).prefetch();
+                        }
                         ready.map(|(_, data)| Short::Follow(data))
                     }
                 }
