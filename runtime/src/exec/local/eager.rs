@@ -387,18 +387,11 @@ impl EagerSlot {
     }
 
     /// Asks the core to bring the slot's first line — its step, signature and in-line input —
-    /// into its cache, ahead of a [`EagerSlot::read`] (see [`FOLLOW_AHEAD`]). A hint: it changes
-    /// nothing the program sees, and if the member has not written the slot yet, the line is
-    /// only fetched again when it has.
+    /// into its cache, ahead of a [`EagerSlot::read`] (see [`FOLLOW_AHEAD`]). If the member has
+    /// not written the slot yet, the line is only fetched again when it has.
     #[inline(always)]
     pub(crate) fn prefetch(&self) {
-        #[cfg(all(target_arch = "x86_64", not(miri)))]
-        // SAFETY: a prefetch reads nothing the program observes and cannot fault; the address
-        // is that of this live slot.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(self).cast());
-        }
+        super::prefetch::line(self);
     }
 
     /// The slot's signature and input if it holds `step`.

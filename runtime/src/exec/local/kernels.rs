@@ -518,6 +518,29 @@ struct PackPass<'a, C> {
     check: C,
 }
 
+impl<C> PackPass<'_, C> {
+    /// Asks for every member's input of step `i` of the stretch, the next this member reduces,
+    /// while it reduces the one before. A bucket's tensors are separate buffers, each a few
+    /// lines, mostly in the cache of the member that last wrote them: too short a run for the
+    /// core to see where the next one starts. (1,000 × 1 KiB at world 2 after the same calls
+    /// one by one, which leave every tensor with its own rank: 64–73 µs a bucket without,
+    /// 56–61 with; `docs/decisions.md`, session 46.) The size is our own entry's, at most a
+    /// small reduction's: a peer's is not checked yet, and a hint past a buffer costs nothing
+    /// but the fetch.
+    #[inline(always)]
+    fn prefetch<T>(&self, i: usize) {
+        // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
+        // contract).
+        let numel = unsafe { (*self.tables[self.me].add(i)).numel } as usize;
+        let bytes = numel.saturating_mul(size_of::<T>()).min(SLICE_MIN_BYTES);
+        for table in self.tables {
+            // SAFETY: as above.
+            let input = unsafe { (*table.add(i)).input };
+            super::prefetch::lines(std::ptr::without_provenance::<u8>(input), bytes);
+        }
+    }
+}
+
 impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
     type Output = bool;
 
@@ -531,7 +554,11 @@ impl<T: Arith, C: FnMut(usize) -> bool> Fold<T> for PackPass<'_, C> {
         let mut srcs: SmallVec<[*const T; 8]> = SmallVec::from_elem(std::ptr::null(), n);
         let mut dsts: SmallVec<[*mut T; 8]> = SmallVec::new();
         let mut checked = false;
-        for i in reduced_steps(self.first, self.len, self.me, n) {
+        let mut steps = reduced_steps(self.first, self.len, self.me, n).peekable();
+        while let Some(i) = steps.next() {
+            if let Some(&next) = steps.peek() {
+                self.prefetch::<T>(next);
+            }
             // SAFETY: step `i` of the stretch is in every member's table (`reduce_pack`'s
             // contract).
             let key = unsafe { (*self.tables[self.me].add(i)).key };

@@ -45,6 +45,7 @@ mod kernels;
 mod left;
 mod lone;
 mod pack;
+mod prefetch;
 mod world;
 
 use std::cell::{Cell, RefCell};
