@@ -121,7 +121,7 @@ const _: () = assert!(RING.is_multiple_of(DATA_RING) && INLINE_BYTES <= EAGER_BY
 /// ahead of its members (it waits for nobody), so a member reads each of its slots after the
 /// root wrote it: one miss to the root's core a call, which took most of the member's time, and
 /// made the member the side that bounds the loop. Asked for early, the line is there when the
-/// member comes to it. Eight steps: 8-byte broadcasts at world 2 took 79–86 ns a call on the
+/// member comes to it. Eight steps: 8-byte broadcasts at world 2 took 74–88 ns a call on the
 /// member without it, 48–51 with it (2: 46–50, 16: 49–50; `docs/decisions.md`, session 46).
 pub(crate) const FOLLOW_AHEAD: u64 = 8;
 

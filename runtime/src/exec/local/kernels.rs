@@ -523,8 +523,8 @@ impl<C> PackPass<'_, C> {
     /// while it reduces the one before. A bucket's tensors are separate buffers, each a few
     /// lines, mostly in the cache of the member that last wrote them: too short a run for the
     /// core to see where the next one starts. (1,000 × 1 KiB at world 2 after the same calls
-    /// one by one, which leave every tensor with its own rank: 64–73 µs a bucket without,
-    /// 56–61 with; `docs/decisions.md`, session 46.) The size is our own entry's, at most a
+    /// one by one, which leave every tensor with its own rank: 62–75 µs a bucket without,
+    /// 56–64 with; `docs/decisions.md`, session 46.) The size is our own entry's, at most a
     /// small reduction's: a peer's is not checked yet, and a hint past a buffer costs nothing
     /// but the fetch.
     #[inline(always)]
