@@ -197,7 +197,8 @@ pub(crate) unsafe fn run_share(step: &Step<'_>, members: &[usize]) {
                     } else {
                         (step.output(me), step.input(j), j)
                     };
-                    // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed shape).
+                    // SAFETY: outputs are [outer, n*inner] and inputs [outer, inner] (agreed
+                    // shape).
                     unsafe { gather_block(dst, src, at, n, (outer, inner), es, back) }
                 }
             };
