@@ -199,15 +199,13 @@ mod tests {
             3 * PIECE + 17,
             small - 1,
             small,
-        ]
-        .into_iter()
-        .chain([
             small + 1,
             5 * small + 3,
             BACK_LARGE_FROM - 1,
             BACK_LARGE_FROM,
-        ])
-        .chain([BACK_LARGE_FROM + 1, BACK_LARGE_FROM + 2 * large + 5]);
+            BACK_LARGE_FROM + 1,
+            BACK_LARGE_FROM + 2 * large + 5,
+        ];
         for len in lens {
             let src: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
             for (name, copy) in [("forward", copy_bytes as CopyFn), ("back", copy_bytes_back)] {
