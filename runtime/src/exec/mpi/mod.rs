@@ -17,7 +17,7 @@
 //!    collectives of a communicator in the same order, so the collectives of one communicator
 //!    start one after another (each a few non-blocking phases, see `steps`, or one exchange of
 //!    direct messages, see `eager`), while different communicators and the messages progress
-//!    together; one `MPI_Waitsome` loop drives all (`drive`). A batch of one small collective
+//!    together; one `MPI_Testsome` loop drives all (`drive`). A batch of one small collective
 //!    is run without that machinery (`run_small`).
 //! 4. **Shared memory on one host.** An all_reduce that is not small (alone, or a packed run of
 //!    them), or a large reduce_scatter with contiguous blocks, on a group whose members share a
@@ -392,6 +392,7 @@ impl MpiBackend {
             heaps: None,
         };
         be.crowded = raw::ranks_on_host(&be.world_eager)? > cores_online();
+        raw::set_crowded(be.crowded);
         // The shared heap, before the rank program makes its first tensor (see `arena`).
         if shm_mode != shm::Mode::Off && heap_on {
             match arena::create(world)? {
@@ -946,7 +947,8 @@ impl MpiBackend {
                     _ => raw::datatype(DType::U8),
                 };
                 // A shared-memory step in progress is polled between tests of the requests;
-                // otherwise the loop sleeps in MPI until one completes.
+                // otherwise the loop waits for one to complete (`Waiter::wait_some`, which
+                // polls too: see why there).
                 let finished = if polling {
                     let moved = driver.poll_shared(&mut new)?;
                     if !new.is_empty() {

@@ -427,14 +427,14 @@ pub(super) struct Received {
     pub count: Option<usize>,
 }
 
-/// `MPI_Waitsome` or `MPI_Testsome`.
-type SomeCall = unsafe extern "C" fn(
-    c_int,
-    *mut Request,
-    *mut c_int,
-    *mut c_int,
-    *mut ffi::MPI_Status,
-) -> c_int;
+/// Whether ranks on this host outnumber its cores (set by the backend as it starts): a wait
+/// then gives the core up after every empty poll, since the rank it waits for may need it.
+static CROWDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records whether ranks on this host outnumber its cores (see [`Waiter::wait_some`]).
+pub(super) fn set_crowded(crowded: bool) {
+    CROWDED.store(crowded, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Waits for requests, reusing its arrays across calls (a batch of small calls waits many
 /// times, and allocating three arrays per wait showed in profiles).
@@ -447,13 +447,34 @@ pub(super) struct Waiter {
 
 impl Waiter {
     /// Waits until at least one of `reqs` completes; returns the indices that did (their
-    /// entries become `MPI_REQUEST_NULL`), with the receive status of each.
+    /// entries become `MPI_REQUEST_NULL`), with the receive status of each (none when no
+    /// request is active).
+    ///
+    /// It polls `MPI_Testsome` and never blocks in `MPI_Waitsome`. Open MPI 4.1's Waitsome
+    /// hangs one wake-up object, on its own stack, on every pending request, and counts it down
+    /// once per completion. When two threads complete two of those requests at once (here the
+    /// monitor's thread, which polls its own exchange, and this one), the second countdown can
+    /// land after Waitsome has returned: one word of whatever the caller's stack holds next is
+    /// decremented. In our wait loop that word can be a loop counter, and then one completion
+    /// is counted twice (the CI failures "header message … completed although it was not
+    /// awaited", "shorter (0 bytes)", "no request was outstanding"). `docs/decisions.md` has
+    /// the reproduction. Testsome hangs nothing on a request. Between empty polls the core is
+    /// given up as Open MPI's own wait does when ranks outnumber cores (at once then, else
+    /// every 64 polls).
     pub(super) fn wait_some(
         &mut self,
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<&[(usize, Received)]> {
-        self.some(reqs, ty_of, (ffi::MPI_Waitsome, "MPI_Waitsome"))
+        let crowded = CROWDED.load(std::sync::atomic::Ordering::Relaxed);
+        let mut idle = 0u32;
+        while self.poll(reqs, &ty_of)? == Some(0) {
+            idle = idle.wrapping_add(1);
+            if crowded || idle.is_multiple_of(64) {
+                std::thread::yield_now();
+            }
+        }
+        Ok(&self.done)
     }
 
     /// [`Self::wait_some`] without waiting: the requests that completed, perhaps none.
@@ -462,22 +483,22 @@ impl Waiter {
         reqs: &mut [Request],
         ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
     ) -> Result<&[(usize, Received)]> {
-        self.some(reqs, ty_of, (ffi::MPI_Testsome, "MPI_Testsome"))
+        self.poll(reqs, &ty_of)?;
+        Ok(&self.done)
     }
 
-    /// [`Self::wait_some`] or [`Self::test_some`], by the MPI call given (they take the same
-    /// arguments).
-    fn some(
+    /// One `MPI_Testsome`: its completions into `done`, and how many there were (`None` when
+    /// no request is active, which MPI reports as `MPI_UNDEFINED`).
+    fn poll(
         &mut self,
         reqs: &mut [Request],
-        ty_of: impl Fn(usize) -> ffi::MPI_Datatype,
-        (call, name): (SomeCall, &str),
-    ) -> Result<&[(usize, Received)]> {
+        ty_of: &impl Fn(usize) -> ffi::MPI_Datatype,
+    ) -> Result<Option<usize>> {
         let n = self.arrays(reqs.len(), false)?;
         let mut done: c_int = 0;
-        // SAFETY: the arrays have at least `reqs.len()` entries, as both calls need.
+        // SAFETY: the arrays have at least `reqs.len()` entries, as MPI_Testsome needs.
         let code = unsafe {
-            call(
+            ffi::MPI_Testsome(
                 n,
                 reqs.as_mut_ptr(),
                 &mut done,
@@ -485,8 +506,12 @@ impl Waiter {
                 self.statuses.as_mut_ptr(),
             )
         };
-        // (MPI_UNDEFINED, negative, when no request is active.)
-        self.collect(code, name, done.max(0) as usize, ty_of)
+        // (MPI_UNDEFINED is negative.)
+        let active = done >= 0;
+        let count = self
+            .collect(code, "MPI_Testsome", done.max(0) as usize, ty_of)?
+            .len();
+        Ok(active.then_some(count))
     }
 
     /// Whether every one of `reqs` has completed, without waiting; when so, returns each index
