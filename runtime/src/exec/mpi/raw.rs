@@ -734,3 +734,40 @@ pub(super) fn poll_allgatherv_bytes(
     check(code, "MPI_Iallgatherv")?;
     poll(req, "MPI_Iallgatherv")
 }
+
+#[cfg(test)]
+mod tests {
+    /// The backend's sources, as compiled.
+    const SOURCES: [(&str, &str); 10] = [
+        ("arena.rs", include_str!("arena.rs")),
+        ("drive.rs", include_str!("drive.rs")),
+        ("eager.rs", include_str!("eager.rs")),
+        ("lanes.rs", include_str!("lanes.rs")),
+        ("launch.rs", include_str!("launch.rs")),
+        ("mod.rs", include_str!("mod.rs")),
+        ("monitor.rs", include_str!("monitor.rs")),
+        ("raw.rs", include_str!("raw.rs")),
+        ("shm.rs", include_str!("shm.rs")),
+        ("steps.rs", include_str!("steps.rs")),
+    ];
+
+    /// No MPI wait that hangs one wake-up object on several requests and counts it down by one
+    /// (`MPI_Waitsome`, `MPI_Waitany`): with the monitor thread in MPI at the same time, Open
+    /// MPI 4.1 can count it down after the wait returned, on the caller's stack (see
+    /// `Waiter::wait_some`). Named in prose (between backticks) they are fine.
+    #[test]
+    fn no_wait_counts_down_a_wake_up_shared_by_several_requests() {
+        for (file, text) in SOURCES {
+            for call in ["MPI_Waitsome", "MPI_Waitany", "wait_any("] {
+                for (at, _) in text.match_indices(call) {
+                    let quoted = text[..at].ends_with('`');
+                    let this_test = file == "raw.rs" && text[..at].ends_with('"');
+                    assert!(
+                        quoted || this_test,
+                        "{file} calls {call} (byte {at}): wait by polling (`Waiter::wait_some`)"
+                    );
+                }
+            }
+        }
+    }
+}
