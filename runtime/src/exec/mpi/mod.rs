@@ -392,7 +392,6 @@ impl MpiBackend {
             heaps: None,
         };
         be.crowded = raw::ranks_on_host(&be.world_eager)? > cores_online();
-        raw::set_crowded(be.crowded);
         // The shared heap, before the rank program makes its first tensor (see `arena`).
         if shm_mode != shm::Mode::Off && heap_on {
             match arena::create(world)? {
