@@ -447,9 +447,9 @@ impl Waiter {
     /// monitor's thread, which polls its own exchange, and this one), the second countdown can
     /// land after Waitsome has returned: one word of whatever the caller's stack holds next is
     /// decremented. In our wait loop that word can be a loop counter, and then one completion
-    /// is counted twice (the CI failures "header message … completed although it was not
-    /// awaited", "shorter (0 bytes)", "no request was outstanding"). `docs/decisions.md` has
-    /// the reproduction. Testsome hangs nothing on a request.
+    /// is counted twice: the likely cause of the rare CI failures "header message … completed
+    /// although it was not awaited", "shorter (0 bytes)" and "no request was outstanding".
+    /// `docs/decisions.md` has the reproduction. Testsome hangs nothing on a request.
     ///
     /// Like Waitsome, it leaves giving the core up to MPI's progress engine (which a Testsome
     /// that finds nothing runs), and yields only every 64 empty polls. Yielding after every
