@@ -134,7 +134,7 @@ pub(crate) type Class = usize;
 
 /// The smallest block, 64 bytes (class 0): a cache line, so that no two tensors share one.
 /// Classes 1 and 2 hold 128 and 256 bytes; from class 3 on, quarters (320, 384, 448, 512, 640…).
-const LINE: usize = 64;
+const LINE: usize = crate::exec::CACHE_LINE;
 
 impl Classes {
     pub(crate) fn new() -> Self {

@@ -21,6 +21,10 @@ pub(crate) mod local;
 pub(crate) mod mpi;
 pub(crate) mod nccl;
 
+/// Bytes of a cache line on the CPUs rankwise targets: what tensors, slices and streamed copies
+/// align to, and the stride of a prefetch.
+pub(crate) const CACHE_LINE: usize = 64;
+
 /// Tells a backend that waits outside rankwise's own world state (NCCL on GPUs, ranks as
 /// threads of one process) that another rank failed: for rank `r`, the error to report, once
 /// there is one.

@@ -158,7 +158,7 @@ unsafe fn copy_streaming(dst: *mut u8, src: *const u8, len: usize) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        const LINE: usize = 64;
+        const LINE: usize = crate::exec::CACHE_LINE;
         let head = ((dst as usize).wrapping_neg() % LINE).min(len);
         // SAFETY: `[0, head)` lies within both regions (`head <= len`).
         unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };

@@ -28,7 +28,7 @@ pub(crate) fn line<T>(p: *const T) {
 pub(crate) fn lines<T>(p: *const T, bytes: usize) {
     let p = p.cast::<u8>();
     // Never dereferenced: wrapping arithmetic keeps a stray count from being undefined.
-    for at in (0..bytes).step_by(64) {
+    for at in (0..bytes).step_by(crate::exec::CACHE_LINE) {
         line(p.wrapping_add(at));
     }
 }

@@ -133,7 +133,7 @@ const LANES: usize = TABLE + 16 * TABLE_CALLS;
 /// Bytes of one member's region.
 pub(super) const REGION: usize = LANES + lanes::BYTES;
 /// Slices start at multiples of a cache line (and so of every element size).
-const LINE: usize = 64;
+const LINE: usize = crate::exec::CACHE_LINE;
 
 /// What `RANKWISE_MPI_SHM` asks for (see the module docs).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
